@@ -1,0 +1,120 @@
+//! The error type of invar-audio: every variant about a file names it and says what is wrong in it.
+
+use std::path::PathBuf;
+
+use crate::AudioFormat;
+
+/// What went wrong while reading, writing, resampling or analysing audio.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The operating system refused to open or read the file.
+    #[error("{path}: cannot read: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing an output file failed (the previous file, if any, is untouched).
+    #[error(transparent)]
+    Write(#[from] invar_io::Error),
+    /// The file starts with neither a RIFF/WAVE nor a NIST_1A header.
+    #[error(
+        "{path}: not a WAV or NIST SPHERE file: it starts with {found:?}, expected \"RIFF....WAVE\" \
+         or \"NIST_1A\" (formats are detected by content, not by extension)"
+    )]
+    UnknownFormat { path: PathBuf, found: String },
+    /// The file ends before its header does.
+    #[error(
+        "{path}: truncated {format} header: the file has {len} bytes, the header needs {needed}"
+    )]
+    TruncatedHeader {
+        path: PathBuf,
+        format: AudioFormat,
+        len: u64,
+        needed: u64,
+    },
+    /// A WAV file's chunks or sample data are malformed.
+    #[error("{path}: malformed WAV file: {reason}")]
+    Wav { path: PathBuf, reason: String },
+    /// A SPHERE header line or field is malformed or missing.
+    #[error("{path}: malformed NIST SPHERE header at byte {offset}: {reason}")]
+    SphereHeader {
+        path: PathBuf,
+        offset: usize,
+        reason: String,
+    },
+    /// The file is well-formed but uses an encoding invar does not decode.
+    #[error("{path}: unsupported {format} file: {what}")]
+    Unsupported {
+        path: PathBuf,
+        format: AudioFormat,
+        what: String,
+    },
+    /// The header promises more sample bytes than the file holds.
+    #[error(
+        "{path}: truncated audio data: the header promises {expected} bytes of samples from byte \
+         {offset}, but only {found} are there"
+    )]
+    TruncatedData {
+        path: PathBuf,
+        offset: u64,
+        expected: u64,
+        found: u64,
+    },
+    /// The file decodes to zero samples.
+    #[error("{path}: holds no audio samples")]
+    Empty { path: PathBuf },
+    /// `ChannelSelect::Index` names a channel the file does not have.
+    #[error("{path}: channel {requested} was requested but the file has {channels} channel(s) (indices start at 0)")]
+    ChannelOutOfRange {
+        path: PathBuf,
+        requested: usize,
+        channels: u16,
+    },
+    /// The file's sample rate differs from the requested one and resampling is off.
+    #[error(
+        "{path}: sample rate is {found} Hz but {expected} Hz was requested and resampling is off; \
+         turn resampling on or convert the file"
+    )]
+    RateMismatch {
+        path: PathBuf,
+        found: u32,
+        expected: u32,
+    },
+    /// The resampler could not be built or failed.
+    #[error("resampling {from} Hz to {to} Hz failed: {reason}")]
+    Resample { from: u32, to: u32, reason: String },
+    /// Audio handed to a writer cannot be stored in the format.
+    #[error("{path}: cannot write: {reason}")]
+    Unwritable { path: PathBuf, reason: String },
+    /// A front-end configuration value is out of range.
+    #[error("invalid front-end config: {field} = {value}: {reason}")]
+    Config {
+        field: &'static str,
+        value: String,
+        reason: String,
+    },
+    /// The audio's sample rate is not the one the front-end was configured for.
+    #[error(
+        "audio is at {found} Hz but the front-end is configured for {expected} Hz; read it with \
+         ReadOptions::target_rate = Some({expected}) to resample"
+    )]
+    FrontendRate { expected: u32, found: u32 },
+}
+
+/// `Result` with invar-audio's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn config(
+        field: &'static str,
+        value: impl ToString,
+        reason: impl Into<String>,
+    ) -> Self {
+        Error::Config {
+            field,
+            value: value.to_string(),
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! RIFF/WAVE decoding (with hound; PCM 8/16/24/32-bit and 32-bit float, any channel count) and
+//! 16-bit PCM writing.
+
+use std::io::{Cursor, Read};
+use std::path::Path;
+
+use hound::{SampleFormat, WavReader, WavSpec, WavWriter};
+
+use crate::audio::{check_channel, check_writable, pick, to_i16};
+use crate::{Audio, AudioFormat, AudioInfo, ChannelSelect, Error, Result};
+
+fn wav_err(path: &Path, e: hound::Error) -> Error {
+    match e {
+        hound::Error::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => Error::Wav {
+            path: path.to_path_buf(),
+            reason: "the file ends inside a chunk header or the fmt chunk (truncated header)"
+                .into(),
+        },
+        hound::Error::IoError(io) => Error::Io {
+            path: path.to_path_buf(),
+            source: io,
+        },
+        hound::Error::Unsupported => Error::Unsupported {
+            path: path.to_path_buf(),
+            format: AudioFormat::Wav,
+            what: "sample encoding (compressed WAV such as ADPCM or mu-law); convert it to PCM"
+                .into(),
+        },
+        other => Error::Wav {
+            path: path.to_path_buf(),
+            reason: other.to_string(),
+        },
+    }
+}
+
+/// Checks the parts of a spec invar relies on.
+fn check_spec(path: &Path, spec: &WavSpec) -> Result<()> {
+    if spec.sample_rate == 0 {
+        return Err(Error::Wav {
+            path: path.to_path_buf(),
+            reason: "sample rate is 0 Hz".into(),
+        });
+    }
+    match (spec.sample_format, spec.bits_per_sample) {
+        (SampleFormat::Int, 1..=32) | (SampleFormat::Float, 32) => {}
+        (format, bits) => {
+            return Err(Error::Unsupported {
+                path: path.to_path_buf(),
+                format: AudioFormat::Wav,
+                what: format!(
+                    "{bits}-bit {format:?} samples; PCM up to 32 bits and 32-bit float are read"
+                ),
+            })
+        }
+    }
+    Ok(())
+}
+
+/// Probes an open WAV file: reads the chunks up to the start of the sample data, nothing more.
+pub(crate) fn probe_reader<R: Read>(path: &Path, reader: R) -> Result<AudioInfo> {
+    let reader = WavReader::new(reader).map_err(|e| wav_err(path, e))?;
+    let spec = reader.spec();
+    check_spec(path, &spec)?;
+    Ok(AudioInfo {
+        sample_rate: spec.sample_rate,
+        channels: spec.channels,
+        frames: u64::from(reader.duration()),
+        format: AudioFormat::Wav,
+    })
+}
+
+/// Decodes a whole WAV file held in memory into mono audio.
+pub(crate) fn decode(path: &Path, bytes: &[u8], channel: ChannelSelect) -> Result<Audio> {
+    // The header: hound leaves the reader at the first byte of sample data.
+    let reader = WavReader::new(Cursor::new(bytes)).map_err(|e| wav_err(path, e))?;
+    let spec = reader.spec();
+    let claimed = u64::from(reader.len());
+    let data_offset = reader.into_inner().position();
+    check_spec(path, &spec)?;
+    check_channel(path, channel, spec.channels)?;
+    // Samples occupy at least ceil(bits / 8) bytes each; refuse before allocating if the file cannot
+    // hold what the data chunk promises.
+    let width = u64::from(spec.bits_per_sample).div_ceil(8);
+    let available = (bytes.len() as u64).saturating_sub(data_offset);
+    let expected = claimed.saturating_mul(width);
+    let truncated = || Error::TruncatedData {
+        path: path.to_path_buf(),
+        offset: data_offset,
+        expected,
+        found: available,
+    };
+    if expected > available {
+        return Err(truncated());
+    }
+    let mut reader = WavReader::new(Cursor::new(bytes)).map_err(|e| wav_err(path, e))?;
+    if claimed == 0 {
+        return Err(Error::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    let channels = usize::from(spec.channels);
+    let frames = (claimed / channels as u64) as usize;
+    let mut out = Vec::with_capacity(frames);
+    let mut frame = vec![0f32; channels];
+    match spec.sample_format {
+        SampleFormat::Float => {
+            let mut samples = reader.samples::<f32>();
+            for _ in 0..frames {
+                for slot in frame.iter_mut() {
+                    *slot = next_sample(path, samples.next(), truncated)?;
+                }
+                out.push(pick(frame.iter().copied(), channel));
+            }
+        }
+        SampleFormat::Int => {
+            let scale = 1.0 / (1u64 << (spec.bits_per_sample - 1)) as f32;
+            let mut samples = reader.samples::<i32>();
+            for _ in 0..frames {
+                for slot in frame.iter_mut() {
+                    *slot = next_sample(path, samples.next(), truncated)? as f32 * scale;
+                }
+                out.push(pick(frame.iter().copied(), channel));
+            }
+        }
+    }
+    Ok(Audio {
+        samples: out,
+        sample_rate: spec.sample_rate,
+    })
+}
+
+fn next_sample<S>(
+    path: &Path,
+    s: Option<hound::Result<S>>,
+    truncated: impl Fn() -> Error,
+) -> Result<S> {
+    match s {
+        Some(Ok(v)) => Ok(v),
+        Some(Err(hound::Error::IoError(e))) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            Err(truncated())
+        }
+        Some(Err(e)) => Err(wav_err(path, e)),
+        None => Err(truncated()),
+    }
+}
+
+/// Encodes audio as a 16-bit PCM mono WAV file in memory.
+pub fn encode_wav(audio: &Audio) -> Result<Vec<u8>> {
+    encode_wav_named(Path::new("<memory>"), audio)
+}
+
+fn encode_wav_named(path: &Path, audio: &Audio) -> Result<Vec<u8>> {
+    check_writable(path, audio)?;
+    let spec = WavSpec {
+        channels: 1,
+        sample_rate: audio.sample_rate,
+        bits_per_sample: 16,
+        sample_format: SampleFormat::Int,
+    };
+    let too_long = || Error::Unwritable {
+        path: path.to_path_buf(),
+        reason: format!(
+            "{} samples do not fit a WAV file's 4 GiB data chunk",
+            audio.samples.len()
+        ),
+    };
+    if audio.samples.len() > (u32::MAX as usize - 64) / 2 {
+        return Err(too_long());
+    }
+    let mut buf = Cursor::new(Vec::with_capacity(44 + 2 * audio.samples.len()));
+    {
+        let hound_err = |e: hound::Error| Error::Unwritable {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        };
+        let mut writer = WavWriter::new(&mut buf, spec).map_err(hound_err)?;
+        {
+            let mut w16 = writer.get_i16_writer(audio.samples.len() as u32);
+            for &x in &audio.samples {
+                w16.write_sample(to_i16(x));
+            }
+            w16.flush().map_err(hound_err)?;
+        }
+        writer.finalize().map_err(hound_err)?;
+    }
+    Ok(buf.into_inner())
+}
+
+/// Writes audio as a 16-bit PCM mono WAV file, atomically (samples are scaled by 32768, rounded and
+/// clipped to the 16-bit range).
+pub fn write_wav(path: impl AsRef<Path>, audio: &Audio) -> Result<()> {
+    let path = path.as_ref();
+    let bytes = encode_wav_named(path, audio)?;
+    invar_io::atomic_write(path, |w| w.write_all(&bytes))?;
+    Ok(())
+}
