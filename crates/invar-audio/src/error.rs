@@ -100,6 +100,15 @@ pub enum Error {
          ReadOptions::target_rate = Some({expected}) to resample"
     )]
     FrontendRate { expected: u32, found: u32 },
+    /// The audio is shorter than one analysis frame.
+    #[error(
+        "audio of {samples} samples is shorter than one {frame}-sample analysis frame; no features \
+         can be computed (skip the utterance or use shorter frames)"
+    )]
+    TooShort { samples: usize, frame: usize },
+    /// The FFT library rejected its buffers (an internal inconsistency, never bad input).
+    #[error("FFT failed: {reason}")]
+    Fft { reason: String },
 }
 
 /// `Result` with invar-audio's [`Error`].

@@ -16,6 +16,7 @@ pub use audio::{
     decode, probe, read_audio, Audio, AudioFormat, AudioInfo, ChannelSelect, ReadOptions,
 };
 pub use error::{Error, Result};
+pub use features::{FeatureKind, Frontend, FrontendConfig};
 pub use resample::resample;
 pub use sphere::{encode_sphere, write_sphere};
 pub use wav::{encode_wav, write_wav};

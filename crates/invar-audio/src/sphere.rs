@@ -303,7 +303,7 @@ pub(crate) fn parse_header(path: &Path, header: &[u8], file_len: u64) -> Result<
         }
         Some(n) => {
             let n = n as u64;
-            let expected = n.checked_mul(frame_bytes).unwrap_or(u64::MAX);
+            let expected = n.saturating_mul(frame_bytes);
             if expected > available {
                 return Err(Error::TruncatedData {
                     path: path.to_path_buf(),
