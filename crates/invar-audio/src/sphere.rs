@@ -328,7 +328,12 @@ pub(crate) fn parse_header(path: &Path, header: &[u8], file_len: u64) -> Result<
 fn split_token(s: &str) -> (&str, &str) {
     let s = s.trim_start();
     match s.find(char::is_whitespace) {
-        Some(i) => (&s[..i], &s[i + 1..]),
+        Some(i) => {
+            // Skip exactly the one separator character, whatever its width.
+            let mut rest = s[i..].chars();
+            rest.next();
+            (&s[..i], rest.as_str())
+        }
         None => (s, ""),
     }
 }

@@ -11,11 +11,20 @@ use crate::{Audio, AudioFormat, AudioInfo, ChannelSelect, Error, Result};
 
 fn wav_err(path: &Path, e: hound::Error) -> Error {
     match e {
-        hound::Error::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => Error::Wav {
-            path: path.to_path_buf(),
-            reason: "the file ends inside a chunk header or the fmt chunk (truncated header)"
-                .into(),
-        },
+        // hound reports a short read as UnexpectedEof or as a custom "Failed to read enough bytes"
+        // (kind Other); reading from memory, or a file that opened fine, that means truncation.
+        hound::Error::IoError(io)
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::Other
+            ) =>
+        {
+            Error::Wav {
+                path: path.to_path_buf(),
+                reason: "the file ends inside a chunk header or the fmt chunk (truncated header)"
+                    .into(),
+            }
+        }
         hound::Error::IoError(io) => Error::Io {
             path: path.to_path_buf(),
             source: io,

@@ -1,0 +1,293 @@
+//! Broken files: each is an error that names the file and the problem, and none panics. Also:
+//! arbitrary bytes never panic the decoder (proptest), and mutated valid headers never do either.
+
+use std::path::{Path, PathBuf};
+
+use invar_audio::{
+    decode, encode_sphere, encode_wav, probe, read_audio, Audio, ChannelSelect, Error, ReadOptions,
+};
+use proptest::prelude::*;
+
+fn sphere(fields: &str, data: &[u8]) -> Vec<u8> {
+    let mut h = format!("NIST_1A\n   1024\n{fields}end_head\n").into_bytes();
+    h.resize(1024, b' ');
+    h.extend_from_slice(data);
+    h
+}
+
+fn tone() -> Audio {
+    Audio {
+        samples: (0..400).map(|i| ((i % 50) as f32 - 25.0) / 50.0).collect(),
+        sample_rate: 16_000,
+    }
+}
+
+/// Writes `bytes` under `name`, then both probes and reads it; returns the read error's message
+/// after checking that it names the file. (Probe may succeed where only the data is broken.)
+fn read_err(dir: &Path, name: &str, bytes: &[u8]) -> (Error, String) {
+    let path: PathBuf = dir.join(name);
+    std::fs::write(&path, bytes).expect("write fixture");
+    let _ = probe(&path);
+    let err =
+        read_audio(&path, &ReadOptions::default()).expect_err(&format!("{name} should not decode"));
+    let msg = err.to_string();
+    assert!(
+        msg.contains(name),
+        "{name}: message does not name the file: {msg}"
+    );
+    (err, msg)
+}
+
+#[test]
+fn broken_files_are_errors_that_say_what_is_wrong() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let wav = encode_wav(&tone()).expect("wav");
+    let sph = encode_sphere(&tone()).expect("sphere");
+
+    // Truncated headers.
+    let (e, _) = read_err(d, "trunc_hdr.wav", &wav[..30]);
+    assert!(matches!(e, Error::Wav { .. }), "{e:?}");
+    let (e, _) = read_err(d, "trunc_hdr.sph", &sph[..500]);
+    assert!(
+        matches!(
+            e,
+            Error::TruncatedHeader {
+                len: 500,
+                needed: 1024,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let (e, _) = read_err(d, "tiny.sph", b"NIST_1");
+    assert!(matches!(e, Error::TruncatedHeader { .. }), "{e:?}");
+
+    // Truncated data.
+    let (e, msg) = read_err(d, "trunc_data.wav", &wav[..wav.len() - 101]);
+    assert!(
+        matches!(
+            e,
+            Error::TruncatedData {
+                offset: 44,
+                expected: 800,
+                found: 699,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(msg.contains("truncated audio data"), "{msg}");
+    let (e, _) = read_err(d, "trunc_data.sph", &sph[..sph.len() - 2]);
+    assert!(
+        matches!(
+            e,
+            Error::TruncatedData {
+                offset: 1024,
+                expected: 800,
+                found: 798,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+
+    // Wrong magic.
+    let mut bad = wav.clone();
+    bad[0..4].copy_from_slice(b"JUNK");
+    let (e, msg) = read_err(d, "magic.wav", &bad);
+    assert!(matches!(e, Error::UnknownFormat { .. }), "{e:?}");
+    assert!(msg.contains("JUNK"), "{msg}");
+    let (e, _) = read_err(d, "text.wav", b"hello, this is not audio at all");
+    assert!(matches!(e, Error::UnknownFormat { .. }), "{e:?}");
+
+    // Zero-length audio: an empty file, and valid headers with no samples.
+    let (e, _) = read_err(d, "empty.wav", b"");
+    assert!(matches!(e, Error::Empty { .. }), "{e:?}");
+    let no_samples = encode_wav(&Audio {
+        samples: vec![],
+        sample_rate: 16_000,
+    })
+    .expect("wav");
+    let (e, _) = read_err(d, "nosamples.wav", &no_samples);
+    assert!(matches!(e, Error::Empty { .. }), "{e:?}");
+    let (e, _) = read_err(
+        d,
+        "nosamples.sph",
+        &sphere("sample_count -i 0\nsample_n_bytes -i 2\nsample_byte_format -s2 01\nsample_rate -i 16000\n", &[]),
+    );
+    assert!(matches!(e, Error::Empty { .. }), "{e:?}");
+
+    // Absurd sample counts: nothing is allocated before the count is checked against the file.
+    let mut huge = wav.clone();
+    huge[40..44].copy_from_slice(&0xFFFF_FFF0u32.to_le_bytes());
+    let (e, _) = read_err(d, "huge.wav", &huge);
+    assert!(
+        matches!(
+            e,
+            Error::TruncatedData {
+                expected: 0xFFFF_FFF0,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let (e, msg) = read_err(
+        d,
+        "huge.sph",
+        &sphere(
+            "sample_count -i 9223372036854775807\nsample_n_bytes -i 2\nsample_byte_format -s2 01\nsample_rate -i 16000\n",
+            &[0; 10],
+        ),
+    );
+    assert!(
+        matches!(
+            e,
+            Error::TruncatedData {
+                expected: 18_446_744_073_709_551_614,
+                found: 10,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(msg.contains("only 10 are there"), "{msg}");
+    let (e, _) = read_err(
+        d,
+        "negative.sph",
+        &sphere(
+            "sample_count -i -5\nsample_rate -i 16000\nsample_byte_format -s2 01\n",
+            &[],
+        ),
+    );
+    assert!(matches!(e, Error::SphereHeader { .. }), "{e:?}");
+
+    // A header claiming 3 channels.
+    let (e, msg) = read_err(
+        d,
+        "3ch.sph",
+        &sphere(
+            "sample_count -i 2\nsample_n_bytes -i 2\nchannel_count -i 3\nsample_byte_format -s2 01\nsample_rate -i 16000\n",
+            &[0; 12],
+        ),
+    );
+    assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
+    assert!(msg.contains("channel_count 3"), "{msg}");
+    // A WAV whose fmt chunk says 3 channels but whose block alignment is for 1: hound rejects it.
+    let mut wav3 = wav.clone();
+    wav3[22..24].copy_from_slice(&3u16.to_le_bytes());
+    let (e, _) = read_err(d, "3ch_inconsistent.wav", &wav3);
+    assert!(matches!(e, Error::Wav { .. }), "{e:?}");
+
+    // Shorten-compressed SPHERE (TIMIT as distributed on some CDs).
+    let (e, msg) = read_err(
+        d,
+        "SHORTEN.WAV",
+        &sphere(
+            "sample_count -i 100\nsample_n_bytes -i 2\nsample_byte_format -s2 01\nsample_rate -i 16000\nsample_coding -s26 pcm,embedded-shorten-v2.00\n",
+            b"ajkq\x02 shorten payload",
+        ),
+    );
+    assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
+    assert!(msg.contains("shorten") && msg.contains("sph2pipe"), "{msg}");
+
+    // Malformed SPHERE headers: no end_head, a bad integer, an unknown type, no sample_rate.
+    let mut no_end = b"NIST_1A\n   1024\nsample_rate -i 16000\n".to_vec();
+    no_end.resize(1030, b' ');
+    let (e, msg) = read_err(d, "noend.sph", &no_end);
+    assert!(
+        matches!(e, Error::SphereHeader { .. }) && msg.contains("end_head"),
+        "{msg}"
+    );
+    let (e, msg) = read_err(
+        d,
+        "badint.sph",
+        &sphere("sample_rate -i sixteen\n", &[0; 4]),
+    );
+    assert!(
+        matches!(e, Error::SphereHeader { offset: 16, .. }) && msg.contains("sixteen"),
+        "{msg}"
+    );
+    let (e, _) = read_err(d, "badtype.sph", &sphere("sample_rate -x 16000\n", &[0; 4]));
+    assert!(matches!(e, Error::SphereHeader { .. }), "{e:?}");
+    let (e, msg) = read_err(
+        d,
+        "norate.sph",
+        &sphere("sample_byte_format -s2 01\n", &[0; 4]),
+    );
+    assert!(msg.contains("no sample_rate"), "{e:?}");
+    let mut bad_len = sphere("sample_rate -i 16000\n", &[0; 4]);
+    bad_len[8..16].copy_from_slice(b"  99999\n");
+    let (e, msg) = read_err(d, "badlen.sph", &bad_len);
+    assert!(
+        matches!(e, Error::TruncatedHeader { needed: 99999, .. }),
+        "{msg}"
+    );
+
+    // A channel the file does not have.
+    let path = d.join("mono.wav");
+    std::fs::write(&path, &wav).expect("write");
+    let err = read_audio(
+        &path,
+        &ReadOptions {
+            channel: ChannelSelect::Index(1),
+            ..ReadOptions::default()
+        },
+    )
+    .expect_err("channel 1 of mono");
+    assert!(err.to_string().contains("mono.wav"));
+    assert!(matches!(
+        err,
+        Error::ChannelOutOfRange {
+            requested: 1,
+            channels: 1,
+            ..
+        }
+    ));
+
+    // A missing file is an I/O error naming it.
+    let err = read_audio(d.join("absent.wav"), &ReadOptions::default()).expect_err("absent");
+    assert!(matches!(err, Error::Io { .. }) && err.to_string().contains("absent.wav"));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    /// Arbitrary bytes, and arbitrary bytes behind each magic, never panic.
+    #[test]
+    fn arbitrary_bytes_never_panic(
+        body in proptest::collection::vec(any::<u8>(), 0..1200),
+        prefix in 0usize..3,
+    ) {
+        let mut bytes = match prefix {
+            0 => Vec::new(),
+            1 => b"RIFF\x24\x00\x00\x00WAVE".to_vec(),
+            _ => b"NIST_1A\n   1024\n".to_vec(),
+        };
+        bytes.extend_from_slice(&body);
+        let _ = decode("fuzz", &bytes, ChannelSelect::Mix);
+        let _ = decode("fuzz", &bytes, ChannelSelect::Index(1));
+    }
+
+    /// Valid files with a few bytes overwritten (in the header mostly) never panic, and a decoded
+    /// result always has a positive rate.
+    #[test]
+    fn mutated_valid_files_never_panic(
+        sphere_file in any::<bool>(),
+        edits in proptest::collection::vec((0usize..1100, any::<u8>()), 1..8),
+        cut in 0usize..1900,
+    ) {
+        let audio = tone();
+        let mut bytes = if sphere_file { encode_sphere(&audio) } else { encode_wav(&audio) }
+            .expect("encode");
+        for (pos, val) in edits {
+            if let Some(b) = bytes.get_mut(pos % 1100) {
+                *b = val;
+            }
+        }
+        bytes.truncate(cut.max(1).min(bytes.len()));
+        if let Ok(a) = decode("fuzz", &bytes, ChannelSelect::Mix) {
+            prop_assert!(a.sample_rate > 0);
+        }
+    }
+}
