@@ -1,0 +1,83 @@
+//! The one error type of invar-gmm and its `Result` alias.
+
+use std::path::PathBuf;
+
+/// A boxed error from a caller-supplied frame source (a feature set on disk, a decoder, ...).
+pub type SourceError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can go wrong while training or applying a GMM, a MAP adaptation or an i-vector
+/// extractor. Messages say which input is wrong and what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A configuration value is out of range; raised by `validate()` before any work starts.
+    #[error("invalid configuration: {field} = {value}: {reason}")]
+    Config {
+        field: &'static str,
+        value: String,
+        reason: &'static str,
+    },
+    /// Two things that must agree in size do not.
+    #[error("{what}: expected {expected}, found {found}")]
+    Dim {
+        what: &'static str,
+        expected: usize,
+        found: usize,
+    },
+    /// A model parameter is invalid (a negative weight, a zero variance, ...).
+    #[error("invalid model: {what} (component {component}): {reason}")]
+    InvalidModel {
+        what: &'static str,
+        component: usize,
+        reason: String,
+    },
+    /// There is nothing to learn from.
+    #[error("no data: {0}")]
+    Empty(&'static str),
+    /// A non-finite number appeared in input frames.
+    #[error("utterance {utterance}: frame {frame}, dim {dim} is {value}; remove NaN/inf from the features")]
+    NonFiniteInput {
+        utterance: usize,
+        frame: usize,
+        dim: usize,
+        value: f32,
+    },
+    /// A non-finite number appeared while training; usually a sign of degenerate data.
+    #[error("non-finite {what} at iteration {iteration}; check the features (constant dimensions?) or raise the variance floor")]
+    NonFinite {
+        what: &'static str,
+        iteration: usize,
+    },
+    /// A matrix that must be symmetric positive definite is not.
+    #[error("{what} is not positive definite (pivot {index} = {value:e}); use more data, fewer dimensions or a lower rank")]
+    NotPositiveDefinite {
+        what: &'static str,
+        index: usize,
+        value: f64,
+    },
+    /// Every component died and none could be re-seeded.
+    #[error("all {components} components lost their data at iteration {iteration}")]
+    AllDead { components: usize, iteration: usize },
+    /// The frame source failed to produce an utterance.
+    #[error("frame source, utterance {index}: {source}")]
+    Source {
+        index: usize,
+        #[source]
+        source: SourceError,
+    },
+    /// A model or statistics file is malformed.
+    #[error("{path}: {reason}")]
+    File { path: PathBuf, reason: String },
+    /// A safetensors file could not be read or written.
+    #[error("{path}: safetensors: {source}")]
+    Safetensors {
+        path: PathBuf,
+        #[source]
+        source: safetensors::SafeTensorError,
+    },
+    /// File plumbing (atomic writes, JSON) failed.
+    #[error(transparent)]
+    Io(#[from] invar_io::Error),
+}
+
+/// `Result` with [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,739 @@
+//! The diagonal-covariance Gaussian mixture: parameters, validation, the GEMM-based E-step
+//! (log-likelihoods, posteriors, sufficient statistics) and safetensors + JSON persistence.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use invar_io::Matrix;
+use rayon::prelude::*;
+use safetensors::Dtype;
+use serde::{Deserialize, Serialize};
+
+use crate::linalg::{gemm, Op};
+use crate::stats::{GmmStats, StatsOrder};
+use crate::{Error, Result};
+
+const LN_2PI: f64 = 1.837_877_066_409_345_5;
+
+/// Frames per E-step block: big enough for an efficient GEMM, small enough for the cache and for
+/// rayon to balance short utterances.
+pub(crate) const BLOCK: usize = 256;
+
+/// A mixture of `M` Gaussians with diagonal covariances over `D`-dimensional frames.
+///
+/// Besides the parameters it holds the E-step constants (Kaldi's `gconsts`, `means_invvars`,
+/// `inv_vars`) so that the log-likelihoods of a block of frames against all components are one
+/// matrix product: `log w_c N(x; μ_c, σ²_c) = g_c + Σ_d x_d μ_cd/σ²_cd − ½ Σ_d x_d² / σ²_cd`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DiagGmm {
+    weights: Vec<f32>,
+    means: Matrix,
+    variances: Matrix,
+    /// `2D × M` row-major: rows `0..D` are `μ/σ²` transposed, rows `D..2D` are `−½/σ²` transposed.
+    proj: Vec<f32>,
+    /// `M`: `log w − ½ (D log 2π + Σ log σ² + Σ μ²/σ²)`.
+    gconsts: Vec<f32>,
+}
+
+impl DiagGmm {
+    /// Builds a mixture from its weights (`M`), means (`M×D`) and variances (`M×D`); checks shapes,
+    /// that weights are positive and sum to 1 (within 1e-3; they are renormalised), and that
+    /// variances are positive and finite.
+    pub fn new(weights: Vec<f32>, means: Matrix, variances: Matrix) -> Result<Self> {
+        let m = weights.len();
+        if m == 0 {
+            return Err(Error::Empty("a GMM needs at least one component"));
+        }
+        for (what, mat) in [("means rows", &means), ("variances rows", &variances)] {
+            if mat.rows != m {
+                return Err(Error::Dim {
+                    what,
+                    expected: m,
+                    found: mat.rows,
+                });
+            }
+        }
+        if variances.cols != means.cols {
+            return Err(Error::Dim {
+                what: "variances columns",
+                expected: means.cols,
+                found: variances.cols,
+            });
+        }
+        if means.cols == 0 {
+            return Err(Error::Empty("a GMM needs at least one dimension"));
+        }
+        let total: f64 = weights.iter().map(|&w| w as f64).sum();
+        for (c, &w) in weights.iter().enumerate() {
+            if !(w.is_finite() && w > 0.0) {
+                return Err(Error::InvalidModel {
+                    what: "weight",
+                    component: c,
+                    reason: format!("{w} is not a positive number"),
+                });
+            }
+        }
+        if (total - 1.0).abs() > 1e-3 {
+            return Err(Error::InvalidModel {
+                what: "weights",
+                component: 0,
+                reason: format!("sum to {total}, not 1"),
+            });
+        }
+        for c in 0..m {
+            if let Some(v) = means.row(c).iter().find(|v| !v.is_finite()) {
+                return Err(Error::InvalidModel {
+                    what: "mean",
+                    component: c,
+                    reason: format!("contains {v}"),
+                });
+            }
+            if let Some(v) = variances
+                .row(c)
+                .iter()
+                .find(|v| !(v.is_finite() && **v > 0.0))
+            {
+                return Err(Error::InvalidModel {
+                    what: "variance",
+                    component: c,
+                    reason: format!("{v} is not a positive number"),
+                });
+            }
+        }
+        let weights = weights.iter().map(|&w| (w as f64 / total) as f32).collect();
+        let mut gmm = DiagGmm {
+            weights,
+            means,
+            variances,
+            proj: Vec::new(),
+            gconsts: Vec::new(),
+        };
+        gmm.precompute();
+        Ok(gmm)
+    }
+
+    fn precompute(&mut self) {
+        let (m, d) = (self.components(), self.dims());
+        self.proj = vec![0.0; 2 * d * m];
+        self.gconsts = vec![0.0; m];
+        for c in 0..m {
+            let mu = self.means.row(c);
+            let var = self.variances.row(c);
+            let mut g = (self.weights[c] as f64).ln() - 0.5 * d as f64 * LN_2PI;
+            for j in 0..d {
+                let (mu, var) = (mu[j] as f64, var[j] as f64);
+                g -= 0.5 * (var.ln() + mu * mu / var);
+                self.proj[j * m + c] = (mu / var) as f32;
+                self.proj[(d + j) * m + c] = (-0.5 / var) as f32;
+            }
+            self.gconsts[c] = g as f32;
+        }
+    }
+
+    /// Number of components `M`.
+    pub fn components(&self) -> usize {
+        self.weights.len()
+    }
+
+    /// Frame dimension `D`.
+    pub fn dims(&self) -> usize {
+        self.means.cols
+    }
+
+    /// Mixture weights (sum to 1).
+    pub fn weights(&self) -> &[f32] {
+        &self.weights
+    }
+
+    /// Means, `M×D`.
+    pub fn means(&self) -> &Matrix {
+        &self.means
+    }
+
+    /// Diagonal variances, `M×D`.
+    pub fn variances(&self) -> &Matrix {
+        &self.variances
+    }
+
+    fn check_frames(&self, x: &Matrix) -> Result<()> {
+        if x.cols != self.dims() {
+            return Err(Error::Dim {
+                what: "frame dimension",
+                expected: self.dims(),
+                found: x.cols,
+            });
+        }
+        Ok(())
+    }
+
+    /// Joint log-likelihoods `log w_c + log N(x_t; μ_c, σ²_c)` of a block of `b` frames into
+    /// `out` (`b×M`), using `aug` (resized to `b×2D`) as scratch. One GEMM for all components.
+    pub(crate) fn block_log_joint(&self, x: &[f32], aug: &mut Vec<f32>, out: &mut [f32]) {
+        let (m, d) = (self.components(), self.dims());
+        let b = x.len() / d;
+        aug.resize(b * 2 * d, 0.0);
+        for (row, a) in x.chunks_exact(d).zip(aug.chunks_exact_mut(2 * d)) {
+            let (lin, sq) = a.split_at_mut(d);
+            lin.copy_from_slice(row);
+            for (s, &v) in sq.iter_mut().zip(row) {
+                *s = v * v;
+            }
+        }
+        gemm(
+            b,
+            m,
+            2 * d,
+            aug,
+            Op::N,
+            &self.proj,
+            Op::N,
+            out,
+            false,
+            false,
+        );
+        for row in out[..b * m].chunks_exact_mut(m) {
+            for (o, &g) in row.iter_mut().zip(&self.gconsts) {
+                *o += g;
+            }
+        }
+    }
+
+    /// Turns each row of joint log-likelihoods into posteriors in place; returns the sum over
+    /// rows of the frame log-likelihoods (`log Σ_c exp(row_c)`).
+    pub(crate) fn rows_to_posteriors(out: &mut [f32], m: usize) -> f64 {
+        let mut total = 0.0f64;
+        for row in out.chunks_exact_mut(m) {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0f32;
+            for v in row.iter_mut() {
+                *v = (*v - max).exp();
+                sum += *v;
+            }
+            let inv = 1.0 / sum;
+            for v in row.iter_mut() {
+                *v *= inv;
+            }
+            total += max as f64 + (sum as f64).ln();
+        }
+        total
+    }
+
+    /// Per-frame log-likelihoods `log p(x_t)` (natural log).
+    pub fn frame_log_likelihoods(&self, x: &Matrix) -> Result<Vec<f32>> {
+        self.check_frames(x)?;
+        let (m, d) = (self.components(), self.dims());
+        let mut out = vec![0.0f32; x.rows];
+        out.par_chunks_mut(BLOCK)
+            .zip(x.data.par_chunks(BLOCK * d))
+            .for_each_init(
+                || (Vec::new(), vec![0.0f32; BLOCK * m]),
+                |(aug, ll), (o, xb)| {
+                    let b = o.len();
+                    self.block_log_joint(xb, aug, ll);
+                    for (t, row) in ll[..b * m].chunks_exact(m).enumerate() {
+                        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                        let sum: f32 = row.iter().map(|v| (v - max).exp()).sum();
+                        o[t] = max + sum.ln();
+                    }
+                },
+            );
+        Ok(out)
+    }
+
+    /// Mean log-likelihood per frame (natural log) over the frames of `x`; what scikit-learn's
+    /// `GaussianMixture.score` returns.
+    pub fn mean_log_likelihood(&self, x: &Matrix) -> Result<f64> {
+        if x.rows == 0 {
+            return Err(Error::Empty("no frames to score"));
+        }
+        let ll = self.frame_log_likelihoods(x)?;
+        Ok(ll.iter().map(|&v| v as f64).sum::<f64>() / x.rows as f64)
+    }
+
+    /// Frame posteriorgram `γ_tc = p(c | x_t)`, `frames × M`, each row summing to 1. With
+    /// `top_k = Some(k)` only the `k` largest posteriors of each frame are kept and renormalised.
+    pub fn posteriors(&self, x: &Matrix, top_k: Option<usize>) -> Result<Matrix> {
+        self.check_frames(x)?;
+        let (m, d) = (self.components(), self.dims());
+        if top_k == Some(0) {
+            return Err(Error::Config {
+                field: "top_k",
+                value: "0".into(),
+                reason: "keep at least one posterior per frame",
+            });
+        }
+        let mut out = vec![0.0f32; x.rows * m];
+        out.par_chunks_mut(BLOCK * m)
+            .zip(x.data.par_chunks(BLOCK * d))
+            .for_each_init(
+                || (Vec::new(), Vec::<usize>::new()),
+                |(aug, idx), (o, xb)| {
+                    self.block_log_joint(xb, aug, o);
+                    Self::rows_to_posteriors(o, m);
+                    if let Some(k) = top_k.filter(|&k| k < m) {
+                        for row in o.chunks_exact_mut(m) {
+                            prune_top_k(row, k, idx);
+                        }
+                    }
+                },
+            );
+        Ok(Matrix::new(x.rows, m, out)?)
+    }
+
+    /// Sufficient statistics of `x` under this model (the E-step of one utterance or shard),
+    /// computed in parallel over blocks of frames. `utterance` only labels errors.
+    pub fn accumulate(&self, x: &Matrix, order: StatsOrder, utterance: usize) -> Result<GmmStats> {
+        self.check_frames(x)?;
+        check_finite(x, utterance)?;
+        let (m, d) = (self.components(), self.dims());
+        let stats = x
+            .data
+            .par_chunks(BLOCK * d)
+            .fold(
+                || BlockAcc::new(m, d, order),
+                |mut acc, xb| {
+                    acc.add_block(self, xb);
+                    acc
+                },
+            )
+            .map(|acc| acc.into_stats(m, d, order))
+            .reduce(
+                || GmmStats::zeros(m, d, order),
+                |mut a, b| {
+                    a.add_unchecked(&b);
+                    a
+                },
+            );
+        Ok(stats)
+    }
+
+    /// Writes the model as safetensors (`weights` `[M]`, `means` and `variances` `[M, D]`, f32)
+    /// plus `meta` as JSON beside it (same stem, `.json`); both atomically.
+    pub fn save<T: Serialize>(&self, path: impl AsRef<Path>, meta: &T) -> Result<()> {
+        let path = path.as_ref();
+        let (m, d) = (self.components(), self.dims());
+        let tensors = [
+            ("weights", Dtype::F32, vec![m], f32_bytes(&self.weights)),
+            ("means", Dtype::F32, vec![m, d], f32_bytes(&self.means.data)),
+            (
+                "variances",
+                Dtype::F32,
+                vec![m, d],
+                f32_bytes(&self.variances.data),
+            ),
+        ];
+        let info = HashMap::from([("format".to_string(), "invar-gmm diag v1".to_string())]);
+        write_safetensors(path, &tensors, info)?;
+        invar_io::write_json(meta_path(path), meta)?;
+        Ok(())
+    }
+
+    /// Reads a model written by [`DiagGmm::save`] (the JSON sidecar is not needed to load it).
+    pub fn load(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| Error::File {
+            path: path.to_path_buf(),
+            reason: format!("cannot read: {e}"),
+        })?;
+        let st =
+            safetensors::SafeTensors::deserialize(&bytes).map_err(|source| Error::Safetensors {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let weights = read_f32(&st, path, "weights")?;
+        let (m, wd) = (weights.1.first().copied().unwrap_or(0), weights.1.len());
+        let means = read_f32(&st, path, "means")?;
+        let vars = read_f32(&st, path, "variances")?;
+        if wd != 1 || means.1.len() != 2 || vars.1 != means.1 || means.1[0] != m {
+            return Err(Error::File {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "inconsistent shapes: weights {:?}, means {:?}, variances {:?}",
+                    weights.1, means.1, vars.1
+                ),
+            });
+        }
+        let d = means.1[1];
+        Self::new(
+            weights.0,
+            Matrix::new(m, d, means.0)?,
+            Matrix::new(m, d, vars.0)?,
+        )
+        .map_err(|e| Error::File {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })
+    }
+}
+
+/// The JSON sidecar path of a model file: same stem, `.json`.
+pub fn meta_path(path: &Path) -> PathBuf {
+    path.with_extension("json")
+}
+
+/// Zeroes all but the `k` largest entries of `row` and renormalises them to sum to 1.
+fn prune_top_k(row: &mut [f32], k: usize, idx: &mut Vec<usize>) {
+    idx.clear();
+    idx.extend(0..row.len());
+    idx.select_nth_unstable_by(k - 1, |&a, &b| row[b].total_cmp(&row[a]));
+    let keep = &idx[..k];
+    let inv = 1.0 / keep.iter().map(|&i| row[i]).sum::<f32>();
+    // Scale the kept entries (marked by a sign flip), then zero the unmarked ones.
+    for &i in keep {
+        row[i] = -(row[i] * inv);
+    }
+    for v in row.iter_mut() {
+        *v = if v.is_sign_negative() { -*v } else { 0.0 };
+    }
+}
+
+pub(crate) fn check_finite(x: &Matrix, utterance: usize) -> Result<()> {
+    if let Some(pos) = x.data.iter().position(|v| !v.is_finite()) {
+        return Err(Error::NonFiniteInput {
+            utterance,
+            frame: pos / x.cols.max(1),
+            dim: pos % x.cols.max(1),
+            value: x.data[pos],
+        });
+    }
+    Ok(())
+}
+
+/// Per-thread E-step accumulator: block statistics by GEMM in f32, running totals in f64.
+struct BlockAcc {
+    aug: Vec<f32>,
+    post: Vec<f32>,
+    sq: Vec<f32>,
+    n_blk: Vec<f32>,
+    f_blk: Vec<f32>,
+    s_blk: Vec<f32>,
+    frames: u64,
+    ll: f64,
+    n: Vec<f64>,
+    f: Vec<f64>,
+    s: Vec<f64>,
+}
+
+impl BlockAcc {
+    fn new(m: usize, d: usize, order: StatsOrder) -> Self {
+        let first = order >= StatsOrder::First;
+        let second = order >= StatsOrder::Second;
+        BlockAcc {
+            aug: Vec::with_capacity(BLOCK * 2 * d),
+            post: vec![0.0; BLOCK * m],
+            sq: if second {
+                vec![0.0; BLOCK * d]
+            } else {
+                Vec::new()
+            },
+            n_blk: vec![0.0; m],
+            f_blk: if first { vec![0.0; m * d] } else { Vec::new() },
+            s_blk: if second { vec![0.0; m * d] } else { Vec::new() },
+            frames: 0,
+            ll: 0.0,
+            n: vec![0.0; m],
+            f: if first { vec![0.0; m * d] } else { Vec::new() },
+            s: if second { vec![0.0; m * d] } else { Vec::new() },
+        }
+    }
+
+    fn add_block(&mut self, gmm: &DiagGmm, xb: &[f32]) {
+        let (m, d) = (gmm.components(), gmm.dims());
+        let b = xb.len() / d;
+        let post = &mut self.post[..b * m];
+        gmm.block_log_joint(xb, &mut self.aug, post);
+        self.ll += DiagGmm::rows_to_posteriors(post, m);
+        self.frames += b as u64;
+        self.n_blk.fill(0.0);
+        for row in post.chunks_exact(m) {
+            for (n, &g) in self.n_blk.iter_mut().zip(row) {
+                *n += g;
+            }
+        }
+        for (n, &v) in self.n.iter_mut().zip(&self.n_blk) {
+            *n += v as f64;
+        }
+        if !self.f.is_empty() {
+            // F (M×D) = γᵀ (M×b) · X (b×D)
+            gemm(
+                m,
+                d,
+                b,
+                post,
+                Op::T,
+                xb,
+                Op::N,
+                &mut self.f_blk,
+                false,
+                false,
+            );
+            for (f, &v) in self.f.iter_mut().zip(&self.f_blk) {
+                *f += v as f64;
+            }
+        }
+        if !self.s.is_empty() {
+            let sq = &mut self.sq[..b * d];
+            for (s, &v) in sq.iter_mut().zip(xb) {
+                *s = v * v;
+            }
+            gemm(
+                m,
+                d,
+                b,
+                post,
+                Op::T,
+                sq,
+                Op::N,
+                &mut self.s_blk,
+                false,
+                false,
+            );
+            for (s, &v) in self.s.iter_mut().zip(&self.s_blk) {
+                *s += v as f64;
+            }
+        }
+    }
+
+    fn into_stats(self, m: usize, d: usize, order: StatsOrder) -> GmmStats {
+        GmmStats::from_parts(m, d, order, self.frames, self.ll, self.n, self.f, self.s)
+    }
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+pub(crate) fn f64_bytes(v: &[f64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Writes named little-endian tensors as one safetensors file, atomically.
+pub(crate) fn write_safetensors(
+    path: &Path,
+    tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)],
+    info: HashMap<String, String>,
+) -> Result<()> {
+    let views = tensors
+        .iter()
+        .map(|(name, dtype, shape, bytes)| {
+            safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes)
+                .map(|v| (name.to_string(), v))
+                .map_err(|source| Error::Safetensors {
+                    path: path.to_path_buf(),
+                    source,
+                })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let bytes = safetensors::serialize(views, Some(info)).map_err(|source| Error::Safetensors {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    invar_io::atomic_write(path, |w| w.write_all(&bytes))?;
+    Ok(())
+}
+
+fn read_f32(
+    st: &safetensors::SafeTensors<'_>,
+    path: &Path,
+    name: &str,
+) -> Result<(Vec<f32>, Vec<usize>)> {
+    let t = st.tensor(name).map_err(|source| Error::Safetensors {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if t.dtype() != Dtype::F32 {
+        return Err(Error::File {
+            path: path.to_path_buf(),
+            reason: format!("tensor {name} has dtype {:?}, expected F32", t.dtype()),
+        });
+    }
+    let data = t
+        .data()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    Ok((data, t.shape().to_vec()))
+}
+
+pub(crate) fn read_f64(
+    st: &safetensors::SafeTensors<'_>,
+    path: &Path,
+    name: &str,
+) -> Result<(Vec<f64>, Vec<usize>)> {
+    let t = st.tensor(name).map_err(|source| Error::Safetensors {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if t.dtype() != Dtype::F64 {
+        return Err(Error::File {
+            path: path.to_path_buf(),
+            reason: format!("tensor {name} has dtype {:?}, expected F64", t.dtype()),
+        });
+    }
+    let data = t
+        .data()
+        .chunks_exact(8)
+        .map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+        .collect();
+    Ok((data, t.shape().to_vec()))
+}
+
+/// Metadata written beside a model: what it is and how it was made.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GmmMeta<C> {
+    /// Number of components.
+    pub components: usize,
+    /// Frame dimension.
+    pub dims: usize,
+    /// The configuration that produced it.
+    pub config: C,
+    /// Mean log-likelihood per frame at each EM iteration.
+    pub history: Vec<crate::train::IterationReport>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toy() -> DiagGmm {
+        DiagGmm::new(
+            vec![0.25, 0.75],
+            Matrix::new(2, 2, vec![0.0, 0.0, 3.0, -1.0]).unwrap(),
+            Matrix::new(2, 2, vec![1.0, 2.0, 0.5, 1.5]).unwrap(),
+        )
+        .unwrap()
+    }
+
+    /// Direct per-component evaluation, f64, as the textbook writes it.
+    fn direct_log_joint(g: &DiagGmm, x: &[f32]) -> Vec<f64> {
+        (0..g.components())
+            .map(|c| {
+                let mut s = (g.weights()[c] as f64).ln();
+                for j in 0..g.dims() {
+                    let (mu, var) = (g.means().row(c)[j] as f64, g.variances().row(c)[j] as f64);
+                    let z = x[j] as f64 - mu;
+                    s -= 0.5 * (LN_2PI + var.ln() + z * z / var);
+                }
+                s
+            })
+            .collect()
+    }
+
+    #[test]
+    fn gemm_e_step_matches_direct_formula() {
+        let g = toy();
+        let x = Matrix::new(3, 2, vec![0.5, -0.2, 2.5, -1.5, 10.0, 4.0]).unwrap();
+        let ll = g.frame_log_likelihoods(&x).unwrap();
+        let post = g.posteriors(&x, None).unwrap();
+        for t in 0..3 {
+            let lj = direct_log_joint(&g, x.row(t));
+            let max = lj.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let lse = max + lj.iter().map(|v| (v - max).exp()).sum::<f64>().ln();
+            assert!(
+                (ll[t] as f64 - lse).abs() < 1e-4 * lse.abs().max(1.0),
+                "{t}"
+            );
+            for c in 0..2 {
+                assert!((post.row(t)[c] as f64 - (lj[c] - lse).exp()).abs() < 1e-5);
+            }
+        }
+        // Hand value: frame (0, 0) under component 0 alone: log 0.25 − log 2π − ½ log 2.
+        let lj = direct_log_joint(&g, &[0.0, 0.0]);
+        let hand = 0.25f64.ln() - LN_2PI - 0.5 * 2.0f64.ln();
+        assert!((lj[0] - hand).abs() < 1e-12);
+    }
+
+    #[test]
+    fn posteriors_sum_to_one_and_top_k_prunes() {
+        let g = DiagGmm::new(
+            vec![0.25; 4],
+            Matrix::new(4, 1, vec![0.0, 1.0, 2.0, 3.0]).unwrap(),
+            Matrix::new(4, 1, vec![1.0; 4]).unwrap(),
+        )
+        .unwrap();
+        let x = Matrix::new(600, 1, (0..600).map(|i| i as f32 / 200.0).collect()).unwrap();
+        let p = g.posteriors(&x, None).unwrap();
+        for r in p.iter_rows() {
+            assert!((r.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+        }
+        let p2 = g.posteriors(&x, Some(2)).unwrap();
+        for (t, r) in p2.iter_rows().enumerate() {
+            assert_eq!(r.iter().filter(|&&v| v > 0.0).count(), 2, "frame {t}");
+            assert!((r.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+            // the two kept are the two largest of the full posterior
+            let full = p.row(t);
+            let mut order: Vec<usize> = (0..4).collect();
+            order.sort_by(|&a, &b| full[b].total_cmp(&full[a]));
+            assert!(r[order[0]] > 0.0 && r[order[1]] > 0.0);
+        }
+        assert!(g.posteriors(&x, Some(0)).is_err());
+    }
+
+    #[test]
+    fn accumulate_matches_posterior_sums() {
+        let g = toy();
+        let data: Vec<f32> = (0..1000)
+            .map(|i| ((i * 7919 % 1000) as f32) / 100.0 - 3.0)
+            .collect();
+        let x = Matrix::new(500, 2, data).unwrap();
+        let st = g.accumulate(&x, StatsOrder::Second, 0).unwrap();
+        let p = g.posteriors(&x, None).unwrap();
+        for c in 0..2 {
+            let n: f64 = (0..500).map(|t| p.row(t)[c] as f64).sum();
+            assert!((st.n()[c] - n).abs() < 1e-3 * n.max(1.0));
+            for j in 0..2 {
+                let f: f64 = (0..500).map(|t| (p.row(t)[c] * x.row(t)[j]) as f64).sum();
+                let s: f64 = (0..500)
+                    .map(|t| (p.row(t)[c] * x.row(t)[j] * x.row(t)[j]) as f64)
+                    .sum();
+                assert!((st.f()[c * 2 + j] - f).abs() < 1e-3 * f.abs().max(1.0));
+                assert!((st.s().unwrap()[c * 2 + j] - s).abs() < 1e-3 * s.abs().max(1.0));
+            }
+        }
+        let ll = g.mean_log_likelihood(&x).unwrap();
+        assert!((st.log_likelihood() / 500.0 - ll).abs() < 1e-4);
+        assert_eq!(st.frames(), 500);
+    }
+
+    #[test]
+    fn rejects_bad_parameters_and_input() {
+        let m = Matrix::new(1, 1, vec![0.0]).unwrap();
+        assert!(DiagGmm::new(vec![1.0], m.clone(), Matrix::new(1, 1, vec![0.0]).unwrap()).is_err());
+        assert!(DiagGmm::new(vec![0.5], m.clone(), Matrix::new(1, 1, vec![1.0]).unwrap()).is_err());
+        let g = toy();
+        let bad = Matrix::new(1, 2, vec![f32::NAN, 0.0]).unwrap();
+        assert!(matches!(
+            g.accumulate(&bad, StatsOrder::Zeroth, 7),
+            Err(Error::NonFiniteInput {
+                utterance: 7,
+                frame: 0,
+                dim: 0,
+                ..
+            })
+        ));
+        assert!(matches!(
+            g.posteriors(&Matrix::zeros(1, 3), None),
+            Err(Error::Dim {
+                expected: 2,
+                found: 3,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn save_load_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ubm.safetensors");
+        let g = toy();
+        g.save(&path, &serde_json::json!({"note": "toy"})).unwrap();
+        let back = DiagGmm::load(&path).unwrap();
+        assert_eq!(back, g);
+        assert!(meta_path(&path).exists());
+        std::fs::write(&path, b"not a safetensors file").unwrap();
+        assert!(matches!(
+            DiagGmm::load(&path),
+            Err(Error::Safetensors { .. })
+        ));
+    }
+}

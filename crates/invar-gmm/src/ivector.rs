@@ -1,0 +1,558 @@
+//! The i-vector extractor (Dehak et al. 2011; Kenny's EM for the total-variability matrix):
+//! Baum–Welch statistics centred on the UBM and whitened by its variances, T-matrix EM with an
+//! optional minimum-divergence step, extraction, and length normalisation. The accumulators add
+//! across shards like the GMM's.
+//!
+//! Model, in the whitened domain: the centred first-order statistics of an utterance come from
+//! supervector `T·w`, `w ~ N(0, I)`. With `L = I + Σ_c N_c T_cᵀ T_c` and `b = Σ_c T_cᵀ f_c`, the
+//! posterior of `w` is `N(L⁻¹ b, L⁻¹)` and the marginal log-likelihood of the statistics is, up to
+//! terms without T, `½ bᵀ L⁻¹ b − ½ log|L|`: the objective EM increases every iteration.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use invar_io::Matrix;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, StandardNormal};
+use rayon::prelude::*;
+use safetensors::Dtype;
+use serde::{Deserialize, Serialize};
+
+use crate::gmm::{f64_bytes, read_f64, write_safetensors};
+use crate::linalg::{
+    backward_solve, cholesky, cholesky_inverse, cholesky_log_det, forward_solve, gemm, Op,
+};
+use crate::stats::StatsOrder;
+use crate::train::{load, FrameSource};
+use crate::{DiagGmm, Error, Result};
+
+/// Utterances per batch in extraction and training: the batch turns the per-utterance products
+/// into GEMMs.
+const BATCH: usize = 32;
+
+/// i-vector extractor settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IvectorConfig {
+    /// i-vector dimension (rank of T); 400 is the usual choice for speaker recognition.
+    pub rank: usize,
+    /// T-matrix EM iterations.
+    pub iters: usize,
+    /// Apply the minimum-divergence re-estimation after each M-step.
+    pub min_divergence: bool,
+    /// Standard deviation of the random initial T entries (whitened domain).
+    pub init_scale: f64,
+    /// Seed of the random initial T.
+    pub seed: u64,
+}
+
+impl Default for IvectorConfig {
+    fn default() -> Self {
+        IvectorConfig {
+            rank: 400,
+            iters: 10,
+            min_divergence: true,
+            init_scale: 0.1,
+            seed: 0,
+        }
+    }
+}
+
+impl IvectorConfig {
+    /// Rejects values no run could use; `supervector_dim` is `C·F` of the UBM.
+    pub fn validate(&self, supervector_dim: usize) -> Result<()> {
+        if self.rank == 0 || self.rank > supervector_dim {
+            return Err(Error::Config {
+                field: "rank",
+                value: self.rank.to_string(),
+                reason: "must be in 1..=C·F (components × feature dims of the UBM)",
+            });
+        }
+        if !(self.init_scale > 0.0 && self.init_scale.is_finite()) {
+            return Err(Error::Config {
+                field: "init_scale",
+                value: self.init_scale.to_string(),
+                reason: "must be a finite number > 0",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Baum–Welch statistics of one utterance: `N_c` and the centred, whitened first order
+/// `f_c = Σ_c^{-1/2} (F_c − N_c μ_c)`, stacked to `C·F`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BaumWelch {
+    /// Zeroth order, `C`.
+    pub n: Vec<f64>,
+    /// Centred whitened first order, `C·F`.
+    pub f: Vec<f64>,
+    /// Frames in the utterance.
+    pub frames: u64,
+}
+
+/// Baum–Welch statistics of one utterance's frames under the UBM.
+pub fn baum_welch(ubm: &DiagGmm, frames: &Matrix, utterance: usize) -> Result<BaumWelch> {
+    let st = ubm.accumulate(frames, StatsOrder::First, utterance)?;
+    let (c, d) = (ubm.components(), ubm.dims());
+    let mut f = st.f().to_vec();
+    for k in 0..c {
+        let n = st.n()[k];
+        let (mu, var) = (ubm.means().row(k), ubm.variances().row(k));
+        for j in 0..d {
+            f[k * d + j] = (f[k * d + j] - n * mu[j] as f64) / (var[j] as f64).sqrt();
+        }
+    }
+    Ok(BaumWelch {
+        n: st.n().to_vec(),
+        f,
+        frames: st.frames(),
+    })
+}
+
+/// Baum–Welch statistics of every utterance of `source`, in parallel.
+pub fn baum_welch_source(ubm: &DiagGmm, source: &dyn FrameSource) -> Result<Vec<BaumWelch>> {
+    (0..source.len())
+        .into_par_iter()
+        .map(|i| baum_welch(ubm, &*load(source, i)?, i))
+        .collect()
+}
+
+/// The accumulators of one T-matrix E-step; they add across shards.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TStats {
+    /// `Σ_u N_c(u) E[w wᵀ]_u`, `C × R(R+1)/2` (packed lower triangles).
+    pub a: Vec<f64>,
+    /// `Σ_u f(u) E[w]_uᵀ`, `C·F × R`.
+    pub c: Vec<f64>,
+    /// `Σ_u E[w]_u`, `R` (for minimum divergence).
+    pub h: Vec<f64>,
+    /// `Σ_u E[w wᵀ]_u`, `R × R` (for minimum divergence).
+    pub hh: Vec<f64>,
+    /// `Σ_u (½ bᵀ L⁻¹ b − ½ log|L|)`: the marginal log-likelihood up to terms without T.
+    pub objective: f64,
+    /// Utterances accumulated.
+    pub utterances: u64,
+    /// Frames accumulated.
+    pub frames: u64,
+}
+
+impl TStats {
+    fn zeros(c: usize, cf: usize, r: usize) -> Self {
+        TStats {
+            a: vec![0.0; c * packed_len(r)],
+            c: vec![0.0; cf * r],
+            h: vec![0.0; r],
+            hh: vec![0.0; r * r],
+            objective: 0.0,
+            utterances: 0,
+            frames: 0,
+        }
+    }
+
+    /// Adds another shard's accumulators.
+    pub fn add(&mut self, other: &TStats) -> Result<()> {
+        if other.a.len() != self.a.len() || other.c.len() != self.c.len() {
+            return Err(Error::Dim {
+                what: "T-matrix statistics size",
+                expected: self.c.len(),
+                found: other.c.len(),
+            });
+        }
+        for (x, y) in [
+            (&mut self.a, &other.a),
+            (&mut self.c, &other.c),
+            (&mut self.h, &other.h),
+            (&mut self.hh, &other.hh),
+        ] {
+            for (p, q) in x.iter_mut().zip(y) {
+                *p += q;
+            }
+        }
+        self.objective += other.objective;
+        self.utterances += other.utterances;
+        self.frames += other.frames;
+        Ok(())
+    }
+}
+
+/// One T-matrix EM iteration's report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IvectorIteration {
+    /// 1-based iteration.
+    pub iteration: usize,
+    /// The EM objective per frame of the model entering this iteration.
+    pub objective_per_frame: f64,
+}
+
+fn packed_len(r: usize) -> usize {
+    r * (r + 1) / 2
+}
+
+fn pack_lower(full: &[f64], r: usize, out: &mut [f64]) {
+    let mut k = 0;
+    for i in 0..r {
+        out[k..k + i + 1].copy_from_slice(&full[i * r..i * r + i + 1]);
+        k += i + 1;
+    }
+}
+
+fn unpack_sym(packed: &[f64], r: usize, out: &mut [f64]) {
+    let mut k = 0;
+    for i in 0..r {
+        for j in 0..=i {
+            out[i * r + j] = packed[k];
+            out[j * r + i] = packed[k];
+            k += 1;
+        }
+    }
+}
+
+/// The total-variability model: `T` (`C·F × R`, whitened domain) over a UBM.
+#[derive(Debug, Clone)]
+pub struct IvectorExtractor {
+    components: usize,
+    dims: usize,
+    rank: usize,
+    t: Vec<f64>,
+    /// `C × R(R+1)/2`: packed `T_cᵀ T_c`.
+    tt: Vec<f64>,
+}
+
+impl IvectorExtractor {
+    /// A random initial model for `ubm` (entries `N(0, init_scale²)`, seeded).
+    pub fn random(ubm: &DiagGmm, cfg: &IvectorConfig) -> Result<Self> {
+        let cf = ubm.components() * ubm.dims();
+        cfg.validate(cf)?;
+        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+        let t: Vec<f64> = (0..cf * cfg.rank)
+            .map(|_| {
+                let z: f64 = StandardNormal.sample(&mut rng);
+                z * cfg.init_scale
+            })
+            .collect();
+        Ok(Self::from_t(ubm.components(), ubm.dims(), cfg.rank, t))
+    }
+
+    fn from_t(components: usize, dims: usize, rank: usize, t: Vec<f64>) -> Self {
+        let p = packed_len(rank);
+        let mut tt = vec![0.0; components * p];
+        tt.par_chunks_mut(p).enumerate().for_each(|(c, out)| {
+            let tc = &t[c * dims * rank..(c + 1) * dims * rank];
+            let mut full = vec![0.0; rank * rank];
+            gemm(
+                rank,
+                rank,
+                dims,
+                tc,
+                Op::T,
+                tc,
+                Op::N,
+                &mut full,
+                false,
+                false,
+            );
+            pack_lower(&full, rank, out);
+        });
+        IvectorExtractor {
+            components,
+            dims,
+            rank,
+            t,
+            tt,
+        }
+    }
+
+    /// i-vector dimension `R`.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The T matrix, `C·F × R` row-major (whitened domain).
+    pub fn t(&self) -> &[f64] {
+        &self.t
+    }
+
+    fn check(&self, bw: &BaumWelch) -> Result<()> {
+        if bw.n.len() != self.components || bw.f.len() != self.components * self.dims {
+            return Err(Error::Dim {
+                what: "Baum–Welch statistics size (C·F) vs the extractor",
+                expected: self.components * self.dims,
+                found: bw.f.len(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Posterior of `w` for a batch: calls `visit(u, mean, chol_L, b, L⁻¹)` per utterance, with
+    /// `L⁻¹` computed (in parallel) only when `with_cov`.
+    fn posterior_batch(
+        &self,
+        batch: &[BaumWelch],
+        with_cov: bool,
+        mut visit: impl FnMut(usize, &[f64], &[f64], &[f64], &[f64]),
+    ) -> Result<()> {
+        let (c, cf, r) = (self.components, self.components * self.dims, self.rank);
+        let p = packed_len(r);
+        let u = batch.len();
+        let mut nmat = Vec::with_capacity(u * c);
+        let mut fmat = Vec::with_capacity(u * cf);
+        for bw in batch {
+            self.check(bw)?;
+            nmat.extend_from_slice(&bw.n);
+            fmat.extend_from_slice(&bw.f);
+        }
+        // B (U×R) = F (U×CF) · T (CF×R); vech L (U×P) = N (U×C) · TT (C×P) + vech I.
+        let mut bmat = vec![0.0; u * r];
+        gemm(
+            u,
+            r,
+            cf,
+            &fmat,
+            Op::N,
+            &self.t,
+            Op::N,
+            &mut bmat,
+            false,
+            true,
+        );
+        let mut lmat = vec![0.0; u * p];
+        gemm(
+            u,
+            p,
+            c,
+            &nmat,
+            Op::N,
+            &self.tt,
+            Op::N,
+            &mut lmat,
+            false,
+            true,
+        );
+        type Posterior = (Vec<f64>, Vec<f64>, Vec<f64>);
+        let results: Vec<Result<Posterior>> = lmat
+            .par_chunks(p)
+            .zip(bmat.par_chunks(r))
+            .map(|(lp, b)| {
+                let mut l = vec![0.0; r * r];
+                unpack_sym(lp, r, &mut l);
+                for i in 0..r {
+                    l[i * r + i] += 1.0;
+                }
+                cholesky(&mut l, r, "i-vector precision L")?;
+                let mut w = b.to_vec();
+                forward_solve(&l, r, &mut w);
+                backward_solve(&l, r, &mut w);
+                let cov = if with_cov {
+                    cholesky_inverse(&l, r)
+                } else {
+                    Vec::new()
+                };
+                Ok((w, l, cov))
+            })
+            .collect();
+        for (i, res) in results.into_iter().enumerate() {
+            let (w, l, cov) = res?;
+            visit(i, &w, &l, &bmat[i * r..(i + 1) * r], &cov);
+        }
+        Ok(())
+    }
+
+    /// The i-vector (posterior mean of `w`) of one utterance's statistics.
+    pub fn extract(&self, bw: &BaumWelch) -> Result<Vec<f32>> {
+        let mut out = Vec::new();
+        self.posterior_batch(std::slice::from_ref(bw), false, |_, w, _, _, _| {
+            out = w.iter().map(|&v| v as f32).collect()
+        })?;
+        Ok(out)
+    }
+
+    /// i-vectors of many utterances, `utterances × R`.
+    pub fn extract_all(&self, stats: &[BaumWelch]) -> Result<Matrix> {
+        let r = self.rank;
+        let mut data = Vec::with_capacity(stats.len() * r);
+        for batch in stats.chunks(BATCH) {
+            self.posterior_batch(batch, false, |_, w, _, _, _| {
+                data.extend(w.iter().map(|&v| v as f32))
+            })?;
+        }
+        Ok(Matrix::new(stats.len(), r, data)?)
+    }
+
+    /// The E-step of T-matrix training over a shard of utterances.
+    pub fn accumulate(&self, stats: &[BaumWelch]) -> Result<TStats> {
+        let (c, cf, r) = (self.components, self.components * self.dims, self.rank);
+        let p = packed_len(r);
+        let mut acc = TStats::zeros(c, cf, r);
+        for batch in stats.chunks(BATCH) {
+            let u = batch.len();
+            let mut wmat = vec![0.0; u * r];
+            let mut wwp = vec![0.0; u * p];
+            let mut failed = None;
+            self.posterior_batch(batch, true, |i, w, l, b, cov| {
+                // E[wwᵀ] = L⁻¹ + w wᵀ
+                let mut ww = cov.to_vec();
+                for a in 0..r {
+                    for bb in 0..r {
+                        ww[a * r + bb] += w[a] * w[bb];
+                    }
+                }
+                pack_lower(&ww, r, &mut wwp[i * p..(i + 1) * p]);
+                wmat[i * r..(i + 1) * r].copy_from_slice(w);
+                for (h, &v) in acc.h.iter_mut().zip(w) {
+                    *h += v;
+                }
+                for (h, &v) in acc.hh.iter_mut().zip(&ww) {
+                    *h += v;
+                }
+                let bw: f64 = b.iter().zip(w).map(|(x, y)| x * y).sum();
+                let obj = 0.5 * bw - 0.5 * cholesky_log_det(l, r);
+                if !obj.is_finite() && failed.is_none() {
+                    failed = Some(i);
+                }
+                acc.objective += obj;
+            })?;
+            if failed.is_some() {
+                return Err(Error::NonFinite {
+                    what: "i-vector objective",
+                    iteration: 0,
+                });
+            }
+            let mut nmat = Vec::with_capacity(u * c);
+            let mut fmat = Vec::with_capacity(u * cf);
+            for bw in batch {
+                nmat.extend_from_slice(&bw.n);
+                fmat.extend_from_slice(&bw.f);
+                acc.frames += bw.frames;
+            }
+            acc.utterances += u as u64;
+            // A (C×P) += Nᵀ (C×U) · vech E[wwᵀ] (U×P); C (CF×R) += Fᵀ (CF×U) · W (U×R).
+            gemm(c, p, u, &nmat, Op::T, &wwp, Op::N, &mut acc.a, true, true);
+            gemm(cf, r, u, &fmat, Op::T, &wmat, Op::N, &mut acc.c, true, true);
+        }
+        Ok(acc)
+    }
+
+    /// The M-step: `T_c = C_c A_c⁻¹` for each component, then (optionally) minimum divergence
+    /// `T ← T·chol(Σ_u E[wwᵀ]/U)`.
+    pub fn m_step(&self, acc: &TStats, min_divergence: bool) -> Result<Self> {
+        let (c, d, r) = (self.components, self.dims, self.rank);
+        let p = packed_len(r);
+        if acc.utterances == 0 {
+            return Err(Error::Empty("no utterances in the T-matrix statistics"));
+        }
+        let mut t = vec![0.0; c * d * r];
+        t.par_chunks_mut(d * r)
+            .enumerate()
+            .try_for_each(|(k, tc)| -> Result<()> {
+                let mut a = vec![0.0; r * r];
+                unpack_sym(&acc.a[k * p..(k + 1) * p], r, &mut a);
+                cholesky(&mut a, r, "T-matrix accumulator A_c")?;
+                let ainv = cholesky_inverse(&a, r);
+                let cc = &acc.c[k * d * r..(k + 1) * d * r];
+                gemm(d, r, r, cc, Op::N, &ainv, Op::N, tc, false, false);
+                Ok(())
+            })?;
+        if min_divergence {
+            let u = acc.utterances as f64;
+            let mut k: Vec<f64> = acc.hh.iter().map(|v| v / u).collect();
+            cholesky(&mut k, r, "i-vector second moment (minimum divergence)")?;
+            let mut out = vec![0.0; c * d * r];
+            gemm(c * d, r, r, &t, Op::N, &k, Op::N, &mut out, false, true);
+            t = out;
+        }
+        Ok(Self::from_t(c, d, r, t))
+    }
+
+    /// Writes T as safetensors (`t`, `[C·F, R]`, f64) and `meta` as JSON beside it, atomically.
+    pub fn save<M: Serialize>(&self, path: impl AsRef<Path>, meta: &M) -> Result<()> {
+        let path = path.as_ref();
+        let shape = vec![self.components * self.dims, self.rank];
+        let info = HashMap::from([
+            ("format".to_string(), "invar-gmm ivector v1".to_string()),
+            ("components".to_string(), self.components.to_string()),
+            ("dims".to_string(), self.dims.to_string()),
+        ]);
+        write_safetensors(path, &[("t", Dtype::F64, shape, f64_bytes(&self.t))], info)?;
+        invar_io::write_json(crate::meta_path(path), meta)?;
+        Ok(())
+    }
+
+    /// Reads an extractor written by [`IvectorExtractor::save`] for use with `ubm`.
+    pub fn load(path: impl AsRef<Path>, ubm: &DiagGmm) -> Result<Self> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| Error::File {
+            path: path.to_path_buf(),
+            reason: format!("cannot read: {e}"),
+        })?;
+        let st =
+            safetensors::SafeTensors::deserialize(&bytes).map_err(|source| Error::Safetensors {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let (t, shape) = read_f64(&st, path, "t")?;
+        let cf = ubm.components() * ubm.dims();
+        if shape.len() != 2 || shape[0] != cf || shape[1] == 0 {
+            return Err(Error::File {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "T has shape {shape:?}; the UBM needs [{cf}, R] ({} components × {} dims)",
+                    ubm.components(),
+                    ubm.dims()
+                ),
+            });
+        }
+        Ok(Self::from_t(ubm.components(), ubm.dims(), shape[1], t))
+    }
+}
+
+/// Trains T by EM: `cfg.iters` iterations from a random start; `on_iter` sees each iteration's
+/// objective (which must not decrease).
+pub fn train_ivector(
+    ubm: &DiagGmm,
+    stats: &[BaumWelch],
+    cfg: &IvectorConfig,
+    on_iter: &mut dyn FnMut(&IvectorIteration),
+) -> Result<(IvectorExtractor, Vec<IvectorIteration>)> {
+    if stats.is_empty() {
+        return Err(Error::Empty(
+            "no utterances to train the i-vector extractor on",
+        ));
+    }
+    let mut model = IvectorExtractor::random(ubm, cfg)?;
+    let mut history = Vec::with_capacity(cfg.iters);
+    for iteration in 1..=cfg.iters {
+        let acc = model.accumulate(stats)?;
+        let report = IvectorIteration {
+            iteration,
+            objective_per_frame: acc.objective / acc.frames.max(1) as f64,
+        };
+        tracing::info!(
+            iteration,
+            objective = report.objective_per_frame,
+            "i-vector EM"
+        );
+        on_iter(&report);
+        history.push(report);
+        model = model.m_step(&acc, cfg.min_divergence)?;
+    }
+    Ok((model, history))
+}
+
+/// Scales every row to unit Euclidean length (rows of zeros stay zero).
+pub fn length_normalize(m: &mut Matrix) {
+    let cols = m.cols.max(1);
+    for row in m.data.chunks_exact_mut(cols) {
+        let norm = row
+            .iter()
+            .map(|v| (*v as f64) * (*v as f64))
+            .sum::<f64>()
+            .sqrt();
+        if norm > 0.0 {
+            for v in row.iter_mut() {
+                *v = (*v as f64 / norm) as f32;
+            }
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! invar-gmm: the Gaussian-mixture layer under methods 000 and 002. A diagonal-covariance GMM
+//! (UBM) trained by EM on frames streamed from any [`FrameSource`], with a GEMM-based parallel
+//! E-step and sufficient statistics that add across shards; frame posteriorgrams; MAP-adapted,
+//! UBM-normalised supervectors; and an i-vector extractor (total-variability EM, extraction,
+//! length normalisation, LDA and WCCN). Everything works on in-memory `invar_io::Matrix` frames;
+//! the only files it touches are model and statistics files it is asked to save or load.
+
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+mod error;
+mod gmm;
+mod ivector;
+mod linalg;
+mod map;
+mod scoring;
+mod stats;
+mod train;
+
+pub use error::{Error, Result, SourceError};
+pub use gmm::{meta_path, DiagGmm, GmmMeta};
+pub use ivector::{
+    baum_welch, baum_welch_source, length_normalize, train_ivector, BaumWelch, IvectorConfig,
+    IvectorExtractor, IvectorIteration, TStats,
+};
+pub use map::{map_means, supervector, supervector_from_stats, supervectors, MapConfig};
+pub use scoring::{Lda, Wccn};
+pub use stats::{GmmStats, StatsOrder};
+pub use train::{
+    accumulate_source, m_step, sample_frames, split, train, train_from, DeadPolicy, EmConfig,
+    FrameSource, InitMethod, IterationReport, TrainedGmm,
+};

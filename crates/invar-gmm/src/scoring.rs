@@ -1,0 +1,273 @@
+//! Projections applied to i-vectors before scoring: LDA (maximise between- over within-speaker
+//! scatter) and WCCN (whiten the within-class covariance), both fitted on labelled vectors.
+
+use invar_io::Matrix;
+use serde::{Deserialize, Serialize};
+
+use crate::linalg::{backward_solve, cholesky, cholesky_inverse, forward_solve, symmetric_eigen};
+use crate::{Error, Result};
+
+/// Ridge added to the within-class scatter, relative to its mean diagonal, so that LDA and WCCN
+/// stay defined when there are fewer vectors than dimensions.
+const RIDGE: f64 = 1e-6;
+
+/// Class means, global mean and per-class counts of labelled rows.
+fn class_stats(x: &Matrix, labels: &[usize]) -> Result<(Vec<f64>, Vec<f64>, Vec<usize>)> {
+    if labels.len() != x.rows {
+        return Err(Error::Dim {
+            what: "labels (one per row)",
+            expected: x.rows,
+            found: labels.len(),
+        });
+    }
+    if x.rows == 0 {
+        return Err(Error::Empty("no vectors to fit a projection on"));
+    }
+    let d = x.cols;
+    let k = labels.iter().max().map_or(0, |&m| m + 1);
+    let mut means = vec![0.0; k * d];
+    let mut counts = vec![0usize; k];
+    let mut global = vec![0.0; d];
+    for (row, &l) in x.iter_rows().zip(labels) {
+        counts[l] += 1;
+        for j in 0..d {
+            means[l * d + j] += row[j] as f64;
+            global[j] += row[j] as f64;
+        }
+    }
+    for l in 0..k {
+        for j in 0..d {
+            means[l * d + j] /= counts[l].max(1) as f64;
+        }
+    }
+    for g in global.iter_mut() {
+        *g /= x.rows as f64;
+    }
+    Ok((means, global, counts))
+}
+
+/// Within-class scatter; `per_class` weights each class equally (WCCN) instead of each vector (LDA).
+fn within_scatter(
+    x: &Matrix,
+    labels: &[usize],
+    means: &[f64],
+    counts: &[usize],
+    per_class: bool,
+) -> Vec<f64> {
+    let d = x.cols;
+    let mut w = vec![0.0; d * d];
+    let mut z = vec![0.0; d];
+    for (row, &l) in x.iter_rows().zip(labels) {
+        let scale = if per_class {
+            1.0 / counts[l] as f64
+        } else {
+            1.0
+        };
+        for j in 0..d {
+            z[j] = row[j] as f64 - means[l * d + j];
+        }
+        for a in 0..d {
+            for b in 0..d {
+                w[a * d + b] += scale * z[a] * z[b];
+            }
+        }
+    }
+    let norm = if per_class {
+        counts.iter().filter(|&&c| c > 0).count() as f64
+    } else {
+        x.rows as f64
+    };
+    let trace: f64 = (0..d).map(|i| w[i * d + i]).sum::<f64>() / norm / d as f64;
+    for v in w.iter_mut() {
+        *v /= norm;
+    }
+    for i in 0..d {
+        w[i * d + i] += RIDGE * trace.max(f64::MIN_POSITIVE);
+    }
+    w
+}
+
+fn project(x: &Matrix, mean: &[f64], proj: &[f64], out_dim: usize) -> Result<Matrix> {
+    let d = mean.len();
+    if x.cols != d {
+        return Err(Error::Dim {
+            what: "vector dimension vs the fitted projection",
+            expected: d,
+            found: x.cols,
+        });
+    }
+    let mut out = Vec::with_capacity(x.rows * out_dim);
+    for row in x.iter_rows() {
+        for o in 0..out_dim {
+            let mut s = 0.0;
+            for j in 0..d {
+                s += (row[j] as f64 - mean[j]) * proj[j * out_dim + o];
+            }
+            out.push(s as f32);
+        }
+    }
+    Ok(Matrix::new(x.rows, out_dim, out)?)
+}
+
+/// Linear discriminant analysis: `y = (x − μ) V`, `V` the leading generalised eigenvectors of
+/// `S_b v = λ S_w v`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Lda {
+    /// Global mean subtracted first.
+    pub mean: Vec<f64>,
+    /// `D_in × D_out` row-major.
+    pub projection: Vec<f64>,
+    /// Output dimension.
+    pub dims: usize,
+    /// Generalised eigenvalues (between/within ratios) of the kept directions, decreasing.
+    pub eigenvalues: Vec<f64>,
+}
+
+impl Lda {
+    /// Fits LDA on rows of `x` with class `labels` (0-based), keeping `dims` directions
+    /// (at most classes − 1 and the input dimension).
+    pub fn fit(x: &Matrix, labels: &[usize], dims: usize) -> Result<Self> {
+        let (means, global, counts) = class_stats(x, labels)?;
+        let d = x.cols;
+        let classes = counts.iter().filter(|&&c| c > 0).count();
+        if dims == 0 || dims > d || dims + 1 > classes {
+            return Err(Error::Config {
+                field: "lda dims",
+                value: dims.to_string(),
+                reason: "must be in 1..=min(input dims, classes − 1)",
+            });
+        }
+        let sw = within_scatter(x, labels, &means, &counts, false);
+        let mut sb = vec![0.0; d * d];
+        for (l, &n) in counts.iter().enumerate() {
+            for a in 0..d {
+                let za = means[l * d + a] - global[a];
+                for b in 0..d {
+                    sb[a * d + b] += n as f64 * za * (means[l * d + b] - global[b]);
+                }
+            }
+        }
+        for v in sb.iter_mut() {
+            *v /= x.rows as f64;
+        }
+        // S_w = G Gᵀ; M = G⁻¹ S_b G⁻ᵀ is symmetric; v = G⁻ᵀ u.
+        let mut g = sw;
+        cholesky(&mut g, d, "LDA within-class scatter")?;
+        let mut m = sb.clone();
+        for col in 0..d {
+            let mut c: Vec<f64> = (0..d).map(|r| m[r * d + col]).collect();
+            forward_solve(&g, d, &mut c);
+            for r in 0..d {
+                m[r * d + col] = c[r];
+            }
+        }
+        for row in 0..d {
+            forward_solve(&g, d, &mut m[row * d..(row + 1) * d]);
+        }
+        let (vals, vecs) = symmetric_eigen(&m, d);
+        let mut projection = vec![0.0; d * dims];
+        for o in 0..dims {
+            let mut u: Vec<f64> = (0..d).map(|r| vecs[r * d + o]).collect();
+            backward_solve(&g, d, &mut u);
+            for r in 0..d {
+                projection[r * dims + o] = u[r];
+            }
+        }
+        Ok(Lda {
+            mean: global,
+            projection,
+            dims,
+            eigenvalues: vals[..dims].to_vec(),
+        })
+    }
+
+    /// Projects rows of `x`.
+    pub fn transform(&self, x: &Matrix) -> Result<Matrix> {
+        project(x, &self.mean, &self.projection, self.dims)
+    }
+}
+
+/// Within-class covariance normalisation: `y = x B` with `B Bᵀ = W⁻¹`, `W` the average
+/// within-class covariance (each class weighted equally), as Hatch et al. and Dehak et al.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Wccn {
+    /// `D × D` row-major (lower-triangular Cholesky factor of `W⁻¹`).
+    pub projection: Vec<f64>,
+    /// Dimension.
+    pub dims: usize,
+}
+
+impl Wccn {
+    /// Fits WCCN on rows of `x` with class `labels` (0-based).
+    pub fn fit(x: &Matrix, labels: &[usize]) -> Result<Self> {
+        let (means, _, counts) = class_stats(x, labels)?;
+        let d = x.cols;
+        let mut w = within_scatter(x, labels, &means, &counts, true);
+        cholesky(&mut w, d, "WCCN within-class covariance")?;
+        let mut b = cholesky_inverse(&w, d);
+        cholesky(&mut b, d, "inverse within-class covariance")?;
+        Ok(Wccn {
+            projection: b,
+            dims: d,
+        })
+    }
+
+    /// Projects rows of `x`.
+    pub fn transform(&self, x: &Matrix) -> Result<Matrix> {
+        project(x, &vec![0.0; self.dims], &self.projection, self.dims)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// Two classes that differ only along dimension 0; dimension 1 is large noise.
+    fn data() -> (Matrix, Vec<usize>) {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let mut v = Vec::new();
+        let mut labels = Vec::new();
+        for i in 0..400 {
+            let l = i % 2;
+            v.push(l as f32 * 2.0 + rng.random_range(-0.5..0.5));
+            v.push(rng.random_range(-10.0..10.0));
+            labels.push(l);
+        }
+        (Matrix::new(400, 2, v).unwrap(), labels)
+    }
+
+    #[test]
+    fn lda_finds_the_discriminant_direction() {
+        let (x, labels) = data();
+        let lda = Lda::fit(&x, &labels, 1).unwrap();
+        let (a, b) = (lda.projection[0].abs(), lda.projection[1].abs());
+        assert!(a > 50.0 * b, "direction {:?}", lda.projection);
+        // between/within ratio along dim 0: (½·1²·2... ) = 1 / (1/12) = 12 within 10 %.
+        assert!(
+            (lda.eigenvalues[0] - 12.0).abs() < 1.2,
+            "{:?}",
+            lda.eigenvalues
+        );
+        assert!(Lda::fit(&x, &labels, 2).is_err());
+        let y = lda.transform(&x).unwrap();
+        assert_eq!(y.shape(), (400, 1));
+    }
+
+    #[test]
+    fn wccn_whitens_within_class_covariance() {
+        let (x, labels) = data();
+        let wccn = Wccn::fit(&x, &labels).unwrap();
+        let y = wccn.transform(&x).unwrap();
+        let (means, _, counts) = class_stats(&y, &labels).unwrap();
+        let w = within_scatter(&y, &labels, &means, &counts, true);
+        for a in 0..2 {
+            for b in 0..2 {
+                let want = if a == b { 1.0 } else { 0.0 };
+                // 1e-3: the ridge (1e-6 of the mean diagonal, which dim 1 dominates) shifts dim 0.
+                assert!((w[a * 2 + b] - want).abs() < 1e-3, "{w:?}");
+            }
+        }
+    }
+}
