@@ -50,6 +50,11 @@ mfcc = frames(knf.OnlineMfcc(mo), x)  # defaults: 13 ceps, energy, lifter 22, 23
 print(f"// MFCC shape {mfcc.shape}")
 emit("KALDI_MFCC", mfcc)
 
+mo.frame_opts.snip_edges = False
+centred = frames(knf.OnlineMfcc(mo), x)  # Kaldi's centred frames with reflected edges
+print(f"// MFCC (snip_edges = false) shape {centred.shape}")
+emit("KALDI_MFCC_CENTRED", centred)
+
 fo = knf.FbankOptions()
 fo.frame_opts.dither = 0.0
 fbank = frames(knf.OnlineFbank(fo), x)  # defaults: 23 log-mel bins, no energy
