@@ -111,10 +111,12 @@ fn cmvn_and_deltas_through_compute() {
     }
     // Without CMVN, the first 13 columns are exactly the static MFCCs.
     let plain = compute(&a, &FrontendConfig::default()).expect("static");
-    let mut d = FrontendConfig::default();
-    d.deltas = DeltaConfig {
-        order: 2,
-        window: 2,
+    let d = FrontendConfig {
+        deltas: DeltaConfig {
+            order: 2,
+            window: 2,
+        },
+        ..FrontendConfig::default()
     };
     let with_d = compute(&a, &d).expect("deltas");
     for t in 0..plain.rows {
@@ -140,8 +142,10 @@ fn vad_drops_silence() {
     for (t, e) in energy.iter().enumerate() {
         assert!((all.row(t)[0] - e).abs() < 1e-5, "c0 is the raw log energy");
     }
-    let mut cfg = FrontendConfig::default();
-    cfg.vad = Some(VadConfig::default());
+    let cfg = FrontendConfig {
+        vad: Some(VadConfig::default()),
+        ..FrontendConfig::default()
+    };
     let voiced = compute(&a, &cfg).expect("vad");
     // Frames fully inside the quiet half second: from t·160 ≥ 8000 to t·160 + 400 ≤ 16000 → 48.
     assert!(
