@@ -203,12 +203,7 @@ impl DiagGmm {
     pub(crate) fn rows_to_posteriors(out: &mut [f32], m: usize) -> f64 {
         let mut total = 0.0f64;
         for row in out.chunks_exact_mut(m) {
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0.0f32;
-            for v in row.iter_mut() {
-                *v = (*v - max).exp();
-                sum += *v;
-            }
+            let (max, sum) = exp_shifted(row);
             let inv = 1.0 / sum;
             for v in row.iter_mut() {
                 *v *= inv;
@@ -230,9 +225,8 @@ impl DiagGmm {
                 |(aug, ll), (o, xb)| {
                     let b = o.len();
                     self.block_log_joint(xb, aug, ll);
-                    for (t, row) in ll[..b * m].chunks_exact(m).enumerate() {
-                        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                        let sum: f32 = row.iter().map(|v| (v - max).exp()).sum();
+                    for (t, row) in ll[..b * m].chunks_exact_mut(m).enumerate() {
+                        let (max, sum) = exp_shifted(row);
                         o[t] = max + sum.ln();
                     }
                 },
@@ -366,6 +360,48 @@ impl DiagGmm {
     }
 }
 
+/// Replaces `row` by `exp(row − max)` and returns `(max, Σ exp(row − max))`: the pieces of a
+/// log-sum-exp. Written as plain loops over lanes so the compiler vectorises them.
+fn exp_shifted(row: &mut [f32]) -> (f32, f32) {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    for v in row.iter_mut() {
+        *v = fast_exp(*v - max);
+    }
+    let mut lanes = [0.0f32; 8];
+    let mut chunks = row.chunks_exact(8);
+    for c in &mut chunks {
+        for (l, v) in lanes.iter_mut().zip(c) {
+            *l += v;
+        }
+    }
+    let sum = lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>();
+    (max, sum)
+}
+
+/// `exp(x)` in f32 to about 1e-7 relative, branch-free so that loops over it vectorise
+/// (`f32::exp` is a libm call per element): `x = n ln 2 + r` with `n` rounded by the 1.5·2²³
+/// trick and `r` reduced in two parts (Cody–Waite), `e^r` (|r| ≤ ½ ln 2) by its degree-7 Taylor
+/// polynomial (truncation error 5e-9), times `2^n` built from its exponent bits. Inputs are
+/// clamped to [−87, 88]: below −87 it gives ~1e-38 instead of 0, which no posterior can tell apart.
+#[inline(always)]
+pub(crate) fn fast_exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4; // 0.693359375, exact in 9 bits
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    const ROUND: f32 = 12_582_912.0; // 1.5 · 2^23
+    let x = x.clamp(-87.0, 88.0);
+    let n = (x * LOG2E + ROUND) - ROUND;
+    let r = (x - n * LN2_HI) - n * LN2_LO;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0
+                    + r * (1.0 / 24.0
+                        + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+    let bits = ((n as i32 + 127) as u32) << 23;
+    p * f32::from_bits(bits)
+}
+
 /// The JSON sidecar path of a model file: same stem, `.json`.
 pub fn meta_path(path: &Path) -> PathBuf {
     path.with_extension("json")
@@ -403,10 +439,9 @@ pub(crate) fn check_finite(x: &Matrix, utterance: usize) -> Result<()> {
 struct BlockAcc {
     aug: Vec<f32>,
     post: Vec<f32>,
-    sq: Vec<f32>,
     n_blk: Vec<f32>,
-    f_blk: Vec<f32>,
-    s_blk: Vec<f32>,
+    /// `M×D` (first order) or `M×2D` (second order) block result.
+    fs_blk: Vec<f32>,
     frames: u64,
     ll: f64,
     n: Vec<f64>,
@@ -421,14 +456,8 @@ impl BlockAcc {
         BlockAcc {
             aug: Vec::with_capacity(BLOCK * 2 * d),
             post: vec![0.0; BLOCK * m],
-            sq: if second {
-                vec![0.0; BLOCK * d]
-            } else {
-                Vec::new()
-            },
             n_blk: vec![0.0; m],
-            f_blk: if first { vec![0.0; m * d] } else { Vec::new() },
-            s_blk: if second { vec![0.0; m * d] } else { Vec::new() },
+            fs_blk: vec![0.0; if second { 2 * m * d } else { m * d }],
             frames: 0,
             ll: 0.0,
             n: vec![0.0; m],
@@ -453,7 +482,27 @@ impl BlockAcc {
         for (n, &v) in self.n.iter_mut().zip(&self.n_blk) {
             *n += v as f64;
         }
-        if !self.f.is_empty() {
+        if !self.s.is_empty() {
+            // [F S] (M×2D) = γᵀ (M×b) · [X X²] (b×2D): `aug` already holds [X X²].
+            gemm(
+                m,
+                2 * d,
+                b,
+                post,
+                Op::T,
+                &self.aug,
+                Op::N,
+                &mut self.fs_blk,
+                false,
+                false,
+            );
+            for (c, row) in self.fs_blk.chunks_exact(2 * d).enumerate() {
+                for j in 0..d {
+                    self.f[c * d + j] += row[j] as f64;
+                    self.s[c * d + j] += row[d + j] as f64;
+                }
+            }
+        } else if !self.f.is_empty() {
             // F (M×D) = γᵀ (M×b) · X (b×D)
             gemm(
                 m,
@@ -463,33 +512,12 @@ impl BlockAcc {
                 Op::T,
                 xb,
                 Op::N,
-                &mut self.f_blk,
+                &mut self.fs_blk,
                 false,
                 false,
             );
-            for (f, &v) in self.f.iter_mut().zip(&self.f_blk) {
+            for (f, &v) in self.f.iter_mut().zip(&self.fs_blk) {
                 *f += v as f64;
-            }
-        }
-        if !self.s.is_empty() {
-            let sq = &mut self.sq[..b * d];
-            for (s, &v) in sq.iter_mut().zip(xb) {
-                *s = v * v;
-            }
-            gemm(
-                m,
-                d,
-                b,
-                post,
-                Op::T,
-                sq,
-                Op::N,
-                &mut self.s_blk,
-                false,
-                false,
-            );
-            for (s, &v) in self.s.iter_mut().zip(&self.s_blk) {
-                *s += v as f64;
             }
         }
     }
@@ -719,6 +747,19 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn fast_exp_matches_std_exp() {
+        let mut worst = 0.0f64;
+        for i in 0..=200_000 {
+            let x = -87.0 + 175.0 * i as f32 / 200_000.0;
+            let (got, want) = (fast_exp(x) as f64, (x as f64).exp());
+            worst = worst.max((got - want).abs() / want);
+        }
+        assert!(worst < 5e-7, "worst relative error {worst}");
+        assert_eq!(fast_exp(0.0), 1.0);
+        assert!(fast_exp(-1000.0) < 1e-37 && fast_exp(f32::NEG_INFINITY) < 1e-37);
     }
 
     #[test]
