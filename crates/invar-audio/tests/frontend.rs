@@ -268,3 +268,10 @@ fn config_serde_defaults_and_kind_names() {
     }
     assert!("mel".parse::<FeatureKind>().is_err());
 }
+
+/// `Frontend` is shared across rayon workers by reference.
+#[test]
+fn frontend_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Frontend>();
+}
