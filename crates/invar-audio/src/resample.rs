@@ -7,6 +7,18 @@ use crate::{Error, Result};
 
 /// Input frames per resampler call.
 const CHUNK: usize = 1024;
+/// Sub-chunks per call (rubato splits the chunk into FFTs of about CHUNK / SUB_CHUNKS frames).
+const SUB_CHUNKS: usize = 2;
+/// Largest FFT the resampler may plan; rates whose reduced ratio needs more are refused rather than
+/// allocating gigabytes (a corrupt header can claim any rate).
+const MAX_FFT: u64 = 1 << 22;
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
 
 /// Resamples a mono signal from `from` Hz to `to` Hz. The output has `ceil(len · to / from)` samples
 /// and is aligned with the input (the resampler's delay is removed). Equal rates copy the input.
@@ -19,7 +31,18 @@ pub fn resample(samples: &[f32], from: u32, to: u32) -> Result<Vec<f32>> {
         return Ok(samples.to_vec());
     }
     let expected = (samples.len() as u128 * u128::from(to)).div_ceil(u128::from(from)) as usize;
-    let mut resampler = FftFixedIn::<f32>::new(from as usize, to as usize, CHUNK, 2, 1)
+    // The FFT sizes rubato's FftFixedIn will plan for this ratio.
+    let g = gcd(u64::from(from), u64::from(to));
+    let (p, q) = (u64::from(from) / g, u64::from(to) / g);
+    let chunks = ((CHUNK / SUB_CHUNKS) as u64).div_ceil(p);
+    if chunks * p.max(q) > MAX_FFT {
+        return Err(fail(format!(
+            "the reduced ratio {p}:{q} needs FFTs of {} points (limit {MAX_FFT}); convert the file \
+             with an external tool",
+            chunks * p.max(q)
+        )));
+    }
+    let mut resampler = FftFixedIn::<f32>::new(from as usize, to as usize, CHUNK, SUB_CHUNKS, 1)
         .map_err(|e| fail(e.to_string()))?;
     let delay = resampler.output_delay();
     let wanted = expected + delay;
@@ -92,5 +115,15 @@ mod tests {
             Err(Error::Resample { from: 0, .. })
         ));
         assert!(resample(&[], 8_000, 16_000).expect("empty").is_empty());
+        // A corrupt header's rate must not make the resampler allocate gigabytes.
+        assert!(matches!(
+            resample(&x, 4_294_967_291, 16_000),
+            Err(Error::Resample { .. })
+        ));
+        assert!(matches!(
+            resample(&x, 1, 1 << 20),
+            Err(Error::Resample { .. })
+        ));
+        assert_eq!(resample(&x, 44_101, 16_000).expect("odd rate").len(), 2);
     }
 }
