@@ -272,3 +272,55 @@ fn rate_mismatch_is_refused_or_resampled() {
     };
     assert_eq!(read_audio(&p, &same).expect("same rate").samples.len(), n);
 }
+
+/// A header laid out as TIMIT's (fields in TIMIT's order, string fields with spaces, sample_min/max),
+/// from the TIMIT documentation's example; trailing bytes after the promised samples are ignored.
+#[test]
+fn timit_style_header() {
+    let data: Vec<u8> = [-6967i16, 6531, 0, 12]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .chain([0xAB, 0xCD])
+        .collect();
+    let bytes = sphere_bytes(
+        "database_id -s5 TIMIT\ndatabase_version -s3 1.0\nutterance_id -s8 aks0_sa1\n\
+         recording_site -s17 Texas Instruments\nchannel_count -i 1\nsample_count -i 4\n\
+         sample_rate -i 16000\nsample_min -i -6967\nsample_max -i 6531\nsample_n_bytes -i 2\n\
+         sample_byte_format -s2 01\nsample_sig_bits -i 16\n",
+        &data,
+    );
+    let a = decode("SA1.WAV", &bytes, ChannelSelect::Mix).expect("timit");
+    assert_eq!(a.sample_rate, 16_000);
+    assert_eq!(
+        a.samples,
+        vec![-6967.0 / 32768.0, 6531.0 / 32768.0, 0.0, 12.0 / 32768.0]
+    );
+}
+
+/// 24-bit samples in 4-byte containers (WAVE_FORMAT_EXTENSIBLE style) take hound's general path and
+/// give the same values as packed 24-bit.
+#[test]
+fn wav_24_bit_in_32_bit_containers() {
+    let spec = hound::WavSpecEx {
+        spec: WavSpec {
+            channels: 2,
+            sample_rate: 16_000,
+            bits_per_sample: 24,
+            sample_format: SampleFormat::Int,
+        },
+        bytes_per_sample: 4,
+    };
+    let mut buf = std::io::Cursor::new(Vec::new());
+    {
+        let mut w = WavWriter::new_with_spec_ex(&mut buf, spec).expect("writer");
+        for v in [4_194_304i32, -8_388_608, -4_194_304, 2] {
+            w.write_sample(v).expect("sample");
+        }
+        w.finalize().expect("finalize");
+    }
+    let bytes = buf.into_inner();
+    let left = decode("x.wav", &bytes, ChannelSelect::Index(0)).expect("left");
+    assert_eq!(left.samples, vec![0.5, -0.5]);
+    let mix = decode("x.wav", &bytes, ChannelSelect::Mix).expect("mix");
+    assert_eq!(mix.samples, vec![-0.25, (-0.5 + 2.0 / 8_388_608.0) / 2.0]);
+}
