@@ -179,8 +179,7 @@ pub(crate) fn parse_header(path: &Path, header: &[u8], file_len: u64) -> Result<
         match get(name) {
             None => Ok(None),
             Some((_, Value::Int(v), _)) => Ok(Some(*v)),
-            Some((_, Value::Real(v), off)) if v.fract() == 0.0 && v.abs() < 1e15 => {
-                let _ = off;
+            Some((_, Value::Real(v), _)) if v.fract() == 0.0 && v.abs() < 1e15 => {
                 Ok(Some(*v as i64))
             }
             Some((_, v, off)) => Err(header_err(

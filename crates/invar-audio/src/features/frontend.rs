@@ -149,7 +149,11 @@ impl Frontend {
     /// Features of one utterance: `frames × dims()`.
     pub fn compute(&self, audio: &Audio) -> Result<Matrix> {
         let (base, raw_energy) = self.analyse(audio)?;
-        let mut feats = add_deltas(&base, self.config.deltas.order, self.config.deltas.window);
+        let mut feats = if self.config.deltas.order > 0 {
+            add_deltas(&base, self.config.deltas.order, self.config.deltas.window)
+        } else {
+            base
+        };
         if let Some(vad) = &self.config.vad {
             let voiced = energy_vad(&raw_energy, vad);
             let cols = feats.cols;
