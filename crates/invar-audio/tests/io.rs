@@ -324,3 +324,55 @@ fn wav_24_bit_in_32_bit_containers() {
     let mix = decode("x.wav", &bytes, ChannelSelect::Mix).expect("mix");
     assert_eq!(mix.samples, vec![-0.25, (-0.5 + 2.0 / 8_388_608.0) / 2.0]);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 200, ..Default::default() })]
+
+    /// Any layout hound writes (1–3 channels; 8/16/24/32-bit PCM or float) decodes to the written
+    /// values over 2^(bits−1), for every channel and for the mix.
+    #[test]
+    fn every_pcm_layout_decodes_to_the_written_values(
+        channels in 1u16..=3,
+        layout in 0usize..5,
+        raw in proptest::collection::vec(proptest::prelude::any::<i32>(), 3..60),
+    ) {
+        let (bits, float) = [(8u16, false), (16, false), (24, false), (32, false), (32, true)][layout];
+        let frames = raw.len() / usize::from(channels);
+        let values: Vec<i32> = raw[..frames * usize::from(channels)]
+            .iter()
+            .map(|v| if bits == 32 { *v } else { v >> (32 - bits) })
+            .collect();
+        let spec = WavSpec {
+            channels,
+            sample_rate: 16_000,
+            bits_per_sample: bits,
+            sample_format: if float { SampleFormat::Float } else { SampleFormat::Int },
+        };
+        let expected: Vec<f32> = values
+            .iter()
+            .map(|&v| if float { v as f32 / 2_147_483_648.0 } else { v as f32 / (1u64 << (bits - 1)) as f32 })
+            .collect();
+        let bytes = hound_wav(spec, |w| {
+            for (&v, &e) in values.iter().zip(&expected) {
+                if float {
+                    w.write_sample(e).expect("sample");
+                } else if bits == 8 {
+                    w.write_sample(v as i8).expect("sample");
+                } else {
+                    w.write_sample(v).expect("sample");
+                }
+            }
+        });
+        let ch = usize::from(channels);
+        for c in 0..ch {
+            let got = decode("p.wav", &bytes, ChannelSelect::Index(c)).expect("decode");
+            let want: Vec<f32> = expected.iter().skip(c).step_by(ch).copied().collect();
+            proptest::prop_assert_eq!(got.samples, want);
+        }
+        let mix = decode("p.wav", &bytes, ChannelSelect::Mix).expect("mix");
+        for (t, m) in mix.samples.iter().enumerate() {
+            let want = expected[t * ch..(t + 1) * ch].iter().sum::<f32>() / ch as f32;
+            proptest::prop_assert!((m - want).abs() <= 1e-6 * want.abs().max(1e-6));
+        }
+    }
+}
