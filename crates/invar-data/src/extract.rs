@@ -1,0 +1,128 @@
+//! Feature extraction over a corpus into a [`FeatureSet`](crate::FeatureSet): utterances in
+//! parallel (rayon), each read, turned into features and written before the next is taken, so
+//! memory does not grow with the corpus. Resumable and shardable.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use invar_audio::{Frontend, FrontendConfig, ReadOptions};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::{merge_shards, Error, FeatureSetWriter, Layout, Result, Shard, Utterance, CONFIG};
+
+/// What produced a feature set: written as its `config.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FeatureJob {
+    pub layout: Layout,
+    /// The corpus folder or list file.
+    pub corpus: PathBuf,
+    pub frontend: FrontendConfig,
+    pub read: ReadOptions,
+    /// Number of shards the job was cut into (each shard writes the same config).
+    pub shards: usize,
+}
+
+/// What one run of [`extract_features`] did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExtractSummary {
+    /// Utterances in this shard.
+    pub utterances: usize,
+    /// Of those, computed in this run.
+    pub computed: usize,
+    /// Of those, already on disk from an interrupted run with the same config, and kept.
+    pub resumed: usize,
+    pub frames: u64,
+    pub dims: usize,
+    /// Whether `manifest.tsv` now covers the whole job (always, unless other shards are missing).
+    pub complete: bool,
+}
+
+/// Computes features for this shard's utterances (`shard.contains(i)` over `utterances`' order)
+/// and writes them to `out` as a feature set. Matrices left by an earlier, interrupted run with the
+/// identical `config.json` are kept rather than recomputed. `on_done` is called once per utterance
+/// (from worker threads). The first unreadable file stops the job with an error naming it; what
+/// was written stays for the next run.
+pub fn extract_features(
+    utterances: &[Utterance],
+    job: &FeatureJob,
+    out: &Path,
+    shard: Shard,
+    on_done: &(dyn Fn(&Utterance) + Sync),
+) -> Result<ExtractSummary> {
+    if shard.count != job.shards || shard.index >= shard.count {
+        return Err(Error::Config {
+            field: "shard",
+            reason: format!(
+                "shard {}/{} does not fit a job of {} shards",
+                shard.index + 1,
+                shard.count,
+                job.shards
+            ),
+        });
+    }
+    let frontend = Frontend::new(&job.frontend)?;
+    let read = ReadOptions {
+        target_rate: Some(job.frontend.sample_rate),
+        ..job.read
+    };
+    let config = serde_json::to_value(job).map_err(|e| Error::Config {
+        field: "feature job",
+        reason: e.to_string(),
+    })?;
+    let resumable = match std::fs::read(out.join(CONFIG)) {
+        Ok(bytes) => {
+            serde_json::from_slice::<serde_json::Value>(&bytes).ok() == Some(config.clone())
+        }
+        Err(_) => false,
+    };
+    let writer = FeatureSetWriter::create_shard(out, &config, shard)?;
+    let mine: Vec<&Utterance> = utterances
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| shard.contains(*i))
+        .map(|(_, u)| u)
+        .collect();
+    let resumed = AtomicUsize::new(0);
+    mine.par_iter().try_for_each(|u| -> Result<()> {
+        let existing = out.join(format!("{}.npy", u.id));
+        if resumable && existing.exists() {
+            if let Ok(m) = invar_io::read_npy(&existing) {
+                if m.cols == frontend.dims() {
+                    writer.write(&u.id, &u.speaker, u.split, &m)?;
+                    resumed.fetch_add(1, Ordering::Relaxed);
+                    on_done(u);
+                    return Ok(());
+                }
+            }
+        }
+        let audio = invar_audio::read_audio(&u.path, &read)?;
+        let feats = frontend.compute(&audio).map_err(|e| match e {
+            invar_audio::Error::TooShort { .. } => Error::Mismatch {
+                path: u.path.clone(),
+                what: "audio length",
+                expected: "at least one frame's worth of samples".into(),
+                found: format!("{} samples ({e})", audio.samples.len()),
+            },
+            other => Error::Audio(other),
+        })?;
+        writer.write(&u.id, &u.speaker, u.split, &feats)?;
+        on_done(u);
+        Ok(())
+    })?;
+    let entries = writer.finish()?;
+    let complete = if shard.count == 1 {
+        true
+    } else {
+        merge_shards(out, shard.count)?.is_some()
+    };
+    let resumed = resumed.into_inner();
+    Ok(ExtractSummary {
+        utterances: entries.len(),
+        computed: entries.len() - resumed,
+        resumed,
+        frames: entries.iter().map(|e| e.frames as u64).sum(),
+        dims: frontend.dims(),
+        complete,
+    })
+}

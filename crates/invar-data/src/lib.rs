@@ -1,0 +1,54 @@
+//! invar-data turns what users already have on disk into what the pipelines need: corpora (TIMIT,
+//! ELSDSR, a generic WAV + speaker list) as [`Utterance`]s, ZeroSpeech feature files and ZRTools
+//! class files, supervector sets, splits, feature sets on disk ([`FeatureSet`], written by
+//! `invar features` and every later per-utterance stage), and seeded index-based batching.
+//!
+//! It decodes audio only through invar-audio and knows nothing of candle.
+
+#![cfg_attr(test, allow(clippy::unwrap_used))] // tests: a panic is the failure report
+
+mod batch;
+mod classes;
+mod corpus;
+mod elsdsr;
+mod error;
+mod extract;
+mod featureset;
+mod filter;
+mod fsutil;
+mod list;
+mod segments;
+mod split;
+mod stats;
+mod supervectors;
+mod text;
+mod timit;
+mod utterance;
+mod zerospeech;
+
+pub use batch::{
+    chunk_index, different_speaker_pairs, directed_pair, epoch_order, epoch_rng, gather_chunks,
+    gather_frame_pairs, gather_pair_rows, same_speaker_pairs, sample_chunks, ChunkLayout, ChunkRef,
+    EpochBatches, FramePair, FrameRef,
+};
+pub use classes::{parse_classes, read_classes, write_classes, Class, Fragment};
+pub use corpus::read_corpus;
+pub use elsdsr::{parse_name as parse_elsdsr_name, read_elsdsr};
+pub use error::{Error, Result};
+pub use extract::{extract_features, ExtractSummary, FeatureJob};
+pub use featureset::{
+    merge_shards, read_manifest, FeatureEntry, FeatureSet, FeatureSetWriter, Shard, CONFIG,
+    MANIFEST,
+};
+pub use filter::SpeakerFilter;
+pub use list::read_list;
+pub use segments::{parse_segments, parse_transcript, read_phn, read_txt, read_wrd, SegmentOrder};
+pub use split::{assign_within_speaker, check_speaker_disjoint, within_speaker_split, SplitConfig};
+pub use stats::{corpus_stats, CorpusStats, Problem, SplitStats};
+pub use supervectors::{read_labels, read_matrix, SupervectorSet};
+pub use timit::read_timit;
+pub use utterance::{
+    check_id, sanitize_id, Corpus, Layout, ParseLayoutError, ParseSplitError, Segment, Sex, Split,
+    Utterance,
+};
+pub use zerospeech::{list_feature_files, parse_fea, read_features, write_fea, FeatureFile};
