@@ -275,3 +275,36 @@ fn frontend_is_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Frontend>();
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+    /// Any length (including shorter than a frame) with either edge mode gives either `TooShort`
+    /// or a matrix of `num_frames × dims` finite values; nothing panics.
+    #[test]
+    fn any_length_any_kind_is_well_formed(
+        n in 0usize..2000,
+        kind in 0usize..3,
+        snip in proptest::prelude::any::<bool>(),
+        deltas in 0usize..3,
+        seed in 0u64..1000,
+    ) {
+        let kind = [FeatureKind::Spectrogram, FeatureKind::LogMel, FeatureKind::Mfcc][kind];
+        let mut cfg = FrontendConfig::for_kind(kind);
+        cfg.frame.snip_edges = snip;
+        cfg.deltas.order = deltas;
+        let fe = Frontend::new(&cfg).expect("frontend");
+        let a = noise(n, seed, 0.5);
+        match fe.compute(&a) {
+            Ok(m) => {
+                proptest::prop_assert_eq!((m.rows, m.cols), (fe.num_frames(n), fe.dims()));
+                proptest::prop_assert!(m.data.iter().all(|x| x.is_finite()));
+            }
+            Err(Error::TooShort { samples, .. }) => {
+                proptest::prop_assert_eq!(samples, n);
+                proptest::prop_assert_eq!(fe.num_frames(n), 0);
+            }
+            Err(e) => proptest::prop_assert!(false, "unexpected error {e}"),
+        }
+    }
+}

@@ -331,11 +331,31 @@ impl Frontend {
     }
 }
 
-/// Kaldi's edge reflection for centred frames: −1 → 0, −2 → 1, n → n − 1, …
-fn reflect(mut s: i64, n: usize) -> usize {
+/// Kaldi's edge reflection for centred frames: −1 → 0, −2 → 1, n → n − 1, … Kaldi bounces in a
+/// loop; the bounces have period 2n, so one remainder does the same in constant time.
+fn reflect(s: i64, n: usize) -> usize {
     let n = n as i64;
-    while s < 0 || s >= n {
-        s = if s < 0 { -s - 1 } else { 2 * n - 1 - s };
+    let r = s.rem_euclid(2 * n);
+    (if r < n { r } else { 2 * n - 1 - r }) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reflect;
+
+    /// Against Kaldi's loop, written out.
+    #[test]
+    fn reflect_matches_kaldi_bounce() {
+        fn kaldi(mut s: i64, n: i64) -> i64 {
+            while s < 0 || s >= n {
+                s = if s < 0 { -s - 1 } else { 2 * n - 1 - s };
+            }
+            s
+        }
+        for n in 1..6usize {
+            for s in -40..40 {
+                assert_eq!(reflect(s, n) as i64, kaldi(s, n as i64), "s {s} n {n}");
+            }
+        }
     }
-    s as usize
 }
