@@ -1,8 +1,14 @@
 //! `invar`: learn speech representations that keep what matters and drop a nuisance.
 //!
-//! Only this crate knows clap and terminals; every subcommand is a thin wrapper over library code.
+//! Only this crate knows clap and terminals; every subcommand is a clap `Args` struct in its own
+//! module and a few lines that call library code.
 
 use clap::{Parser, Subcommand};
+
+// <modules> one line per subcommand module, kept sorted
+mod gmm;
+mod ivector;
+// </modules>
 
 /// invar: speech representations invariant to a nuisance (speaker, gain, content).
 #[derive(Debug, Parser)]
@@ -13,18 +19,23 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-enum Command {}
+enum Command {
+    // <variants> one variant per subcommand, each wrapping its module's `Args`
+    /// UBM (diagonal GMM by EM), frame posteriorgrams, MAP supervectors.
+    Gmm(gmm::GmmArgs),
+    /// The i-vector baseline: T-matrix training and extraction.
+    Ivector(ivector::IvectorArgs),
+    // </variants>
+}
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_tracing();
     let cli = Cli::parse();
     match cli.command {
+        // <arms> one arm per variant: `Some(Command::X(args)) => x::run(args),`
+        Some(Command::Gmm(args)) => gmm::run(args),
+        Some(Command::Ivector(args)) => ivector::run(args),
+        // </arms>
         None => {
             use clap::CommandFactory;
             Cli::command().print_help()?;
@@ -32,4 +43,16 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Logs go to stderr through `tracing`; `RUST_LOG` overrides the default `info` level.
+fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
 }

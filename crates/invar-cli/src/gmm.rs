@@ -1,0 +1,601 @@
+//! `invar gmm train | posteriors | supervectors`: the UBM, frame posteriorgrams and MAP
+//! supervectors, over a feature set written by `invar features`.
+
+use std::borrow::Cow;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use invar_data::{FeatureEntry, FeatureSet, FeatureSetWriter, Shard, Split, SupervectorSet};
+use invar_gmm::{DiagGmm, EmConfig, FrameSource, GmmMeta, InitMethod, MapConfig, SourceError};
+use invar_io::Matrix;
+use rayon::prelude::*;
+use serde::Serialize;
+
+/// UBM training, frame posteriorgrams and MAP supervectors.
+#[derive(Debug, Args)]
+pub struct GmmArgs {
+    #[command(subcommand)]
+    pub command: GmmCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GmmCommand {
+    /// Train a diagonal-covariance UBM by EM on a feature set.
+    Train(TrainArgs),
+    /// Write frame posteriorgrams (frames × M, rows summing to 1), one .npy per utterance.
+    Posteriors(PosteriorsArgs),
+    /// Write MAP-adapted, UBM-normalised supervectors (C·F per utterance).
+    Supervectors(SupervectorsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// Feature set folder (from `invar features`).
+    #[arg(long)]
+    pub features: PathBuf,
+    /// Output folder: ubm.safetensors, ubm.json, config.json, results.json.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Only utterances of this split (train, validation, test, unassigned); default all.
+    #[arg(long)]
+    pub split: Option<Split>,
+    /// EM configuration as JSON (an EmConfig; missing fields take their defaults); the flags
+    /// below override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Number of components.
+    #[arg(long)]
+    pub components: Option<usize>,
+    /// Initialisation: kmeans-plus-plus, random-frames or split.
+    #[arg(long, value_parser = parse_init)]
+    pub init: Option<InitMethod>,
+    /// EM iterations at full size.
+    #[arg(long)]
+    pub iters: Option<usize>,
+    /// Seed of every random choice.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Write the iteration table as JSON here (default OUT/results.json).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct PosteriorsArgs {
+    /// The UBM (ubm.safetensors from `invar gmm train`).
+    #[arg(long)]
+    pub ubm: PathBuf,
+    /// Feature set folder.
+    #[arg(long)]
+    pub features: PathBuf,
+    /// Output feature-set folder: <id>.npy posteriorgrams + manifest.tsv + config.json.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Keep only the K largest posteriors of each frame (renormalised).
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// Only this shard of the utterances, K/N (1 <= K <= N).
+    #[arg(long)]
+    pub shard: Option<String>,
+    /// Write the summary as JSON here (default OUT/results.json or results.K-of-N.json).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct SupervectorsArgs {
+    /// The UBM (ubm.safetensors from `invar gmm train`).
+    #[arg(long)]
+    pub ubm: PathBuf,
+    /// Feature set folder.
+    #[arg(long)]
+    pub features: PathBuf,
+    /// Output folder: one 1×(C·F) .npy per utterance + manifest.tsv, and once complete
+    /// supervectors.npy (utterances × C·F), speakers.txt and ids.txt in manifest order.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// MAP relevance factor.
+    #[arg(long, default_value_t = MapConfig::default().relevance)]
+    pub relevance: f64,
+    /// Only this shard of the utterances, K/N (1 <= K <= N).
+    #[arg(long)]
+    pub shard: Option<String>,
+    /// Write the summary as JSON here (default OUT/results.json or results.K-of-N.json).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+fn parse_init(s: &str) -> Result<InitMethod, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_string()))
+        .map_err(|_| format!("{s:?}: expected kmeans-plus-plus, random-frames or split"))
+}
+
+pub fn run(args: GmmArgs) -> anyhow::Result<()> {
+    match args.command {
+        GmmCommand::Train(a) => train(a),
+        GmmCommand::Posteriors(a) => posteriors(a),
+        GmmCommand::Supervectors(a) => supervectors(a),
+    }
+}
+
+/// The utterances of a feature set as a streamed [`FrameSource`] (loaded on demand).
+pub(crate) struct SetSource<'a> {
+    pub set: &'a FeatureSet,
+    pub entries: Vec<&'a FeatureEntry>,
+}
+
+impl<'a> SetSource<'a> {
+    pub(crate) fn new(set: &'a FeatureSet, split: Option<Split>) -> anyhow::Result<Self> {
+        let entries: Vec<&FeatureEntry> = set
+            .entries()
+            .iter()
+            .filter(|e| split.is_none_or(|s| e.split == s))
+            .collect();
+        if entries.is_empty() {
+            bail!(
+                "{}: no utterances{}",
+                set.dir().display(),
+                split.map_or(String::new(), |s| format!(" in split {s}"))
+            );
+        }
+        Ok(SetSource { set, entries })
+    }
+}
+
+impl FrameSource for SetSource<'_> {
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+    fn frames(&self, index: usize) -> Result<Cow<'_, Matrix>, SourceError> {
+        let entry = self
+            .entries
+            .get(index)
+            .ok_or_else(|| format!("no utterance {index}"))?;
+        Ok(Cow::Owned(self.set.load(entry)?))
+    }
+}
+
+/// What `ubm.json` records beside the weights: the EM configuration and the data.
+#[derive(Debug, Serialize)]
+struct UbmRecord<'a> {
+    em: &'a EmConfig,
+    features: &'a Path,
+    split: Option<Split>,
+    utterances: usize,
+}
+
+fn train(args: TrainArgs) -> anyhow::Result<()> {
+    let mut cfg = match &args.config {
+        Some(p) => invar_io::read_json::<EmConfig>(p)?,
+        None => EmConfig::default(),
+    };
+    if let Some(v) = args.components {
+        cfg.components = v;
+    }
+    if let Some(v) = args.init {
+        cfg.init = v;
+    }
+    if let Some(v) = args.iters {
+        cfg.max_iters = v;
+    }
+    if let Some(v) = args.seed {
+        cfg.seed = v;
+    }
+    cfg.validate()?;
+    let set = FeatureSet::open(&args.features)?;
+    let source = SetSource::new(&set, args.split)?;
+    let frames: usize = source.entries.iter().map(|e| e.frames).sum();
+    tracing::info!(
+        "UBM: {} components on {} utterances, {} frames × {} dims",
+        cfg.components,
+        source.len(),
+        frames,
+        set.dims()?
+    );
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    invar_io::write_json(args.out.join("config.json"), &cfg)?;
+    let progress = Progress::new(cfg.max_iters as u64, "EM iterations");
+    let trained = invar_gmm::train(&source, &cfg, &mut |it| {
+        if it.components == cfg.components {
+            progress.inc();
+        }
+    })?;
+    progress.finish();
+
+    let meta = GmmMeta {
+        components: trained.gmm.components(),
+        dims: trained.gmm.dims(),
+        config: UbmRecord {
+            em: &cfg,
+            features: &args.features,
+            split: args.split,
+            utterances: source.len(),
+        },
+        history: trained.history.clone(),
+    };
+    let model = args.out.join("ubm.safetensors");
+    trained.gmm.save(&model, &meta)?;
+
+    println!("UBM → {}", model.display());
+    println!(
+        "{:>9} {:>11} {:>22} {:>6}",
+        "iteration", "components", "mean log-lik / frame", "dead"
+    );
+    for h in &trained.history {
+        println!(
+            "{:>9} {:>11} {:>22.6} {:>6}",
+            h.iteration, h.components, h.mean_log_likelihood, h.dead
+        );
+    }
+    let json = args.json.unwrap_or_else(|| args.out.join("results.json"));
+    invar_io::write_json(&json, &meta)?;
+    tracing::info!("results written to {}", json.display());
+    Ok(())
+}
+
+fn load_ubm(path: &Path) -> anyhow::Result<DiagGmm> {
+    DiagGmm::load(path).with_context(|| format!("cannot load the UBM {}", path.display()))
+}
+
+fn shard_of(s: &Option<String>) -> anyhow::Result<Shard> {
+    Ok(match s {
+        Some(s) => Shard::parse(s)?,
+        None => Shard::ALL,
+    })
+}
+
+fn results_path(json: Option<PathBuf>, out: &Path, shard: Shard) -> PathBuf {
+    json.unwrap_or_else(|| {
+        out.join(if shard.count == 1 {
+            "results.json".to_string()
+        } else {
+            format!("results.{}-of-{}.json", shard.index + 1, shard.count)
+        })
+    })
+}
+
+/// Summary of a per-utterance stage.
+#[derive(Debug, Serialize)]
+pub(crate) struct StageSummary {
+    pub stage: &'static str,
+    pub utterances: usize,
+    pub frames: usize,
+    pub dims: usize,
+    pub shard: String,
+    pub manifest_complete: bool,
+}
+
+impl StageSummary {
+    pub(crate) fn print(&self, out: &Path) {
+        println!("{} → {}", self.stage, out.display());
+        println!("{:<20} {:>12}", "utterances", self.utterances);
+        println!("{:<20} {:>12}", "frames", self.frames);
+        println!("{:<20} {:>12}", "dims", self.dims);
+        println!("{:<20} {:>12}", "shard", self.shard);
+        println!(
+            "{:<20} {:>12}",
+            "manifest complete",
+            if self.manifest_complete { "yes" } else { "no" }
+        );
+    }
+}
+
+/// Runs `f` on every utterance of `shard` in parallel, writing each result through a
+/// [`FeatureSetWriter`] into `out`; merges shard manifests when the last shard finishes.
+/// Returns (utterances, frames in, output dims, manifest complete).
+pub(crate) fn per_utterance(
+    set: &FeatureSet,
+    out: &Path,
+    config: &serde_json::Value,
+    shard: Shard,
+    what: &'static str,
+    f: &(dyn Fn(&Matrix) -> anyhow::Result<Matrix> + Sync),
+) -> anyhow::Result<(usize, usize, usize, bool)> {
+    let writer = FeatureSetWriter::create_shard(out, config, shard)?;
+    let mine: Vec<&FeatureEntry> = set
+        .entries()
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| shard.contains(*i))
+        .map(|(_, e)| e)
+        .collect();
+    let progress = Progress::new(mine.len() as u64, what);
+    let dims = mine
+        .par_iter()
+        .map(|e| -> anyhow::Result<usize> {
+            let x = set.load(e)?;
+            let y = f(&x).with_context(|| format!("utterance {}", e.id))?;
+            writer.write(&e.id, &e.speaker, e.split, &y)?;
+            progress.inc();
+            Ok(y.cols)
+        })
+        .try_reduce(|| 0, |a, b| Ok(a.max(b)))?;
+    progress.finish();
+    writer.finish()?;
+    let complete = if shard.count == 1 {
+        true
+    } else {
+        invar_data::merge_shards(out, shard.count)?.is_some()
+    };
+    let frames = mine.iter().map(|e| e.frames).sum();
+    Ok((mine.len(), frames, dims, complete))
+}
+
+/// Stacks a complete per-utterance set of 1×D rows into `name`.npy + speakers.txt + ids.txt.
+pub(crate) fn stack_rows(out: &Path, name: &str) -> anyhow::Result<SupervectorSet> {
+    let set = FeatureSet::open(out)?;
+    let rows = set
+        .entries()
+        .iter()
+        .map(|e| set.load(e))
+        .collect::<Result<Vec<_>, _>>()?;
+    let matrix = Matrix::vstack(&rows)?;
+    let names: Vec<String> = set.entries().iter().map(|e| e.speaker.clone()).collect();
+    let sv = SupervectorSet::from_names(matrix, &names, &out.join("manifest.tsv"))?;
+    sv.save(&out.join(format!("{name}.npy")), &out.join("speakers.txt"))?;
+    let ids: String = set
+        .entries()
+        .iter()
+        .map(|e| format!("{}\n", e.id))
+        .collect();
+    invar_io::write_text(out.join("ids.txt"), &ids)?;
+    Ok(sv)
+}
+
+fn posteriors(args: PosteriorsArgs) -> anyhow::Result<()> {
+    let ubm = load_ubm(&args.ubm)?;
+    let set = FeatureSet::open(&args.features)?;
+    let shard = shard_of(&args.shard)?;
+    let config = serde_json::json!({
+        "stage": "gmm posteriors",
+        "ubm": args.ubm,
+        "features": args.features,
+        "top_k": args.top_k,
+        "components": ubm.components(),
+    });
+    let top_k = args.top_k;
+    let (utterances, frames, dims, complete) =
+        per_utterance(&set, &args.out, &config, shard, "posteriorgrams", &|x| {
+            Ok(ubm.posteriors(x, top_k)?)
+        })?;
+    let summary = StageSummary {
+        stage: "gmm posteriors",
+        utterances,
+        frames,
+        dims,
+        shard: format!("{}/{}", shard.index + 1, shard.count),
+        manifest_complete: complete,
+    };
+    summary.print(&args.out);
+    let json = results_path(args.json, &args.out, shard);
+    invar_io::write_json(&json, &summary)?;
+    Ok(())
+}
+
+fn supervectors(args: SupervectorsArgs) -> anyhow::Result<()> {
+    let map = MapConfig {
+        relevance: args.relevance,
+    };
+    map.validate()?;
+    let ubm = load_ubm(&args.ubm)?;
+    let set = FeatureSet::open(&args.features)?;
+    let shard = shard_of(&args.shard)?;
+    let config = serde_json::json!({
+        "stage": "gmm supervectors",
+        "ubm": args.ubm,
+        "features": args.features,
+        "map": map,
+        "components": ubm.components(),
+        "dims": ubm.dims(),
+    });
+    let (utterances, frames, dims, complete) =
+        per_utterance(&set, &args.out, &config, shard, "supervectors", &|x| {
+            let sv = invar_gmm::supervector(&ubm, x, &map)?;
+            Ok(Matrix::new(1, sv.len(), sv)?)
+        })?;
+    if complete {
+        let sv = stack_rows(&args.out, "supervectors")?;
+        tracing::info!(
+            "{} supervectors of {} speakers stacked into {}",
+            sv.vectors.rows,
+            sv.speakers.len(),
+            args.out.join("supervectors.npy").display()
+        );
+    }
+    let summary = StageSummary {
+        stage: "gmm supervectors",
+        utterances,
+        frames,
+        dims,
+        shard: format!("{}/{}", shard.index + 1, shard.count),
+        manifest_complete: complete,
+    };
+    summary.print(&args.out);
+    let json = results_path(args.json, &args.out, shard);
+    invar_io::write_json(&json, &summary)?;
+    Ok(())
+}
+
+/// Progress of a long loop: an indicatif bar when stderr is a terminal, otherwise a `tracing`
+/// line at most every ten seconds (batch jobs). Safe to advance from many threads.
+pub(crate) struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    total: u64,
+    done: AtomicU64,
+    what: &'static str,
+    last_log: Mutex<Instant>,
+}
+
+impl Progress {
+    pub(crate) fn new(total: u64, what: &'static str) -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new(total);
+            if let Ok(style) =
+                indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} eta {eta}")
+            {
+                bar.set_style(style.progress_chars("=> "));
+            }
+            bar.set_message(what);
+            bar
+        });
+        Progress {
+            bar,
+            total,
+            done: AtomicU64::new(0),
+            what,
+            last_log: Mutex::new(Instant::now()),
+        }
+    }
+
+    pub(crate) fn inc(&self) {
+        let done = self.done.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some(bar) = &self.bar {
+            bar.inc(1);
+            return;
+        }
+        let mut last = self.last_log.lock().unwrap_or_else(|p| p.into_inner());
+        if last.elapsed() >= Duration::from_secs(10) {
+            *last = Instant::now();
+            tracing::info!("{}: {done}/{}", self.what, self.total);
+        }
+    }
+
+    pub(crate) fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+        tracing::info!(
+            "{}: {}/{} done",
+            self.what,
+            self.done.load(Ordering::Relaxed),
+            self.total
+        );
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+    use super::*;
+
+    /// A feature set of `speakers × 4` utterances (120 frames × 4 dims): phone-like clusters
+    /// shifted per speaker, from a fixed linear congruential generator.
+    pub(crate) fn synthetic_set(dir: &Path, speakers: usize) -> FeatureSet {
+        let mut state = 12345u64;
+        let mut uniform = move || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 33) as f64 / (1u64 << 31) as f64) as f32
+        };
+        let phones: Vec<f32> = (0..6 * 4).map(|_| uniform() * 8.0 - 4.0).collect();
+        let writer =
+            FeatureSetWriter::create(dir, &serde_json::json!({"synthetic": true})).unwrap();
+        for s in 0..speakers {
+            let shift: Vec<f32> = (0..4).map(|_| uniform() * 2.0 - 1.0).collect();
+            for u in 0..4 {
+                let mut data = Vec::new();
+                let mut p = 0;
+                for t in 0..120 {
+                    if t % 8 == 0 {
+                        p = (uniform() * 6.0) as usize % 6;
+                    }
+                    for j in 0..4 {
+                        data.push(phones[p * 4 + j] + shift[j] + (uniform() - 0.5) * 0.8);
+                    }
+                }
+                let split = if u < 3 { Split::Train } else { Split::Test };
+                let m = Matrix::new(120, 4, data).unwrap();
+                writer
+                    .write(&format!("s{s}_u{u}"), &format!("spk{s}"), split, &m)
+                    .unwrap();
+            }
+        }
+        writer.finish().unwrap();
+        FeatureSet::open(dir).unwrap()
+    }
+
+    pub(crate) fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("invar-cli-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn train_posteriors_supervectors_end_to_end() {
+        let root = scratch("gmm");
+        let feats = root.join("feats");
+        synthetic_set(&feats, 4);
+        let ubm_dir = root.join("ubm");
+        run(GmmArgs {
+            command: GmmCommand::Train(TrainArgs {
+                features: feats.clone(),
+                out: ubm_dir.clone(),
+                split: Some(Split::Train),
+                config: None,
+                components: Some(6),
+                init: Some(InitMethod::Split),
+                iters: Some(5),
+                seed: Some(1),
+                json: None,
+            }),
+        })
+        .unwrap();
+        let ubm = ubm_dir.join("ubm.safetensors");
+        assert_eq!(DiagGmm::load(&ubm).unwrap().components(), 6);
+        let results: serde_json::Value = invar_io::read_json(ubm_dir.join("results.json")).unwrap();
+        assert!(results["history"].as_array().unwrap().len() >= 5);
+
+        // Posteriorgrams in two shards; the second merges the manifest.
+        let post = root.join("post");
+        for k in ["1/2", "2/2"] {
+            run(GmmArgs {
+                command: GmmCommand::Posteriors(PosteriorsArgs {
+                    ubm: ubm.clone(),
+                    features: feats.clone(),
+                    out: post.clone(),
+                    top_k: Some(2),
+                    shard: Some(k.into()),
+                    json: None,
+                }),
+            })
+            .unwrap();
+        }
+        let set = FeatureSet::open(&post).unwrap();
+        assert_eq!(set.entries().len(), 16);
+        let p = set.load(&set.entries()[5]).unwrap();
+        assert_eq!(p.shape(), (120, 6));
+        for row in p.iter_rows() {
+            assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+            assert!(row.iter().filter(|&&v| v > 0.0).count() <= 2);
+        }
+
+        let sv_dir = root.join("sv");
+        run(GmmArgs {
+            command: GmmCommand::Supervectors(SupervectorsArgs {
+                ubm: ubm.clone(),
+                features: feats.clone(),
+                out: sv_dir.clone(),
+                relevance: 16.0,
+                shard: None,
+                json: None,
+            }),
+        })
+        .unwrap();
+        let sv = invar_io::read_npy(sv_dir.join("supervectors.npy")).unwrap();
+        assert_eq!(sv.shape(), (16, 24));
+        let speakers = std::fs::read_to_string(sv_dir.join("speakers.txt")).unwrap();
+        assert_eq!(speakers.lines().count(), 16);
+        assert_eq!(speakers.lines().next(), Some("spk0"));
+        let ids = std::fs::read_to_string(sv_dir.join("ids.txt")).unwrap();
+        assert_eq!(ids.lines().next(), Some("s0_u0"));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}

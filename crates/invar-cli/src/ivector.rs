@@ -1,0 +1,384 @@
+//! `invar ivector train | extract`: the i-vector baseline over a UBM and a feature set.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use invar_data::{FeatureSet, Split};
+use invar_gmm::{baum_welch, DiagGmm, FrameSource, IvectorConfig, IvectorExtractor, Lda, Wccn};
+use invar_io::Matrix;
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::gmm::{per_utterance, stack_rows, Progress, SetSource, StageSummary};
+
+/// Train the total-variability matrix, extract i-vectors.
+#[derive(Debug, Args)]
+pub struct IvectorArgs {
+    #[command(subcommand)]
+    pub command: IvectorCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum IvectorCommand {
+    /// Train the i-vector extractor (T matrix) by EM.
+    Train(TrainArgs),
+    /// Extract length-normalised i-vectors, one .npy per utterance, stacked once complete.
+    Extract(ExtractArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// The UBM (ubm.safetensors from `invar gmm train`).
+    #[arg(long)]
+    pub ubm: PathBuf,
+    /// Feature set folder.
+    #[arg(long)]
+    pub features: PathBuf,
+    /// Output folder: ivector.safetensors, ivector.json, config.json, results.json.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Only utterances of this split; default all.
+    #[arg(long)]
+    pub split: Option<Split>,
+    /// Extractor configuration as JSON (an IvectorConfig); the flags below override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// i-vector dimension.
+    #[arg(long)]
+    pub rank: Option<usize>,
+    /// EM iterations.
+    #[arg(long)]
+    pub iters: Option<usize>,
+    /// Skip the minimum-divergence step.
+    #[arg(long)]
+    pub no_min_divergence: bool,
+    /// Seed of the random initial T.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Write the objective table as JSON here (default OUT/results.json).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExtractArgs {
+    /// The UBM the extractor was trained with.
+    #[arg(long)]
+    pub ubm: PathBuf,
+    /// The extractor (ivector.safetensors from `invar ivector train`).
+    #[arg(long)]
+    pub extractor: PathBuf,
+    /// Feature set folder.
+    #[arg(long)]
+    pub features: PathBuf,
+    /// Output folder: one 1×R .npy per utterance + manifest.tsv; once complete ivectors.npy,
+    /// speakers.txt, ids.txt (and ivectors.projected.npy + projection.json with --lda/--wccn).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Do not length-normalise the i-vectors.
+    #[arg(long)]
+    pub no_length_norm: bool,
+    /// Also project to this many LDA dimensions, fitted on the train split (all if none).
+    #[arg(long)]
+    pub lda: Option<usize>,
+    /// Also apply WCCN (after LDA if given), fitted on the train split (all if none).
+    #[arg(long)]
+    pub wccn: bool,
+    /// Only this shard of the utterances, K/N (1 <= K <= N).
+    #[arg(long)]
+    pub shard: Option<String>,
+    /// Write the summary as JSON here (default OUT/results.json or results.K-of-N.json).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+pub fn run(args: IvectorArgs) -> anyhow::Result<()> {
+    match args.command {
+        IvectorCommand::Train(a) => train(a),
+        IvectorCommand::Extract(a) => extract(a),
+    }
+}
+
+fn load_ubm(path: &Path) -> anyhow::Result<DiagGmm> {
+    DiagGmm::load(path).with_context(|| format!("cannot load the UBM {}", path.display()))
+}
+
+/// What `ivector.json` records beside T.
+#[derive(Debug, Serialize)]
+struct ExtractorRecord<'a> {
+    config: &'a IvectorConfig,
+    ubm: &'a Path,
+    features: &'a Path,
+    split: Option<Split>,
+    utterances: usize,
+    history: &'a [invar_gmm::IvectorIteration],
+}
+
+fn train(args: TrainArgs) -> anyhow::Result<()> {
+    let mut cfg = match &args.config {
+        Some(p) => invar_io::read_json::<IvectorConfig>(p)?,
+        None => IvectorConfig::default(),
+    };
+    if let Some(v) = args.rank {
+        cfg.rank = v;
+    }
+    if let Some(v) = args.iters {
+        cfg.iters = v;
+    }
+    if let Some(v) = args.seed {
+        cfg.seed = v;
+    }
+    if args.no_min_divergence {
+        cfg.min_divergence = false;
+    }
+    let ubm = load_ubm(&args.ubm)?;
+    cfg.validate(ubm.components() * ubm.dims())?;
+    let set = FeatureSet::open(&args.features)?;
+    let source = SetSource::new(&set, args.split)?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    invar_io::write_json(args.out.join("config.json"), &cfg)?;
+
+    let progress = Progress::new(source.len() as u64, "Baum-Welch statistics");
+    let stats = (0..source.len())
+        .into_par_iter()
+        .map(|i| -> anyhow::Result<_> {
+            let x = source.frames(i).map_err(|e| anyhow::anyhow!(e))?;
+            let bw = baum_welch(&ubm, &x, i)?;
+            progress.inc();
+            Ok(bw)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    progress.finish();
+
+    let progress = Progress::new(cfg.iters as u64, "T-matrix EM iterations");
+    let (model, history) = invar_gmm::train_ivector(&ubm, &stats, &cfg, &mut |_| progress.inc())?;
+    progress.finish();
+    let record = ExtractorRecord {
+        config: &cfg,
+        ubm: &args.ubm,
+        features: &args.features,
+        split: args.split,
+        utterances: stats.len(),
+        history: &history,
+    };
+    let path = args.out.join("ivector.safetensors");
+    model.save(&path, &record)?;
+
+    println!(
+        "i-vector extractor (rank {}) → {}",
+        cfg.rank,
+        path.display()
+    );
+    println!("{:>9} {:>24}", "iteration", "EM objective / frame");
+    for h in &history {
+        println!("{:>9} {:>24.6}", h.iteration, h.objective_per_frame);
+    }
+    let json = args.json.unwrap_or_else(|| args.out.join("results.json"));
+    invar_io::write_json(&json, &record)?;
+    Ok(())
+}
+
+/// The fitted projections, written as projection.json.
+#[derive(Debug, Serialize)]
+struct Projection {
+    fitted_on: &'static str,
+    lda: Option<Lda>,
+    wccn: Option<Wccn>,
+}
+
+fn extract(args: ExtractArgs) -> anyhow::Result<()> {
+    let ubm = load_ubm(&args.ubm)?;
+    let model = IvectorExtractor::load(&args.extractor, &ubm)
+        .with_context(|| format!("cannot load the extractor {}", args.extractor.display()))?;
+    let set = FeatureSet::open(&args.features)?;
+    let shard = match &args.shard {
+        Some(s) => invar_data::Shard::parse(s)?,
+        None => invar_data::Shard::ALL,
+    };
+    let length_norm = !args.no_length_norm;
+    let config = serde_json::json!({
+        "stage": "ivector extract",
+        "ubm": args.ubm,
+        "extractor": args.extractor,
+        "features": args.features,
+        "rank": model.rank(),
+        "length_norm": length_norm,
+    });
+    let (utterances, frames, dims, complete) =
+        per_utterance(&set, &args.out, &config, shard, "i-vectors", &|x| {
+            let bw = baum_welch(&ubm, x, 0)?;
+            let mut iv = Matrix::new(1, model.rank(), model.extract(&bw)?)?;
+            if length_norm {
+                invar_gmm::length_normalize(&mut iv);
+            }
+            Ok(iv)
+        })?;
+    if complete {
+        let stacked = stack_rows(&args.out, "ivectors")?;
+        if args.lda.is_some() || args.wccn {
+            project(&args, &stacked)?;
+        }
+    }
+    let summary = StageSummary {
+        stage: "ivector extract",
+        utterances,
+        frames,
+        dims,
+        shard: format!("{}/{}", shard.index + 1, shard.count),
+        manifest_complete: complete,
+    };
+    summary.print(&args.out);
+    let json = args.json.unwrap_or_else(|| {
+        args.out.join(if shard.count == 1 {
+            "results.json".to_string()
+        } else {
+            format!("results.{}-of-{}.json", shard.index + 1, shard.count)
+        })
+    });
+    invar_io::write_json(&json, &summary)?;
+    Ok(())
+}
+
+/// Fits LDA and/or WCCN on the train rows (all rows if there are none) and projects every row.
+fn project(args: &ExtractArgs, stacked: &invar_data::SupervectorSet) -> anyhow::Result<()> {
+    let set = FeatureSet::open(&args.out)?;
+    let train_rows: Vec<usize> = set
+        .entries()
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.split == Split::Train)
+        .map(|(i, _)| i)
+        .collect();
+    let (rows, fitted_on) = if train_rows.is_empty() {
+        ((0..stacked.vectors.rows).collect(), "all")
+    } else {
+        (train_rows, "train")
+    };
+    let cols = stacked.vectors.cols;
+    let fit_x = Matrix::new(
+        rows.len(),
+        cols,
+        rows.iter()
+            .flat_map(|&r| stacked.vectors.row(r).iter().copied())
+            .collect(),
+    )?;
+    let fit_labels: Vec<usize> = rows.iter().map(|&r| stacked.labels[r]).collect();
+    let mut all = stacked.vectors.clone();
+    let mut fit = fit_x;
+    let lda = match args.lda {
+        Some(dims) => {
+            let lda = Lda::fit(&fit, &fit_labels, dims)?;
+            all = lda.transform(&all)?;
+            fit = lda.transform(&fit)?;
+            Some(lda)
+        }
+        None => None,
+    };
+    let wccn = if args.wccn {
+        let w = Wccn::fit(&fit, &fit_labels)?;
+        all = w.transform(&all)?;
+        Some(w)
+    } else {
+        None
+    };
+    invar_io::write_npy(args.out.join("ivectors.projected.npy"), &all)?;
+    invar_io::write_json(
+        args.out.join("projection.json"),
+        &Projection {
+            fitted_on,
+            lda,
+            wccn,
+        },
+    )?;
+    tracing::info!(
+        "projected i-vectors ({} → {} dims, fitted on {fitted_on}) written",
+        cols,
+        all.cols
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+    use super::*;
+    use crate::gmm::tests::{scratch, synthetic_set};
+
+    #[test]
+    fn train_and_extract_end_to_end() {
+        let root = scratch("ivector");
+        let feats = root.join("feats");
+        synthetic_set(&feats, 5);
+        let ubm_dir = root.join("ubm");
+        crate::gmm::run(crate::gmm::GmmArgs {
+            command: crate::gmm::GmmCommand::Train(crate::gmm::TrainArgs {
+                features: feats.clone(),
+                out: ubm_dir.clone(),
+                split: None,
+                config: None,
+                components: Some(6),
+                init: None,
+                iters: Some(5),
+                seed: Some(2),
+                json: None,
+            }),
+        })
+        .unwrap();
+        let ubm = ubm_dir.join("ubm.safetensors");
+        let iv_dir = root.join("iv");
+        run(IvectorArgs {
+            command: IvectorCommand::Train(TrainArgs {
+                ubm: ubm.clone(),
+                features: feats.clone(),
+                out: iv_dir.clone(),
+                split: Some(Split::Train),
+                config: None,
+                rank: Some(5),
+                iters: Some(4),
+                no_min_divergence: false,
+                seed: Some(3),
+                json: None,
+            }),
+        })
+        .unwrap();
+        let results: serde_json::Value = invar_io::read_json(iv_dir.join("results.json")).unwrap();
+        let objective: Vec<f64> = results["history"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["objective_per_frame"].as_f64().unwrap())
+            .collect();
+        assert_eq!(objective.len(), 4);
+        assert!(objective.windows(2).all(|w| w[1] > w[0]), "{objective:?}");
+
+        let out = root.join("vectors");
+        run(IvectorArgs {
+            command: IvectorCommand::Extract(ExtractArgs {
+                ubm,
+                extractor: iv_dir.join("ivector.safetensors"),
+                features: feats,
+                out: out.clone(),
+                no_length_norm: false,
+                lda: Some(3),
+                wccn: true,
+                shard: None,
+                json: None,
+            }),
+        })
+        .unwrap();
+        let iv = invar_io::read_npy(out.join("ivectors.npy")).unwrap();
+        assert_eq!(iv.shape(), (20, 5));
+        for row in iv.iter_rows() {
+            assert!((row.iter().map(|v| v * v).sum::<f32>() - 1.0).abs() < 1e-5);
+        }
+        let projected = invar_io::read_npy(out.join("ivectors.projected.npy")).unwrap();
+        assert_eq!(projected.shape(), (20, 3));
+        let projection: serde_json::Value =
+            invar_io::read_json(out.join("projection.json")).unwrap();
+        assert_eq!(projection["fitted_on"], "train");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}
