@@ -1,0 +1,301 @@
+//! The frames of every ABX item, cut from per-file feature matrices and laid out block by block.
+//!
+//! Items are sorted by (context, speaker, phone), so the items of one block (same context, speaker and
+//! phone) and their frames are contiguous: a cell's A, B and X sets are slices, never gathered copies.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
+
+use invar_io::Matrix;
+use serde::{Deserialize, Serialize};
+
+use crate::item::{Item, ItemFile};
+use crate::{Error, Result};
+
+/// Frame timing of the features: frame `k` covers `[k·hop, k·hop + win)` seconds, its centre is at
+/// `k·hop + win/2`. An item keeps the frames whose centre lies in `[onset, offset]`.
+///
+/// The default is the ZeroSpeech / Kaldi convention (10 ms hop, 25 ms window). fastabx's convention
+/// (centre of frame `k` at `(k + ½)/frequency`) is `win_s = hop_s = 1/frequency`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FrameTiming {
+    /// Seconds between frame starts.
+    pub hop_s: f64,
+    /// Window length in seconds.
+    pub win_s: f64,
+}
+
+impl Default for FrameTiming {
+    fn default() -> Self {
+        FrameTiming {
+            hop_s: 0.010,
+            win_s: 0.025,
+        }
+    }
+}
+
+impl FrameTiming {
+    /// Checks that hop and window are positive and finite.
+    pub fn validate(&self) -> Result<()> {
+        if !(self.hop_s.is_finite() && self.hop_s > 0.0) {
+            return Err(Error::config("timing.hop_s", self.hop_s, "must be > 0"));
+        }
+        if !(self.win_s.is_finite() && self.win_s > 0.0) {
+            return Err(Error::config("timing.win_s", self.win_s, "must be > 0"));
+        }
+        Ok(())
+    }
+
+    /// The frames of a file with `n_frames` frames whose centre lies in `[onset, offset]` (possibly empty).
+    pub fn frames(&self, onset: f64, offset: f64, n_frames: usize) -> Range<usize> {
+        // A millionth of a frame of slack, so that a boundary written in decimal seconds that falls
+        // exactly on a centre is kept on both sides despite rounding.
+        const SLACK: f64 = 1e-6;
+        let half = self.win_s / 2.0;
+        let first = ((onset - half) / self.hop_s - SLACK).ceil().max(0.0);
+        let last = ((offset - half) / self.hop_s + SLACK).floor();
+        if last < first || last < 0.0 {
+            return 0..0;
+        }
+        let start = (first as usize).min(n_frames);
+        let end = ((last as usize).saturating_add(1)).min(n_frames);
+        start..end.max(start)
+    }
+}
+
+/// One item with frames, as indices into the dataset's label tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbxItem {
+    /// Line of the `.item` file.
+    pub line: usize,
+    pub context: u32,
+    pub speaker: u32,
+    pub phone: u32,
+    /// First frame in [`AbxDataset::frames`] (in frames, not floats).
+    pub start: usize,
+    /// Number of frames (at least 1).
+    pub len: usize,
+}
+
+/// A maximal run of items sharing (context, speaker, phone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Block {
+    pub context: u32,
+    pub speaker: u32,
+    pub phone: u32,
+    /// Indices into [`AbxDataset::items`].
+    pub items: Range<usize>,
+    /// Frame range (in frames) covered by those items, contiguous.
+    pub frames: Range<usize>,
+}
+
+/// All item frames of an `.item` file, in memory once, sorted into [`Block`]s.
+#[derive(Debug, Clone)]
+pub struct AbxDataset {
+    pub dim: usize,
+    /// Row-major frames × `dim`.
+    pub frames: Vec<f32>,
+    pub items: Vec<AbxItem>,
+    pub blocks: Vec<Block>,
+    pub phones: Vec<String>,
+    pub speakers: Vec<String>,
+    pub contexts: Vec<String>,
+    /// `.item` lines of the items that cover no frame (too short, or past the end of their file).
+    pub empty_items: Vec<usize>,
+}
+
+fn intern<'a>(values: impl Iterator<Item = &'a str>) -> (Vec<String>, BTreeMap<&'a str, u32>) {
+    let set: BTreeSet<&str> = values.collect();
+    let names: Vec<String> = set.iter().map(|s| s.to_string()).collect();
+    let index = set.into_iter().zip(0u32..).collect();
+    (names, index)
+}
+
+impl AbxDataset {
+    /// Cuts every item's frames out of its file's features. `load(file)` returns the frames × dims
+    /// matrix of one file stem; each file is loaded once and dropped after its items are cut.
+    pub fn build(
+        items: &ItemFile,
+        timing: &FrameTiming,
+        mut load: impl FnMut(&str) -> Result<Matrix>,
+    ) -> Result<AbxDataset> {
+        timing.validate()?;
+        let contexts_of: Vec<String> = items.items.iter().map(ItemFile::context_key).collect();
+        let (phones, phone_ix) = intern(items.items.iter().map(|i| i.phone.as_str()));
+        let (speakers, speaker_ix) = intern(items.items.iter().map(|i| i.speaker.as_str()));
+        let (contexts, context_ix) = intern(contexts_of.iter().map(String::as_str));
+
+        let mut by_file: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, item) in items.items.iter().enumerate() {
+            by_file.entry(item.file.as_str()).or_default().push(i);
+        }
+
+        // Pass 1: cut frames in file order into a staging buffer.
+        let mut staging: Vec<f32> = Vec::new();
+        let mut staged: Vec<Option<(usize, usize)>> = vec![None; items.items.len()];
+        let mut dim: Option<usize> = None;
+        let mut empty_items = Vec::new();
+        for (file, indices) in &by_file {
+            let m = load(file)?;
+            match dim {
+                None => dim = Some(m.cols),
+                Some(d) if d != m.cols => {
+                    return Err(Error::DimMismatch {
+                        file: file.to_string(),
+                        expected: d,
+                        found: m.cols,
+                    })
+                }
+                Some(_) => {}
+            }
+            for &i in indices {
+                let item: &Item = &items.items[i];
+                let range = timing.frames(item.onset, item.offset, m.rows);
+                if range.is_empty() {
+                    empty_items.push(item.line);
+                    continue;
+                }
+                let rows = &m.data[range.start * m.cols..range.end * m.cols];
+                if let Some(pos) = rows.iter().position(|v| !v.is_finite()) {
+                    return Err(Error::NonFinite {
+                        file: file.to_string(),
+                        frame: range.start + pos / m.cols.max(1),
+                        dim: pos % m.cols.max(1),
+                    });
+                }
+                staged[i] = Some((staging.len() / m.cols.max(1), range.len()));
+                staging.extend_from_slice(rows);
+            }
+        }
+        let dim = dim.unwrap_or(0);
+        empty_items.sort_unstable();
+
+        // Pass 2: sort the items with frames by (context, speaker, phone, line) and lay frames out in that order.
+        let mut order: Vec<(u32, u32, u32, usize, usize, usize)> = items
+            .items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, item)| {
+                let (start, len) = staged[i]?;
+                Some((
+                    context_ix[contexts_of[i].as_str()],
+                    speaker_ix[item.speaker.as_str()],
+                    phone_ix[item.phone.as_str()],
+                    item.line,
+                    start,
+                    len,
+                ))
+            })
+            .collect();
+        order.sort_unstable();
+        let mut frames = Vec::with_capacity(staging.len());
+        let mut out_items = Vec::with_capacity(order.len());
+        for &(context, speaker, phone, line, start, len) in &order {
+            let new_start = frames.len() / dim.max(1);
+            frames.extend_from_slice(&staging[start * dim..(start + len) * dim]);
+            out_items.push(AbxItem {
+                line,
+                context,
+                speaker,
+                phone,
+                start: new_start,
+                len,
+            });
+        }
+        let blocks = blocks_of(&out_items);
+        Ok(AbxDataset {
+            dim,
+            frames,
+            items: out_items,
+            blocks,
+            phones,
+            speakers,
+            contexts,
+            empty_items,
+        })
+    }
+
+    /// The frames of `range` (in frames) as a row-major slice.
+    pub fn frame_rows(&self, range: Range<usize>) -> &[f32] {
+        &self.frames[range.start * self.dim..range.end * self.dim]
+    }
+}
+
+fn blocks_of(items: &[AbxItem]) -> Vec<Block> {
+    let mut blocks: Vec<Block> = Vec::new();
+    for (i, it) in items.iter().enumerate() {
+        match blocks.last_mut() {
+            Some(b) if (b.context, b.speaker, b.phone) == (it.context, it.speaker, it.phone) => {
+                b.items.end = i + 1;
+                b.frames.end = it.start + it.len;
+            }
+            _ => blocks.push(Block {
+                context: it.context,
+                speaker: it.speaker,
+                phone: it.phone,
+                items: i..i + 1,
+                frames: it.start..it.start + it.len,
+            }),
+        }
+    }
+    blocks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::item::parse_items;
+    use std::path::Path;
+
+    #[test]
+    fn frame_selection_uses_centres() {
+        let t = FrameTiming::default();
+        // Centres at 12.5, 22.5, 32.5, 42.5 ms ... (k·10 + 12.5 ms).
+        assert_eq!(t.frames(0.0, 0.0325, 100), 0..3); // 12.5, 22.5, 32.5 (boundary kept)
+        assert_eq!(t.frames(0.0126, 0.0424, 100), 1..3); // 22.5, 32.5
+        assert_eq!(t.frames(0.0225, 0.0225, 100), 1..2); // exactly one centre
+        assert_eq!(t.frames(0.013, 0.020, 100), 0..0); // between centres: nothing
+        assert_eq!(t.frames(0.5, 0.9, 10), 10..10); // past the end of the file
+        assert_eq!(t.frames(0.0, 1.0, 5), 0..5); // clipped to the file
+                                                 // fastabx at 50 Hz: centres at (k + ½)·20 ms.
+        let f = FrameTiming {
+            hop_s: 0.02,
+            win_s: 0.02,
+        };
+        // Same as fastabx's start = ceil(0.05·50 − ½) = 2, end = floor(0.11·50 − ½) + 1 = 6.
+        assert_eq!(f.frames(0.05, 0.11, 100), 2..6); // centres 50, 70, 90, 110 ms
+    }
+
+    #[test]
+    fn build_sorts_items_into_contiguous_blocks() -> Result<()> {
+        let text = "#file onset offset #phone prev next speaker\n\
+                    f1 0.0 0.0325 a x y s1\n\
+                    f1 0.04 0.06 b x y s1\n\
+                    f2 0.0 0.0225 a x y s1\n\
+                    f2 0.5 0.6 a x y s2\n";
+        let items = parse_items(text, Path::new("t.item"))?;
+        let ds = AbxDataset::build(&items, &FrameTiming::default(), |file| {
+            let base = if file == "f1" { 0.0 } else { 100.0 };
+            let rows = 10;
+            Ok(Matrix::new(
+                rows,
+                2,
+                (0..rows * 2).map(|v| base + v as f32).collect(),
+            )?)
+        })?;
+        assert_eq!(ds.dim, 2);
+        assert_eq!(ds.empty_items, vec![5]); // f2 has 10 frames: 0.5 s is past its end
+        assert_eq!(ds.items.len(), 3);
+        assert_eq!(ds.blocks.len(), 2); // (s1, a) with two items, (s1, b)
+        assert_eq!(ds.blocks[0].items, 0..2);
+        assert_eq!(ds.blocks[0].frames, 0..5); // 3 frames of f1, then 2 of f2
+        assert_eq!(ds.frame_rows(3..4), &[100.0, 101.0]);
+        // b covers centres 42.5 and 52.5 ms: frames 3 and 4 of f1.
+        assert_eq!(
+            ds.frame_rows(ds.blocks[1].frames.clone()),
+            &[6.0, 7.0, 8.0, 9.0]
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,178 @@
+//! ABX discriminability of phones from an `.item` file and per-file feature matrices.
+//!
+//! A triplet (A, B, X) is correct when X, of A's phone, is closer (DTW under a frame distance) to A than
+//! to B, of another phone; ties count ½. A cell's error is the fraction of incorrect triplets; cells are
+//! averaged in the order of the chosen [`Convention`].
+
+mod dataset;
+mod score;
+mod task;
+
+use std::collections::BTreeMap;
+
+use invar_ops::FrameDistance;
+use serde::{Deserialize, Serialize};
+
+pub use dataset::{AbxDataset, AbxItem, Block, FrameTiming};
+pub use score::CellScore;
+pub use task::{units, AbxMode, Unit};
+
+use crate::{Error, Result};
+
+/// How item distances are formed and cells averaged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Convention {
+    /// ZeroSpeech 2015 / ABXpy: summed DTW cost; mean over talkers (talker pairs across speaker) within
+    /// each (context, phone pair), then over contexts, then over phone pairs.
+    Zs2015,
+    /// fastabx / Libri-Light / ZeroSpeech 2021: DTW cost ÷ path length; mean over contexts (and X's
+    /// talker across speaker) within each (phone pair, talker), then over talkers, then over phone pairs.
+    Fastabx,
+}
+
+impl std::fmt::Display for Convention {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Convention::Zs2015 => "zs2015",
+            Convention::Fastabx => "fastabx",
+        })
+    }
+}
+
+impl std::str::FromStr for Convention {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "zs2015" => Ok(Convention::Zs2015),
+            "fastabx" => Ok(Convention::Fastabx),
+            _ => Err(Error::config(
+                "convention",
+                s,
+                "expected `zs2015` or `fastabx`",
+            )),
+        }
+    }
+}
+
+/// What an ABX evaluation computes. Defaults: within speaker, zs2015, angular distance, 10 ms / 25 ms frames.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AbxConfig {
+    pub mode: AbxMode,
+    pub convention: Convention,
+    pub distance: FrameDistance,
+    pub timing: FrameTiming,
+}
+
+impl Default for AbxConfig {
+    fn default() -> Self {
+        AbxConfig {
+            mode: AbxMode::Within,
+            convention: Convention::Zs2015,
+            distance: FrameDistance::Angular,
+            timing: FrameTiming::default(),
+        }
+    }
+}
+
+impl AbxConfig {
+    /// Checks the frame timing.
+    pub fn validate(&self) -> Result<()> {
+        self.timing.validate()
+    }
+}
+
+/// The error of one ordered phone pair (A/X phone, B phone), averaged over contexts and talkers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairError {
+    pub phone_a: String,
+    pub phone_b: String,
+    pub error: f64,
+}
+
+/// One scored cell with its labels spelled out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CellRecord {
+    pub context: String,
+    pub phone_a: String,
+    pub phone_b: String,
+    pub speaker_a: String,
+    pub speaker_x: String,
+    pub error: f64,
+    pub triplets: u64,
+}
+
+/// The result of one ABX evaluation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AbxResult {
+    pub mode: AbxMode,
+    pub convention: Convention,
+    pub distance: FrameDistance,
+    /// The ABX error rate in `[0, 1]` (multiply by 100 for the percentages papers print).
+    pub error: f64,
+    pub items: usize,
+    /// `.item` lines whose segment covers no frame; they take no part.
+    pub empty_items: Vec<usize>,
+    pub cells: usize,
+    pub triplets: u64,
+    /// Per ordered phone pair, sorted by phone names.
+    pub pairs: Vec<PairError>,
+    /// Every cell, for finer analyses (JSON output).
+    pub cell_scores: Vec<CellRecord>,
+}
+
+/// Runs an ABX evaluation on a dataset. `on_unit` is called after each unit of work (there are
+/// [`units`]`(ds, config.mode).len()` of them), for progress display.
+pub fn evaluate(
+    ds: &AbxDataset,
+    config: &AbxConfig,
+    on_unit: &(dyn Fn() + Sync),
+) -> Result<AbxResult> {
+    config.validate()?;
+    let units = task::units(ds, config.mode);
+    let cells = score::score_units(ds, &units, config.distance, config.convention, on_unit)?;
+    if cells.is_empty() {
+        return Err(Error::degenerate(
+            format!("ABX {}", config.mode),
+            "no cell has a triplet: each (context, talker) needs two phones and, within speaker, two items of \
+             a phone (across speaker, the phone also from another talker in the same context)",
+        ));
+    }
+    let pair_map: BTreeMap<(u32, u32), f64> = score::pair_errors(&cells, config.convention);
+    let error = pair_map.values().sum::<f64>() / pair_map.len() as f64;
+    let name = |names: &[String], i: u32| names[i as usize].clone();
+    let pairs = pair_map
+        .iter()
+        .map(|(&(pa, pb), &e)| PairError {
+            phone_a: name(&ds.phones, pa),
+            phone_b: name(&ds.phones, pb),
+            error: e,
+        })
+        .collect();
+    let triplets = cells.iter().map(|c| c.triplets).sum();
+    let cell_scores = cells
+        .iter()
+        .map(|c| CellRecord {
+            context: name(&ds.contexts, c.context),
+            phone_a: name(&ds.phones, c.phone_a),
+            phone_b: name(&ds.phones, c.phone_b),
+            speaker_a: name(&ds.speakers, c.speaker_a),
+            speaker_x: name(&ds.speakers, c.speaker_x),
+            error: c.error,
+            triplets: c.triplets,
+        })
+        .collect();
+    Ok(AbxResult {
+        mode: config.mode,
+        convention: config.convention,
+        distance: config.distance,
+        error,
+        items: ds.items.len(),
+        empty_items: ds.empty_items.clone(),
+        cells: cells.len(),
+        triplets,
+        pairs,
+        cell_scores,
+    })
+}

@@ -1,0 +1,264 @@
+//! Scoring ABX units (DTW distances between items, triplet counts) and collapsing cells into one error.
+
+use std::collections::BTreeMap;
+
+use invar_ops::dtw::Dtw;
+use invar_ops::FrameDistance;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use super::dataset::AbxDataset;
+use super::task::Unit;
+use super::Convention;
+use crate::Result;
+
+/// The error rate of one cell: fixed phones of A/X and B, context, talker of A/B and talker of X.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CellScore {
+    pub context: u32,
+    pub phone_a: u32,
+    pub phone_b: u32,
+    /// Talker of A and B.
+    pub speaker_a: u32,
+    /// Talker of X (equal to `speaker_a` within speaker).
+    pub speaker_x: u32,
+    /// Fraction of triplets where X is closer to B than to A; ties count ½.
+    pub error: f64,
+    pub triplets: u64,
+}
+
+/// Buffers one worker reuses for every unit: nothing is allocated per item pair.
+struct Scratch {
+    dtw: Dtw,
+    frame_costs: Vec<f32>,
+    sub: Vec<f32>,
+    dxa: Vec<f32>,
+    dxb: Vec<f32>,
+    sorted: Vec<f32>,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        Scratch {
+            dtw: Dtw::new(),
+            frame_costs: Vec::new(),
+            sub: Vec::new(),
+            dxa: Vec::new(),
+            dxb: Vec::new(),
+            sorted: Vec::new(),
+        }
+    }
+}
+
+/// Whether `d(x, y) = d(y, x)` for the frame distance (then DTW is symmetric too).
+fn is_symmetric(distance: FrameDistance) -> bool {
+    !matches!(distance, FrameDistance::Kl)
+}
+
+/// DTW distances between every item of block `xb` (rows) and every item of block `yb` (columns),
+/// written row-major into `out`. With `skip_diagonal` (X = A), the diagonal is not computed.
+fn item_distances(
+    ds: &AbxDataset,
+    xb: usize,
+    yb: usize,
+    distance: FrameDistance,
+    normalise: bool,
+    s: &mut Scratch,
+    out_is_dxa: bool,
+) -> Result<()> {
+    let xblock = &ds.blocks[xb];
+    let yblock = &ds.blocks[yb];
+    let (nfx, nfy) = (xblock.frames.len(), yblock.frames.len());
+    s.frame_costs.clear();
+    s.frame_costs.resize(nfx * nfy, 0.0);
+    distance.pairwise(
+        ds.frame_rows(xblock.frames.clone()),
+        nfx,
+        ds.frame_rows(yblock.frames.clone()),
+        nfy,
+        ds.dim,
+        &mut s.frame_costs,
+    )?;
+    let (nx, ny) = (xblock.items.len(), yblock.items.len());
+    let out = if out_is_dxa { &mut s.dxa } else { &mut s.dxb };
+    out.clear();
+    out.resize(nx * ny, f32::INFINITY);
+    let same = xb == yb;
+    let mirror = same && is_symmetric(distance);
+    for (i, xi) in ds.items[xblock.items.clone()].iter().enumerate() {
+        let r0 = xi.start - xblock.frames.start;
+        for (j, yj) in ds.items[yblock.items.clone()].iter().enumerate() {
+            if same && (i == j || (mirror && j < i)) {
+                continue;
+            }
+            let c0 = yj.start - yblock.frames.start;
+            s.sub.clear();
+            for r in r0..r0 + xi.len {
+                let row = &s.frame_costs[r * nfy + c0..r * nfy + c0 + yj.len];
+                s.sub.extend_from_slice(row);
+            }
+            let cost = s.dtw.cost(&s.sub, xi.len, yj.len)?;
+            let d = if normalise {
+                cost.sum / cost.path_len as f32
+            } else {
+                cost.sum
+            };
+            out[i * ny + j] = d;
+            if mirror {
+                out[j * ny + i] = d;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Counts correct answers over `x ∈ X, a ∈ A, b ∈ B` from the X×A and X×B distance matrices:
+/// 1 when `d(x, a) < d(x, b)`, ½ on a tie. Returns (correct, triplets).
+fn count_cell(
+    dxa: &[f32],
+    na: usize,
+    dxb: &[f32],
+    nb: usize,
+    symmetric: bool,
+    sorted: &mut Vec<f32>,
+) -> (f64, u64) {
+    let nx = dxa.len().checked_div(na).unwrap_or(0);
+    let mut correct = 0.0f64;
+    let mut triplets = 0u64;
+    for x in 0..nx {
+        sorted.clear();
+        sorted.extend_from_slice(&dxb[x * nb..(x + 1) * nb]);
+        sorted.sort_unstable_by(f32::total_cmp);
+        for a in 0..na {
+            if symmetric && a == x {
+                continue;
+            }
+            let d = dxa[x * na + a];
+            let below = sorted.partition_point(|&v| v < d);
+            let not_above = sorted.partition_point(|&v| v <= d);
+            correct += (nb - not_above) as f64 + 0.5 * (not_above - below) as f64;
+            triplets += nb as u64;
+        }
+    }
+    (correct, triplets)
+}
+
+fn score_unit(
+    ds: &AbxDataset,
+    unit: &Unit,
+    distance: FrameDistance,
+    normalise: bool,
+    s: &mut Scratch,
+) -> Result<Vec<CellScore>> {
+    let (ablock, xblock) = (&ds.blocks[unit.a], &ds.blocks[unit.x]);
+    item_distances(ds, unit.x, unit.a, distance, normalise, s, true)?;
+    let na = ablock.items.len();
+    let mut cells = Vec::new();
+    for b in unit.b_group.clone() {
+        let bblock = &ds.blocks[b];
+        if bblock.phone == ablock.phone {
+            continue;
+        }
+        item_distances(ds, unit.x, b, distance, normalise, s, false)?;
+        let (correct, triplets) = count_cell(
+            &s.dxa,
+            na,
+            &s.dxb,
+            bblock.items.len(),
+            unit.symmetric(),
+            &mut s.sorted,
+        );
+        if triplets == 0 {
+            continue;
+        }
+        cells.push(CellScore {
+            context: ablock.context,
+            phone_a: ablock.phone,
+            phone_b: bblock.phone,
+            speaker_a: ablock.speaker,
+            speaker_x: xblock.speaker,
+            error: 1.0 - correct / triplets as f64,
+            triplets,
+        });
+    }
+    Ok(cells)
+}
+
+/// Scores every unit in parallel; `on_unit` is called once per finished unit (for progress).
+pub(crate) fn score_units(
+    ds: &AbxDataset,
+    units: &[Unit],
+    distance: FrameDistance,
+    convention: Convention,
+    on_unit: &(dyn Fn() + Sync),
+) -> Result<Vec<CellScore>> {
+    let normalise = convention == Convention::Fastabx;
+    let per_unit: Vec<Vec<CellScore>> = units
+        .par_iter()
+        .map_init(Scratch::new, |s, unit| {
+            let cells = score_unit(ds, unit, distance, normalise, s);
+            on_unit();
+            cells
+        })
+        .collect::<Result<_>>()?;
+    Ok(per_unit.into_iter().flatten().collect())
+}
+
+/// The mean error of each ordered phone pair after the convention's first two averaging levels.
+///
+/// - `zs2015`: mean over talkers (talker pairs across speaker) within each (context, phone pair), then
+///   mean over contexts.
+/// - `fastabx`: mean over contexts (together with X's talker across speaker) within each (phone pair,
+///   talker of A), then mean over talkers.
+pub(crate) fn pair_errors(
+    cells: &[CellScore],
+    convention: Convention,
+) -> BTreeMap<(u32, u32), f64> {
+    // First level: the key kept, everything else averaged.
+    let mut level1: BTreeMap<(u32, u32, u32), (f64, usize)> = BTreeMap::new();
+    for c in cells {
+        let inner = match convention {
+            Convention::Zs2015 => c.context,
+            Convention::Fastabx => c.speaker_a,
+        };
+        let e = level1.entry((c.phone_a, c.phone_b, inner)).or_default();
+        e.0 += c.error;
+        e.1 += 1;
+    }
+    let mut level2: BTreeMap<(u32, u32), (f64, usize)> = BTreeMap::new();
+    for ((pa, pb, _), (sum, n)) in level1 {
+        let e = level2.entry((pa, pb)).or_default();
+        e.0 += sum / n as f64;
+        e.1 += 1;
+    }
+    level2
+        .into_iter()
+        .map(|(k, (sum, n))| (k, sum / n as f64))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn count_cell_by_hand() {
+        // One x, A = {a0, a1}, B = {b0, b1, b2}.
+        // d(x,a0) = 1: b distances 0.5, 1, 2 → correct 1 (b2) + ½ (tie b1) = 1.5
+        // d(x,a1) = 3: nothing farther → 0
+        let dxa = [1.0, 3.0];
+        let dxb = [2.0, 0.5, 1.0];
+        let mut buf = Vec::new();
+        let (c, t) = count_cell(&dxa, 2, &dxb, 3, false, &mut buf);
+        assert_eq!(t, 6);
+        assert!((c - 1.5).abs() < 1e-12);
+        // Symmetric: X = A = {a0, a1}; diagonal skipped.
+        // x = a0: d(a0, a1) = 2 vs B row (1, 3) → 1 correct (3 > 2)
+        // x = a1: d(a1, a0) = 2 vs B row (2, 2) → two ties → 1
+        let dxa = [f32::INFINITY, 2.0, 2.0, f32::INFINITY];
+        let dxb = [1.0, 3.0, 2.0, 2.0];
+        let (c, t) = count_cell(&dxa, 2, &dxb, 2, true, &mut buf);
+        assert_eq!(t, 4);
+        assert!((c - 2.0).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,139 @@
+//! ABX task construction: which (A, B, X) sets make up each cell, grouped into units of work.
+//!
+//! - within speaker ("on phone, by talker and context"): A, B and X share context and talker; A and X
+//!   share the phone, B has another; X runs over A's items other than A itself.
+//! - across speaker ("on phone, across talker, by context"): A and B share context and talker, X has the
+//!   same context and A's phone but another talker.
+//!
+//! A unit is one (A block, X block) pair together with the B blocks it is compared against: the X×A
+//! distances are computed once per unit, then one X×B block per cell, so the memory a unit needs is
+//! bounded by its largest cell.
+
+use std::ops::Range;
+
+use serde::{Deserialize, Serialize};
+
+use super::dataset::AbxDataset;
+use crate::{Error, Result};
+
+/// Within or across speaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AbxMode {
+    /// "on phone, by talker and context".
+    Within,
+    /// "on phone, across talker, by context".
+    Across,
+}
+
+impl std::fmt::Display for AbxMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AbxMode::Within => "within",
+            AbxMode::Across => "across",
+        })
+    }
+}
+
+impl std::str::FromStr for AbxMode {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "within" => Ok(AbxMode::Within),
+            "across" => Ok(AbxMode::Across),
+            _ => Err(Error::config("mode", s, "expected `within` or `across`")),
+        }
+    }
+}
+
+/// One unit of work: X block against A block, and against every B block of `b_group` whose phone differs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unit {
+    /// Block index of A.
+    pub a: usize,
+    /// Block index of X (equal to `a` within speaker).
+    pub x: usize,
+    /// Block indices of A's (context, speaker) group; those with another phone are the B blocks.
+    pub b_group: Range<usize>,
+}
+
+impl Unit {
+    /// Whether X and A are the same block (within speaker): a triplet never uses A as its own X.
+    pub fn symmetric(&self) -> bool {
+        self.a == self.x
+    }
+}
+
+/// Runs of blocks sharing (context, speaker).
+fn groups(ds: &AbxDataset) -> Vec<Range<usize>> {
+    let mut out: Vec<Range<usize>> = Vec::new();
+    for (i, b) in ds.blocks.iter().enumerate() {
+        match out.last_mut() {
+            Some(g)
+                if ds.blocks[g.start].context == b.context
+                    && ds.blocks[g.start].speaker == b.speaker =>
+            {
+                g.end = i + 1
+            }
+            _ => out.push(i..i + 1),
+        }
+    }
+    out
+}
+
+/// All units of a task, in a deterministic order. Units that would hold no triplet are left out.
+pub fn units(ds: &AbxDataset, mode: AbxMode) -> Vec<Unit> {
+    let groups = groups(ds);
+    let mut out = Vec::new();
+    match mode {
+        AbxMode::Within => {
+            for g in &groups {
+                if g.len() < 2 {
+                    continue;
+                }
+                for a in g.clone() {
+                    if ds.blocks[a].items.len() >= 2 {
+                        out.push(Unit {
+                            a,
+                            x: a,
+                            b_group: g.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        AbxMode::Across => {
+            // Groups are sorted by (context, speaker): walk each context's groups pairwise.
+            let mut start = 0;
+            while start < groups.len() {
+                let ctx = ds.blocks[groups[start].start].context;
+                let mut end = start;
+                while end < groups.len() && ds.blocks[groups[end].start].context == ctx {
+                    end += 1;
+                }
+                for gs in &groups[start..end] {
+                    if gs.len() < 2 {
+                        continue; // no B for this talker
+                    }
+                    for gt in &groups[start..end] {
+                        if gt.start == gs.start {
+                            continue; // X must come from another talker
+                        }
+                        for a in gs.clone() {
+                            let phone = ds.blocks[a].phone;
+                            if let Some(x) = gt.clone().find(|&x| ds.blocks[x].phone == phone) {
+                                out.push(Unit {
+                                    a,
+                                    x,
+                                    b_group: gs.clone(),
+                                });
+                            }
+                        }
+                    }
+                }
+                start = end;
+            }
+        }
+    }
+    out
+}
