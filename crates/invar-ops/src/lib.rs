@@ -1,1 +1,20 @@
-//! placeholder
+//! The numerical core that invar's three methods and its evaluation share: divergences and distances
+//! between probability vectors and feature frames, as plain `&[f32]` functions ([`dist`]) for
+//! evaluation code and as batched differentiable candle ops ([`batch`]) for training; dynamic time
+//! warping under any frame distance ([`dtw`]); log-sum-exp; device selection.
+//!
+//! invar-ops does no I/O and knows nothing of audio, corpora or files.
+
+pub mod batch;
+mod device;
+pub mod dist;
+pub mod dtw;
+mod error;
+mod frame;
+mod numerics;
+
+pub use device::device;
+pub use dtw::{Dtw, DtwCost, DtwResult};
+pub use error::{Error, Result};
+pub use frame::FrameDistance;
+pub use numerics::{logsumexp, logsumexp_f64};
