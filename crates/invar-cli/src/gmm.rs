@@ -481,8 +481,6 @@ impl Progress {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
     use super::*;
 
     /// A feature set of `speakers × 4` utterances (120 frames × 4 dims): phone-like clusters

@@ -302,8 +302,6 @@ fn project(args: &ExtractArgs, stacked: &invar_data::SupervectorSet) -> anyhow::
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
     use super::*;
     use crate::gmm::tests::{scratch, synthetic_set};
 

@@ -5,8 +5,6 @@
 //! length normalisation, LDA and WCCN). Everything works on in-memory `invar_io::Matrix` frames;
 //! the only files it touches are model and statistics files it is asked to save or load.
 
-#![cfg_attr(test, allow(clippy::unwrap_used))]
-
 mod error;
 mod gmm;
 mod ivector;

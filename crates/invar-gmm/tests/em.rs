@@ -1,7 +1,6 @@
 //! EM on data drawn from a known mixture: recovery of the parameters, a log-likelihood that never
 //! decreases, every initialisation, dead components, and shards that add up to the whole.
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fns: a panic is the failure report
 mod common;
 
 use invar_gmm::{

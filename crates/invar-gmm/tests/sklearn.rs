@@ -5,8 +5,7 @@
 //! Box–Muller formula (tests/common/mod.rs), rounded to f32 in both. scikit-learn ran with
 //! `tol=0, reg_covar=0, max_iter=20`, `weights_init = 1/3`, `means_init = INIT_MEANS`,
 //! `precisions_init = 1`; it printed the numbers below.
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fns: a panic is the failure report
 mod common;
 
 use invar_gmm::{train_from, DiagGmm, EmConfig};

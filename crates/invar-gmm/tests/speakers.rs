@@ -1,8 +1,7 @@
 //! Supervectors and i-vectors on seeded synthetic speakers: a speaker's utterances are closer to
 //! each other than to other speakers'; the i-vector EM objective rises every iteration; models and
 //! statistics survive save/load; LDA and WCCN keep the speakers apart.
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fns: a panic is the failure report
 mod common;
 
 use invar_gmm::{

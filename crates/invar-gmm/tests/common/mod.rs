@@ -1,6 +1,5 @@
 //! Seeded synthetic data shared by the integration tests.
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)] // shared test helpers: a panic is the failure report
 
 use invar_io::Matrix;
 use rand::{Rng, SeedableRng};
