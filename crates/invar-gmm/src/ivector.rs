@@ -449,9 +449,12 @@ impl IvectorExtractor {
                 let mut a = vec![0.0; r * r];
                 unpack_sym(&acc.a[k * p..(k + 1) * p], r, &mut a);
                 cholesky(&mut a, r, "T-matrix accumulator A_c")?;
-                let ainv = cholesky_inverse(&a, r);
-                let cc = &acc.c[k * d * r..(k + 1) * d * r];
-                gemm(d, r, r, cc, Op::N, &ainv, Op::N, tc, false, false);
+                // T_c A_c = C_c: each row of T_c solves A_c x = (row of C_c), A_c symmetric.
+                tc.copy_from_slice(&acc.c[k * d * r..(k + 1) * d * r]);
+                for row in tc.chunks_exact_mut(r) {
+                    forward_solve(&a, r, row);
+                    backward_solve(&a, r, row);
+                }
                 Ok(())
             })?;
         if min_divergence {
