@@ -1,0 +1,182 @@
+//! A complete, minimal method on the loop — softmax (multinomial logistic) regression on seeded
+//! Gaussian blobs — used by the tests, the kill-and-resume binary and the benches, and the worked
+//! example for methods' authors of what a [`BatchSource`] and a [`TrainStep`] look like.
+
+use candle_core::{DType, Device, Module, Tensor, D};
+use candle_nn::{Linear, VarMap};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::{
+    seeded_var_builder, BatchSource, Error, Metrics, Result, StepContext, StepOutput, TrainStep,
+};
+
+/// `n` points in `dim` dimensions around `classes` centres; the centres come from `centre_seed`
+/// (uniform in [−1, 1]^dim), the points from `sample_seed` (centre + spread·N(0, I) by Box–Muller).
+#[derive(Debug, Clone)]
+pub struct Blobs {
+    pub x: Vec<f32>,
+    pub y: Vec<u32>,
+    pub dim: usize,
+    pub classes: usize,
+}
+
+impl Blobs {
+    pub fn generate(
+        n: usize,
+        dim: usize,
+        classes: usize,
+        spread: f32,
+        centre_seed: u64,
+        sample_seed: u64,
+    ) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(centre_seed);
+        let centres: Vec<f32> = (0..classes * dim)
+            .map(|_| rng.random_range(-1.0f32..1.0))
+            .collect();
+        let mut rng = ChaCha8Rng::seed_from_u64(sample_seed);
+        let mut x = Vec::with_capacity(n * dim);
+        let mut y = Vec::with_capacity(n);
+        for i in 0..n {
+            let c = i % classes;
+            for d in 0..dim {
+                let u1: f32 = rng.random_range(f32::EPSILON..1.0);
+                let u2: f32 = rng.random();
+                let z = (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos();
+                x.push(centres[c * dim + d] + spread * z);
+            }
+            y.push(c as u32);
+        }
+        Self { x, y, dim, classes }
+    }
+
+    pub fn len(&self) -> usize {
+        self.y.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.y.is_empty()
+    }
+}
+
+/// Shuffled minibatches of [`Blobs`]; the order of each epoch comes from the loop's RNG.
+#[derive(Debug)]
+pub struct BlobBatches {
+    data: Blobs,
+    batch_size: usize,
+    order: Vec<usize>,
+    device: Device,
+}
+
+impl BlobBatches {
+    pub fn new(data: Blobs, batch_size: usize, device: Device) -> Self {
+        let order = (0..data.len()).collect();
+        Self {
+            data,
+            batch_size: batch_size.max(1),
+            order,
+            device,
+        }
+    }
+}
+
+/// Inputs `[B, dim]` and labels `[B]`.
+#[derive(Debug)]
+pub struct BlobBatch {
+    pub x: Tensor,
+    pub y: Tensor,
+}
+
+impl BatchSource for BlobBatches {
+    type Batch = BlobBatch;
+
+    fn start_epoch(&mut self, _epoch: usize, rng: &mut ChaCha8Rng) -> Result<usize> {
+        self.order = (0..self.data.len()).collect();
+        self.order.shuffle(rng);
+        Ok(self.data.len().div_ceil(self.batch_size))
+    }
+
+    fn batch(&mut self, index: usize) -> Result<BlobBatch> {
+        let start = index * self.batch_size;
+        let end = (start + self.batch_size).min(self.order.len());
+        let idx = self.order.get(start..end).ok_or_else(|| {
+            Error::method(
+                "blob batches",
+                format!("batch {index} is past the end of the epoch"),
+            )
+        })?;
+        let dim = self.data.dim;
+        let mut x = Vec::with_capacity(idx.len() * dim);
+        let mut y = Vec::with_capacity(idx.len());
+        for &i in idx {
+            x.extend_from_slice(&self.data.x[i * dim..(i + 1) * dim]);
+            y.push(self.data.y[i]);
+        }
+        Ok(BlobBatch {
+            x: Tensor::from_vec(x, (idx.len(), dim), &self.device)?,
+            y: Tensor::from_vec(y, idx.len(), &self.device)?,
+        })
+    }
+}
+
+/// `softmax(x·W + b)` trained with cross-entropy; reports accuracy, validates on a held-out set.
+#[derive(Debug)]
+pub struct SoftmaxRegression {
+    linear: Linear,
+    val: BlobBatch,
+}
+
+impl SoftmaxRegression {
+    /// Creates the variables `linear.weight` `[classes, dim]` and `linear.bias` in `varmap`, drawn
+    /// from `seed`.
+    pub fn new(
+        varmap: &VarMap,
+        dim: usize,
+        classes: usize,
+        val: &Blobs,
+        seed: u64,
+        device: &Device,
+    ) -> Result<Self> {
+        let vb = seeded_var_builder(varmap, seed, DType::F32, device);
+        let linear = candle_nn::linear(dim, classes, vb.pp("linear"))?;
+        let val = BlobBatch {
+            x: Tensor::from_slice(&val.x, (val.len(), val.dim), device)?,
+            y: Tensor::from_slice(&val.y, val.len(), device)?,
+        };
+        Ok(Self { linear, val })
+    }
+
+    /// Mean cross-entropy and accuracy of a batch.
+    pub fn evaluate(&self, batch: &BlobBatch) -> Result<(Tensor, f64)> {
+        let logits = self.linear.forward(&batch.x)?; // [B, classes]
+        let loss = candle_nn::loss::cross_entropy(&logits, &batch.y)?;
+        let predicted = logits.argmax(D::Minus1)?; // [B]
+        let correct = predicted
+            .eq(&batch.y)?
+            .to_dtype(DType::F32)?
+            .sum_all()?
+            .to_scalar::<f32>()?;
+        Ok((
+            loss,
+            f64::from(correct) / batch.y.elem_count().max(1) as f64,
+        ))
+    }
+}
+
+impl TrainStep<BlobBatch> for SoftmaxRegression {
+    fn step(&mut self, batch: &BlobBatch, _ctx: &mut StepContext<'_>) -> Result<StepOutput> {
+        let (loss, acc) = self.evaluate(batch)?;
+        let mut out = StepOutput::new(loss, batch.y.elem_count());
+        out.metrics.insert("acc".into(), acc);
+        Ok(out)
+    }
+
+    fn validate(&mut self) -> Result<Metrics> {
+        let (loss, acc) = self.evaluate(&self.val)?;
+        Ok(Metrics::from([
+            ("loss".to_string(), f64::from(loss.to_scalar::<f32>()?)),
+            ("acc".to_string(), acc),
+        ]))
+    }
+}

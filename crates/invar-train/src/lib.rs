@@ -1,0 +1,35 @@
+//! invar-train: the one training loop that invar's methods share. A method brings its variables (a
+//! `candle_nn::VarMap`), a [`BatchSource`] and a [`TrainStep`] (forward pass → loss, plus validation);
+//! [`Trainer::fit`] owns everything else: seeded epochs, the optimiser (SGD with momentum or
+//! Nesterov momentum, Adam, AdamW, AdaMax — fused and in place on CPU), global-norm gradient
+//! clipping, validation, early stopping (patience and Prechelt's GL_α), a JSONL metric log, atomic
+//! checkpoints with a keep-last-N-and-best policy, resuming from the newest good checkpoint,
+//! NaN/Inf detection, progress, and SVG/PNG training curves.
+
+mod checkpoint;
+mod config;
+mod early_stop;
+mod error;
+pub mod example;
+mod init;
+mod log;
+mod optim;
+mod plot;
+mod progress;
+mod trainer;
+
+pub use checkpoint::{
+    checkpoint_path, checkpoints_dir, checkpoints_to_remove, list_checkpoints, load_checkpoint,
+    load_weights, newest_good_checkpoint, save_weights, Checkpoint, RngState, TrainState,
+    CHECKPOINT_FORMAT,
+};
+pub use config::{CheckpointConfig, EarlyStoppingConfig, Mode, ProgressMode, TrainConfig};
+pub use early_stop::{EarlyStoppingState, StopReason, Verdict};
+pub use error::{BoxError, Error, Result};
+pub use init::{seeded_values, seeded_var_builder};
+pub use log::{EpochRecord, MetricLog, Metrics};
+pub use optim::{
+    AdaMaxConfig, AdamConfig, AdamWConfig, Optimizer, OptimizerConfig, SgdConfig, UpdatePath,
+};
+pub use plot::plot_curves;
+pub use trainer::{BatchSource, StepContext, StepOutput, TrainStep, TrainSummary, Trainer};

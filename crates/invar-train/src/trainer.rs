@@ -1,0 +1,459 @@
+//! The one training loop. A method provides its variables (a `VarMap`), a [`BatchSource`] and a
+//! [`TrainStep`]; the loop owns epochs, the seeded RNG, the optimiser, gradient clipping, validation,
+//! early stopping, the metric log, checkpoints and resuming, progress and the curves.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarMap;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::{self, RngState, TrainState, CHECKPOINT_FORMAT};
+use crate::config::TrainConfig;
+use crate::early_stop::{EarlyStoppingState, StopReason};
+use crate::log::{EpochRecord, MetricLog, Metrics};
+use crate::plot::plot_curves;
+use crate::progress::Progress;
+use crate::{Error, Optimizer, Result};
+
+/// Where the batches of an epoch come from. Everything random about an epoch (shuffling, pair
+/// sampling) must be drawn from the `rng` given to [`BatchSource::start_epoch`]: that is what makes a
+/// resumed run repeat the uninterrupted one exactly.
+pub trait BatchSource {
+    type Batch;
+
+    /// Prepares epoch `epoch` (1-based) and returns how many batches it has.
+    fn start_epoch(&mut self, epoch: usize, rng: &mut ChaCha8Rng) -> Result<usize>;
+
+    /// Batch `index` (0-based, below what `start_epoch` returned) of the current epoch.
+    fn batch(&mut self, index: usize) -> Result<Self::Batch>;
+}
+
+/// What the loop hands a step besides the batch.
+#[derive(Debug)]
+pub struct StepContext<'a> {
+    pub epoch: usize,
+    /// Steps completed before this one.
+    pub step: u64,
+    /// The run's generator, for randomness inside a step (dropout, noise); checkpointed.
+    pub rng: &'a mut ChaCha8Rng,
+}
+
+/// A step's result: a scalar loss to minimise, how many samples it covered (for means and
+/// throughput), and any other numbers to log (averaged over the epoch, weighted by samples, and
+/// logged as `train_<name>`).
+#[derive(Debug)]
+pub struct StepOutput {
+    pub loss: Tensor,
+    pub samples: usize,
+    pub metrics: Metrics,
+}
+
+impl StepOutput {
+    /// A loss with no extra metrics.
+    pub fn new(loss: Tensor, samples: usize) -> Self {
+        Self {
+            loss,
+            samples,
+            metrics: Metrics::new(),
+        }
+    }
+}
+
+/// A method's model and loss: one forward pass on a batch, and a validation pass.
+pub trait TrainStep<B> {
+    /// Computes the loss of `batch` (the loop does backward and the update).
+    fn step(&mut self, batch: &B, ctx: &mut StepContext<'_>) -> Result<StepOutput>;
+
+    /// Validation metrics after an epoch, logged as `val_<name>` (e.g. `loss` → `val_loss`).
+    fn validate(&mut self) -> Result<Metrics> {
+        Ok(Metrics::new())
+    }
+}
+
+/// How a call to [`Trainer::fit`] ended.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrainSummary {
+    /// Epochs completed in total (including those before a resume).
+    pub epochs: usize,
+    pub steps: u64,
+    pub stop: StopReason,
+    pub best_epoch: Option<usize>,
+    pub best_value: Option<f64>,
+    /// The checkpoint this call resumed from.
+    pub resumed_from: Option<PathBuf>,
+    /// `run_dir/model.safetensors`: the final weights (the best ones under `restore_best`).
+    pub weights: PathBuf,
+    pub history: Vec<EpochRecord>,
+}
+
+/// The loop's fixed inputs: configuration, output folder, device and the method's resolved config.
+#[derive(Debug, Clone)]
+pub struct Trainer {
+    config: TrainConfig,
+    run_dir: PathBuf,
+    device: Device,
+    method_config: serde_json::Value,
+    resume: bool,
+}
+
+impl Trainer {
+    /// A trainer writing into `run_dir`; the config is validated here.
+    pub fn new(config: TrainConfig, run_dir: impl Into<PathBuf>, device: Device) -> Result<Self> {
+        config.validate()?;
+        Ok(Self {
+            config,
+            run_dir: run_dir.into(),
+            device,
+            method_config: serde_json::Value::Null,
+            resume: false,
+        })
+    }
+
+    /// Records the method's resolved config in `config.json` and in every checkpoint.
+    pub fn with_method_config(mut self, config: &impl Serialize) -> Result<Self> {
+        self.method_config =
+            serde_json::to_value(config).map_err(|e| Error::file(&self.run_dir, e))?;
+        Ok(self)
+    }
+
+    /// Continue from the newest good checkpoint in `run_dir`, if there is one.
+    pub fn with_resume(mut self, resume: bool) -> Self {
+        self.resume = resume;
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TrainConfig {
+        &self.config
+    }
+
+    /// The output folder.
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
+    /// Trains the variables of `varmap` with `step` on batches from `source`.
+    pub fn fit<S, T>(&self, varmap: &VarMap, source: &mut S, step: &mut T) -> Result<TrainSummary>
+    where
+        S: BatchSource,
+        T: TrainStep<S::Batch>,
+    {
+        let cfg = &self.config;
+        std::fs::create_dir_all(&self.run_dir).map_err(|e| Error::file(&self.run_dir, e))?;
+        invar_io::write_json(
+            self.run_dir.join("config.json"),
+            &serde_json::json!({ "train": cfg, "method": self.method_config }),
+        )?;
+        let mut optimizer = Optimizer::new(varmap, cfg.optimizer.clone())?;
+        let log_path = self.run_dir.join("metrics.jsonl");
+
+        let mut run = RunState {
+            epoch: 0,
+            step: 0,
+            rng: ChaCha8Rng::seed_from_u64(cfg.seed),
+            early: EarlyStoppingState::default(),
+            history: Vec::new(),
+            stopped: None,
+        };
+        let mut resumed_from = None;
+        let log = match self.resume_from(varmap, &mut optimizer, &mut run)? {
+            Some(path) => {
+                resumed_from = Some(path);
+                MetricLog::resume(&log_path, run.step)?
+            }
+            None => MetricLog::create(&log_path)?,
+        };
+        if let Some(stop) = run.stopped.clone() {
+            tracing::info!("the checkpoint marks this run finished ({stop:?}); nothing to train");
+            return self.finish(varmap, run, stop, resumed_from);
+        }
+
+        tracing::info!(
+            params = optimizer.num_params(),
+            optimizer = cfg.optimizer.kind(),
+            "training from epoch {} to {}",
+            run.epoch + 1,
+            cfg.epochs
+        );
+        let mut progress = Progress::new(cfg.progress, cfg.epochs);
+        let mut stop = StopReason::MaxEpochs;
+        for epoch in run.epoch + 1..=cfg.epochs {
+            let record = self.run_epoch(
+                epoch,
+                &mut run,
+                &mut optimizer,
+                &log,
+                &mut progress,
+                source,
+                step,
+            )?;
+            let verdict = run.early.update(&cfg.early_stopping, &record)?;
+            run.history.push(record.clone());
+            run.epoch = epoch;
+            progress.end_epoch(&record);
+            let last = epoch == cfg.epochs || verdict.stop.is_some();
+            if last {
+                stop = verdict.stop.clone().unwrap_or(StopReason::MaxEpochs);
+                run.stopped = Some(stop.clone());
+            }
+            let every = cfg.checkpoint.every;
+            let due = every > 0
+                && (epoch % every == 0 || last || (verdict.improved && cfg.checkpoint.keep_best));
+            if due {
+                self.checkpoint(varmap, &optimizer, &run)?;
+            }
+            if let Some(reason) = verdict.stop {
+                tracing::info!("early stop after epoch {epoch}: {reason:?}");
+                break;
+            }
+        }
+        self.finish(varmap, run, stop, resumed_from)
+    }
+
+    /// Loads the newest good checkpoint into the model, optimiser and run state.
+    fn resume_from(
+        &self,
+        varmap: &VarMap,
+        optimizer: &mut Optimizer,
+        run: &mut RunState,
+    ) -> Result<Option<PathBuf>> {
+        if !self.resume {
+            return Ok(None);
+        }
+        let Some(ckpt) =
+            checkpoint::newest_good_checkpoint(&self.run_dir, &self.device, varmap, optimizer)?
+        else {
+            tracing::info!(
+                "no usable checkpoint in {}; starting fresh",
+                self.run_dir.display()
+            );
+            return Ok(None);
+        };
+        if ckpt.state.train_config != self.config {
+            tracing::warn!(
+                "the checkpoint {} was written with a different training config; continuing with the new one",
+                ckpt.path.display()
+            );
+        }
+        let rng = ckpt.state.rng.restore(&ckpt.path)?;
+        checkpoint::apply_weights(varmap, &ckpt.weights, &ckpt.path)?;
+        optimizer.load_state(&ckpt.optimizer, ckpt.state.optimizer_steps, &ckpt.path)?;
+        let s = ckpt.state;
+        *run = RunState {
+            epoch: s.epoch,
+            step: s.step,
+            rng,
+            early: s.early_stopping,
+            history: s.history,
+            stopped: s.stopped,
+        };
+        tracing::info!(
+            "resumed from {} (epoch {}, step {})",
+            ckpt.path.display(),
+            run.epoch,
+            run.step
+        );
+        Ok(Some(ckpt.path))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_epoch<S, T>(
+        &self,
+        epoch: usize,
+        run: &mut RunState,
+        optimizer: &mut Optimizer,
+        log: &MetricLog,
+        progress: &mut Progress,
+        source: &mut S,
+        step: &mut T,
+    ) -> Result<EpochRecord>
+    where
+        S: BatchSource,
+        T: TrainStep<S::Batch>,
+    {
+        let cfg = &self.config;
+        let started = Instant::now();
+        let batches = source.start_epoch(epoch, &mut run.rng)?;
+        progress.start_epoch(epoch, batches);
+        let mut loss_sum = 0f64;
+        let mut samples = 0usize;
+        let mut norm_sum = 0f64;
+        let mut metric_sums = Metrics::new();
+        for index in 0..batches {
+            let batch = source.batch(index)?;
+            let mut ctx = StepContext {
+                epoch,
+                step: run.step,
+                rng: &mut run.rng,
+            };
+            let out = step.step(&batch, &mut ctx)?;
+            let this_step = run.step + 1;
+            let loss = scalar_loss(&out.loss, this_step)?;
+            if !loss.is_finite() {
+                return Err(Error::NonFiniteLoss {
+                    epoch,
+                    step: this_step,
+                    value: loss,
+                });
+            }
+            let grads = out.loss.backward()?;
+            let norm = optimizer.grad_norm(&grads)?;
+            if !norm.is_finite() {
+                return Err(Error::NonFiniteGradient {
+                    epoch,
+                    step: this_step,
+                    value: norm,
+                });
+            }
+            let scale = match cfg.clip_grad_norm {
+                // PyTorch's clip_grad_norm_: g · max_norm / (norm + 1e-6) when norm exceeds max_norm.
+                Some(max) if norm > max => (max / (norm + 1e-6)) as f32,
+                _ => 1.0,
+            };
+            optimizer.step(&grads, scale)?;
+            run.step = this_step;
+            let n = out.samples.max(1);
+            loss_sum += f64::from(loss) * n as f64;
+            samples += n;
+            norm_sum += norm;
+            for (k, v) in &out.metrics {
+                *metric_sums.entry(k.clone()).or_insert(0.0) += v * n as f64;
+            }
+            let elapsed = started.elapsed().as_secs_f64().max(1e-9);
+            progress.step(loss_sum / samples as f64, samples as f64 / elapsed);
+            if cfg.log_every > 0 && run.step % cfg.log_every == 0 {
+                let mut r = EpochRecord::new(epoch, run.step);
+                r.metrics.insert("loss".into(), f64::from(loss));
+                r.metrics.insert("grad_norm".into(), norm);
+                log.step(&r)?;
+            }
+        }
+        let train_seconds = started.elapsed().as_secs_f64();
+        let mut record = EpochRecord::new(epoch, run.step);
+        if samples > 0 {
+            record
+                .metrics
+                .insert("train_loss".into(), loss_sum / samples as f64);
+            for (k, v) in metric_sums {
+                record
+                    .metrics
+                    .insert(format!("train_{k}"), v / samples as f64);
+            }
+        }
+        if batches > 0 {
+            record
+                .metrics
+                .insert("grad_norm".into(), norm_sum / batches as f64);
+        }
+        for (k, v) in step.validate()? {
+            record.metrics.insert(format!("val_{k}"), v);
+        }
+        record.metrics.insert("lr".into(), cfg.optimizer.lr());
+        record
+            .metrics
+            .insert("seconds".into(), started.elapsed().as_secs_f64());
+        record.metrics.insert(
+            "samples_per_s".into(),
+            samples as f64 / train_seconds.max(1e-9),
+        );
+        log.epoch(&record)?;
+        Ok(record)
+    }
+
+    fn checkpoint(&self, varmap: &VarMap, optimizer: &Optimizer, run: &RunState) -> Result<()> {
+        let state = TrainState {
+            format: CHECKPOINT_FORMAT,
+            epoch: run.epoch,
+            step: run.step,
+            optimizer_kind: optimizer.config().kind().into(),
+            optimizer_steps: optimizer.steps(),
+            rng: RngState::capture(&run.rng),
+            early_stopping: run.early.clone(),
+            history: run.history.clone(),
+            stopped: run.stopped.clone(),
+            train_config: self.config.clone(),
+            method_config: self.method_config.clone(),
+        };
+        let path = checkpoint::save_checkpoint(&self.run_dir, varmap, optimizer, &state)?;
+        tracing::debug!("checkpoint {}", path.display());
+        let present: Vec<usize> = checkpoint::list_checkpoints(&self.run_dir)?
+            .into_iter()
+            .map(|(e, _)| e)
+            .collect();
+        let best = if self.config.checkpoint.keep_best {
+            run.early.best_epoch
+        } else {
+            None
+        };
+        for epoch in
+            checkpoint::checkpoints_to_remove(&present, self.config.checkpoint.keep_last, best)
+        {
+            let old = checkpoint::checkpoint_path(&self.run_dir, epoch);
+            std::fs::remove_dir_all(&old).map_err(|e| Error::file(&old, e))?;
+        }
+        Ok(())
+    }
+
+    fn finish(
+        &self,
+        varmap: &VarMap,
+        run: RunState,
+        stop: StopReason,
+        resumed_from: Option<PathBuf>,
+    ) -> Result<TrainSummary> {
+        if self.config.restore_best {
+            if let Some(best) = run.early.best_epoch {
+                let path = checkpoint::checkpoint_path(&self.run_dir, best);
+                let ckpt = checkpoint::load_checkpoint(&path, &self.device)?;
+                checkpoint::apply_weights(varmap, &ckpt.weights, &path)?;
+                tracing::info!("restored the best weights (epoch {best})");
+            }
+        }
+        let weights = self.run_dir.join("model.safetensors");
+        checkpoint::save_weights(varmap, &weights)?;
+        if self.config.plot && !run.history.is_empty() {
+            let svg = self.run_dir.join("curves.svg");
+            let png = self.run_dir.join("curves.png");
+            if let Err(e) = plot_curves(&run.history, &svg, Some(&png)) {
+                tracing::warn!("training curves not written: {e}");
+            }
+        }
+        let summary = TrainSummary {
+            epochs: run.epoch,
+            steps: run.step,
+            stop,
+            best_epoch: run.early.best_epoch,
+            best_value: run.early.best_value,
+            resumed_from,
+            weights,
+            history: run.history,
+        };
+        invar_io::write_json(self.run_dir.join("summary.json"), &summary)?;
+        Ok(summary)
+    }
+}
+
+/// The loop's mutable position.
+#[derive(Debug)]
+struct RunState {
+    epoch: usize,
+    step: u64,
+    rng: ChaCha8Rng,
+    early: EarlyStoppingState,
+    history: Vec<EpochRecord>,
+    stopped: Option<StopReason>,
+}
+
+fn scalar_loss(loss: &Tensor, step: u64) -> Result<f32> {
+    if loss.elem_count() != 1 {
+        return Err(Error::LossShape {
+            step,
+            shape: loss.dims().to_vec(),
+        });
+    }
+    Ok(loss.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?[0])
+}

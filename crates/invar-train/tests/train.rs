@@ -1,0 +1,436 @@
+//! The loop end to end on the softmax-regression example: it learns, logs, plots, checkpoints by
+//! policy, stops early, resumes from the newest good checkpoint, restores the best, clips, and stops
+//! on a NaN loss keeping the last good checkpoint.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::Device;
+use candle_nn::VarMap;
+use invar_train::example::{BlobBatch, BlobBatches, Blobs, SoftmaxRegression};
+use invar_train::{
+    checkpoint_path, list_checkpoints, load_checkpoint, CheckpointConfig, EarlyStoppingConfig,
+    Error, MetricLog, Metrics, OptimizerConfig, ProgressMode, SgdConfig, StepContext, StepOutput,
+    StopReason, TrainConfig, TrainStep, Trainer,
+};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const DIM: usize = 8;
+const CLASSES: usize = 3;
+
+fn problem(
+    n: usize,
+    batch: usize,
+) -> Result<(VarMap, SoftmaxRegression, BlobBatches), Box<dyn std::error::Error>> {
+    let train = Blobs::generate(n, DIM, CLASSES, 0.5, 11, 12);
+    let val = Blobs::generate(300, DIM, CLASSES, 0.5, 11, 13);
+    let varmap = VarMap::new();
+    let model = SoftmaxRegression::new(&varmap, DIM, CLASSES, &val, 5, &Device::Cpu)?;
+    Ok((varmap, model, BlobBatches::new(train, batch, Device::Cpu)))
+}
+
+fn quiet(epochs: usize) -> TrainConfig {
+    TrainConfig {
+        epochs,
+        seed: 5,
+        progress: ProgressMode::Off,
+        plot: false,
+        ..TrainConfig::default()
+    }
+}
+
+fn weights(path: &Path) -> Result<HashMap<String, Vec<u32>>, Box<dyn std::error::Error>> {
+    let tensors = candle_core::safetensors::load(path, &Device::Cpu)?;
+    let mut out = HashMap::new();
+    for (k, t) in tensors {
+        out.insert(
+            k,
+            t.flatten_all()?
+                .to_vec1::<f32>()?
+                .into_iter()
+                .map(f32::to_bits)
+                .collect(),
+        );
+    }
+    Ok(out)
+}
+
+/// Delegates training to the model but reports a scripted validation loss, one value per epoch.
+struct Scripted {
+    inner: SoftmaxRegression,
+    val_losses: Vec<f64>,
+    epoch: usize,
+}
+
+impl TrainStep<BlobBatch> for Scripted {
+    fn step(
+        &mut self,
+        batch: &BlobBatch,
+        ctx: &mut StepContext<'_>,
+    ) -> invar_train::Result<StepOutput> {
+        self.epoch = ctx.epoch;
+        self.inner.step(batch, ctx)
+    }
+
+    fn validate(&mut self) -> invar_train::Result<Metrics> {
+        let v = self
+            .val_losses
+            .get(self.epoch - 1)
+            .copied()
+            .unwrap_or(f64::MAX);
+        Ok(Metrics::from([("loss".to_string(), v)]))
+    }
+}
+
+#[test]
+fn softmax_regression_learns_and_the_run_is_written_out() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (varmap, mut model, mut source) = problem(900, 30)?;
+    let config = TrainConfig {
+        plot: true,
+        optimizer: OptimizerConfig::AdamW(invar_train::AdamWConfig {
+            lr: 0.05,
+            ..Default::default()
+        }),
+        ..quiet(8)
+    };
+    let summary = Trainer::new(config, dir.path(), Device::Cpu)?
+        .with_method_config(&serde_json::json!({"model": "softmax", "dim": DIM}))?
+        .fit(&varmap, &mut source, &mut model)?;
+    assert_eq!(summary.epochs, 8);
+    assert_eq!(summary.steps, 8 * 30);
+    assert_eq!(summary.stop, StopReason::MaxEpochs);
+    let first = &summary.history[0];
+    let last = &summary.history[7];
+    let val_acc = last.get("val_acc").ok_or("val_acc missing")?;
+    assert!(val_acc > 0.95, "validation accuracy {val_acc}");
+    assert!(last.get("train_loss") < first.get("train_loss"));
+    assert!(last.get("train_acc").ok_or("train_acc missing")? > 0.95);
+    // The log holds the same numbers, one line per epoch.
+    let logged = MetricLog::read_epochs(dir.path().join("metrics.jsonl"))?;
+    assert_eq!(logged, summary.history);
+    // Config, weights, curves, summary.
+    let config: serde_json::Value = invar_io::read_json(dir.path().join("config.json"))?;
+    assert_eq!(config["method"]["dim"], DIM);
+    assert_eq!(config["train"]["optimizer"]["kind"], "adamw");
+    let w = weights(&dir.path().join("model.safetensors"))?;
+    assert_eq!(w["linear.weight"].len(), DIM * CLASSES);
+    let svg = std::fs::read_to_string(dir.path().join("curves.svg"))?;
+    assert!(svg.contains("<svg") && svg.contains("val_loss") && svg.contains("train_acc"));
+    let png = std::fs::read(dir.path().join("curves.png"))?;
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    assert!(dir.path().join("summary.json").exists());
+    // Default policy: the newest two and the best.
+    let kept: Vec<usize> = list_checkpoints(dir.path())?
+        .into_iter()
+        .map(|(e, _)| e)
+        .collect();
+    let best = summary.best_epoch.ok_or("no best epoch")?;
+    let mut expect = vec![7, 8];
+    if !expect.contains(&best) {
+        expect.insert(0, best);
+    }
+    assert_eq!(kept, expect);
+    Ok(())
+}
+
+#[test]
+fn checkpoint_policy_keeps_last_two_and_the_best() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (varmap, inner, mut source) = problem(60, 20)?;
+    let mut step = Scripted {
+        inner,
+        val_losses: vec![1.0, 0.5, 0.7, 0.8, 0.9, 0.95],
+        epoch: 0,
+    };
+    let config = TrainConfig {
+        checkpoint: CheckpointConfig {
+            every: 1,
+            keep_last: 2,
+            keep_best: true,
+        },
+        ..quiet(6)
+    };
+    let summary =
+        Trainer::new(config, dir.path(), Device::Cpu)?.fit(&varmap, &mut source, &mut step)?;
+    assert_eq!(summary.best_epoch, Some(2));
+    let kept: Vec<usize> = list_checkpoints(dir.path())?
+        .into_iter()
+        .map(|(e, _)| e)
+        .collect();
+    assert_eq!(kept, vec![2, 5, 6]);
+    // No temporary directories are left behind.
+    let leftovers = std::fs::read_dir(dir.path().join("checkpoints"))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+        .count();
+    assert_eq!(leftovers, 0);
+    // Every 3 epochs without keep_best: only epochs 3 and 6, and the last one.
+    let dir = tempfile::tempdir()?;
+    let (varmap, inner, mut source) = problem(60, 20)?;
+    let mut step = Scripted {
+        inner,
+        val_losses: vec![1.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99],
+        epoch: 0,
+    };
+    let config = TrainConfig {
+        checkpoint: CheckpointConfig {
+            every: 3,
+            keep_last: 5,
+            keep_best: false,
+        },
+        ..quiet(7)
+    };
+    Trainer::new(config, dir.path(), Device::Cpu)?.fit(&varmap, &mut source, &mut step)?;
+    let kept: Vec<usize> = list_checkpoints(dir.path())?
+        .into_iter()
+        .map(|(e, _)| e)
+        .collect();
+    assert_eq!(kept, vec![3, 6, 7]);
+    Ok(())
+}
+
+#[test]
+fn generalization_loss_stops_the_run_and_resume_sees_it_finished() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let config = TrainConfig {
+        early_stopping: EarlyStoppingConfig {
+            gl_alpha: Some(5.0),
+            ..Default::default()
+        },
+        ..quiet(10)
+    };
+    // GL after epoch 3 = 100·(0.9/0.8 − 1) = 12.5 > 5.
+    let (varmap, inner, mut source) = problem(60, 20)?;
+    let mut step = Scripted {
+        inner,
+        val_losses: vec![1.0, 0.8, 0.9, 0.1],
+        epoch: 0,
+    };
+    let summary = Trainer::new(config.clone(), dir.path(), Device::Cpu)?.fit(
+        &varmap,
+        &mut source,
+        &mut step,
+    )?;
+    assert_eq!(summary.epochs, 3);
+    match summary.stop {
+        StopReason::GeneralizationLoss { gl, alpha } => {
+            assert!((gl - 12.5).abs() < 1e-9, "gl = {gl}");
+            assert_eq!(alpha, 5.0);
+        }
+        ref other => panic!("expected a GL stop, got {other:?}"),
+    }
+    assert_eq!(
+        MetricLog::read_epochs(dir.path().join("metrics.jsonl"))?.len(),
+        3
+    );
+    // Resuming a finished run trains nothing and reports the same end.
+    let (varmap, inner, mut source) = problem(60, 20)?;
+    let mut step = Scripted {
+        inner,
+        val_losses: vec![1.0, 0.8, 0.9, 0.1],
+        epoch: 0,
+    };
+    let again = Trainer::new(config, dir.path(), Device::Cpu)?
+        .with_resume(true)
+        .fit(&varmap, &mut source, &mut step)?;
+    assert_eq!(again.epochs, 3);
+    assert_eq!(again.stop, summary.stop);
+    assert_eq!(step.epoch, 0, "a step ran after the run had finished");
+    assert_eq!(
+        weights(&dir.path().join("model.safetensors"))?,
+        weights(&checkpoint_path(dir.path(), 3).join("model.safetensors"))?
+    );
+    Ok(())
+}
+
+#[test]
+fn resume_skips_a_broken_newest_checkpoint_and_matches_the_uninterrupted_run() -> TestResult {
+    let config = TrainConfig {
+        checkpoint: CheckpointConfig {
+            every: 1,
+            keep_last: 3,
+            keep_best: false,
+        },
+        optimizer: OptimizerConfig::Sgd(SgdConfig {
+            lr: 0.1,
+            ..SgdConfig::default()
+        }),
+        ..quiet(4)
+    };
+    let full = tempfile::tempdir()?;
+    let (varmap, mut model, mut source) = problem(120, 16)?;
+    Trainer::new(config.clone(), full.path(), Device::Cpu)?.fit(
+        &varmap,
+        &mut source,
+        &mut model,
+    )?;
+
+    let broken = tempfile::tempdir()?;
+    let (varmap, mut model, mut source) = problem(120, 16)?;
+    Trainer::new(config.clone(), broken.path(), Device::Cpu)?.fit(
+        &varmap,
+        &mut source,
+        &mut model,
+    )?;
+    // Truncate the newest checkpoint's weights: it no longer loads completely.
+    let newest = checkpoint_path(broken.path(), 4).join("model.safetensors");
+    let bytes = std::fs::read(&newest)?;
+    std::fs::write(&newest, &bytes[..bytes.len() / 2])?;
+    assert!(load_checkpoint(&checkpoint_path(broken.path(), 4), &Device::Cpu).is_err());
+    std::fs::remove_file(broken.path().join("model.safetensors"))?;
+
+    let (varmap, mut model, mut source) = problem(120, 16)?;
+    let summary = Trainer::new(config, broken.path(), Device::Cpu)?
+        .with_resume(true)
+        .fit(&varmap, &mut source, &mut model)?;
+    assert_eq!(
+        summary.resumed_from,
+        Some(checkpoint_path(broken.path(), 3))
+    );
+    assert_eq!(summary.epochs, 4);
+    assert_eq!(
+        weights(&broken.path().join("model.safetensors"))?,
+        weights(&full.path().join("model.safetensors"))?
+    );
+    Ok(())
+}
+
+#[test]
+fn restore_best_puts_the_best_epochs_weights_in_the_model() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (varmap, inner, mut source) = problem(60, 20)?;
+    let mut step = Scripted {
+        inner,
+        val_losses: vec![1.0, 0.2, 0.7, 0.8],
+        epoch: 0,
+    };
+    let config = TrainConfig {
+        restore_best: true,
+        ..quiet(4)
+    };
+    let summary =
+        Trainer::new(config, dir.path(), Device::Cpu)?.fit(&varmap, &mut source, &mut step)?;
+    assert_eq!(summary.best_epoch, Some(2));
+    let best = weights(&checkpoint_path(dir.path(), 2).join("model.safetensors"))?;
+    assert_eq!(weights(&dir.path().join("model.safetensors"))?, best);
+    assert_ne!(
+        weights(&checkpoint_path(dir.path(), 4).join("model.safetensors"))?,
+        best
+    );
+    Ok(())
+}
+
+/// One batch per epoch and a huge gradient: with clipping at 1e-3, plain SGD with lr 1 moves the
+/// parameters by a vector of norm 1e-3·norm/(norm + 1e-6) ≈ 1e-3.
+#[test]
+fn gradient_clipping_bounds_the_global_step() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (varmap, mut model, mut source) = problem(30, 30)?;
+    let before = flat(&varmap)?;
+    let config = TrainConfig {
+        optimizer: OptimizerConfig::Sgd(SgdConfig {
+            lr: 1.0,
+            momentum: 0.0,
+            nesterov: false,
+            weight_decay: 0.0,
+        }),
+        clip_grad_norm: Some(1e-3),
+        checkpoint: CheckpointConfig {
+            every: 0,
+            ..Default::default()
+        },
+        ..quiet(1)
+    };
+    let summary =
+        Trainer::new(config, dir.path(), Device::Cpu)?.fit(&varmap, &mut source, &mut model)?;
+    let norm = summary.history[0]
+        .get("grad_norm")
+        .ok_or("grad_norm missing")?;
+    assert!(
+        norm > 1e-2,
+        "the unclipped gradient is small already: {norm}"
+    );
+    let after = flat(&varmap)?;
+    let moved: f64 = before
+        .iter()
+        .zip(&after)
+        .map(|(a, b)| f64::from(a - b).powi(2))
+        .sum::<f64>()
+        .sqrt();
+    assert!((moved - 1e-3).abs() < 1e-5, "moved {moved}");
+    Ok(())
+}
+
+fn flat(varmap: &VarMap) -> Result<Vec<f32>, Box<dyn std::error::Error>> {
+    let data = varmap.data().lock().map_err(|_| "poisoned")?;
+    let mut names: Vec<_> = data.keys().cloned().collect();
+    names.sort();
+    let mut out = Vec::new();
+    for n in names {
+        out.extend(data[&n].as_tensor().flatten_all()?.to_vec1::<f32>()?);
+    }
+    Ok(out)
+}
+
+/// Turns the loss into NaN at one step.
+struct PoisonAt {
+    inner: SoftmaxRegression,
+    step: u64,
+}
+
+impl TrainStep<BlobBatch> for PoisonAt {
+    fn step(
+        &mut self,
+        batch: &BlobBatch,
+        ctx: &mut StepContext<'_>,
+    ) -> invar_train::Result<StepOutput> {
+        let mut out = self.inner.step(batch, ctx)?;
+        if ctx.step + 1 == self.step {
+            out.loss = (out.loss * f64::NAN)?;
+        }
+        Ok(out)
+    }
+
+    fn validate(&mut self) -> invar_train::Result<Metrics> {
+        self.inner.validate()
+    }
+}
+
+#[test]
+fn nan_loss_names_the_step_and_keeps_the_last_good_checkpoint() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    // 60 samples in batches of 20: 3 steps per epoch; step 8 is the second of epoch 3.
+    let (varmap, inner, mut source) = problem(60, 20)?;
+    let mut step = PoisonAt { inner, step: 8 };
+    let err = Trainer::new(quiet(5), dir.path(), Device::Cpu)?
+        .fit(&varmap, &mut source, &mut step)
+        .expect_err("a NaN loss must stop the run");
+    match &err {
+        Error::NonFiniteLoss { epoch, step, value } => {
+            assert_eq!((*epoch, *step), (3, 8));
+            assert!(value.is_nan());
+        }
+        other => panic!("expected NonFiniteLoss, got {other}"),
+    }
+    assert!(err.to_string().contains("step 8"), "{err}");
+    let kept: Vec<usize> = list_checkpoints(dir.path())?
+        .into_iter()
+        .map(|(e, _)| e)
+        .collect();
+    assert_eq!(kept.last(), Some(&2));
+    let ckpt = load_checkpoint(&checkpoint_path(dir.path(), 2), &Device::Cpu)?;
+    assert_eq!(ckpt.state.step, 6);
+    // The weights in memory were not touched by the NaN step and are finite.
+    assert!(flat(&varmap)?.iter().all(|x| x.is_finite()));
+    // Resuming continues from epoch 2's checkpoint (and fails again at the same step).
+    let (varmap, inner, mut source) = problem(60, 20)?;
+    let mut step = PoisonAt { inner, step: 8 };
+    let again = Trainer::new(quiet(5), dir.path(), Device::Cpu)?
+        .with_resume(true)
+        .fit(&varmap, &mut source, &mut step)
+        .expect_err("still NaN");
+    assert!(matches!(again, Error::NonFiniteLoss { step: 8, .. }));
+    Ok(())
+}
