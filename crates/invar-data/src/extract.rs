@@ -71,9 +71,9 @@ pub fn extract_features(
         reason: e.to_string(),
     })?;
     let resumable = match std::fs::read(out.join(CONFIG)) {
-        Ok(bytes) => {
-            serde_json::from_slice::<serde_json::Value>(&bytes).ok() == Some(config.clone())
-        }
+        // Compared as a typed config: JSON floats need not parse back bit-exactly as f64, but the
+        // f32 fields of the front-end do.
+        Ok(bytes) => serde_json::from_slice::<FeatureJob>(&bytes).ok().as_ref() == Some(job),
         Err(_) => false,
     };
     let writer = FeatureSetWriter::create_shard(out, &config, shard)?;
