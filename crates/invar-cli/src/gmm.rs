@@ -31,6 +31,42 @@ pub enum GmmCommand {
     Posteriors(PosteriorsArgs),
     /// Write MAP-adapted, UBM-normalised supervectors (C·F per utterance).
     Supervectors(SupervectorsArgs),
+    /// One shard's E-step for distributed EM: sufficient statistics under a UBM.
+    Accumulate(AccumulateArgs),
+    /// The M-step of distributed EM: sum shard statistics and write the updated UBM.
+    Update(UpdateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AccumulateArgs {
+    /// The current UBM (from `gmm train --iters 0` for the initial one, or `gmm update`).
+    #[arg(long)]
+    pub ubm: PathBuf,
+    /// Feature set folder.
+    #[arg(long)]
+    pub features: PathBuf,
+    /// Only utterances of this split; default all.
+    #[arg(long)]
+    pub split: Option<Split>,
+    /// Only this shard of the utterances, K/N (1 <= K <= N).
+    #[arg(long)]
+    pub shard: Option<String>,
+    /// Statistics file to write (safetensors).
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct UpdateArgs {
+    /// Statistics files of all shards.
+    #[arg(long, num_args = 1.., required = true)]
+    pub stats: Vec<PathBuf>,
+    /// EM configuration (variance floor, dead components) as JSON; default EmConfig.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Output folder: ubm.safetensors, ubm.json, results.json.
+    #[arg(long)]
+    pub out: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -120,6 +156,8 @@ pub fn run(args: GmmArgs) -> anyhow::Result<()> {
         GmmCommand::Train(a) => train(a),
         GmmCommand::Posteriors(a) => posteriors(a),
         GmmCommand::Supervectors(a) => supervectors(a),
+        GmmCommand::Accumulate(a) => accumulate(a),
+        GmmCommand::Update(a) => update(a),
     }
 }
 
@@ -236,6 +274,93 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     let json = args.json.unwrap_or_else(|| args.out.join("results.json"));
     invar_io::write_json(&json, &meta)?;
     tracing::info!("results written to {}", json.display());
+    Ok(())
+}
+
+fn accumulate(args: AccumulateArgs) -> anyhow::Result<()> {
+    let ubm = load_ubm(&args.ubm)?;
+    let set = FeatureSet::open(&args.features)?;
+    let shard = shard_of(&args.shard)?;
+    let mut source = SetSource::new(&set, args.split)?;
+    source.entries = source
+        .entries
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| shard.contains(*i))
+        .map(|(_, e)| e)
+        .collect();
+    let stats = invar_gmm::accumulate_source(&ubm, &source, invar_gmm::StatsOrder::Second)?;
+    stats.save(&args.out)?;
+    println!(
+        "statistics of shard {}/{} → {}",
+        shard.index + 1,
+        shard.count,
+        args.out.display()
+    );
+    println!("{:<22} {:>14}", "utterances", source.len());
+    println!("{:<22} {:>14}", "frames", stats.frames());
+    println!(
+        "{:<22} {:>14.6}",
+        "mean log-lik / frame",
+        stats.log_likelihood() / stats.frames().max(1) as f64
+    );
+    Ok(())
+}
+
+/// What `gmm update` reports.
+#[derive(Debug, Serialize)]
+struct UpdateRecord<'a> {
+    em: &'a EmConfig,
+    stats: &'a [PathBuf],
+    frames: u64,
+    mean_log_likelihood: f64,
+    dead: usize,
+}
+
+fn update(args: UpdateArgs) -> anyhow::Result<()> {
+    let cfg = match &args.config {
+        Some(p) => invar_io::read_json::<EmConfig>(p)?,
+        None => EmConfig::default(),
+    };
+    cfg.validate()?;
+    let mut total: Option<invar_gmm::GmmStats> = None;
+    for path in &args.stats {
+        let st = invar_gmm::GmmStats::load(path)?;
+        match &mut total {
+            Some(t) => t
+                .add(&st)
+                .with_context(|| format!("{} does not match the other shards", path.display()))?,
+            None => total = Some(st),
+        }
+    }
+    let Some(total) = total else {
+        bail!("no statistics files given");
+    };
+    let (gmm, dead) = invar_gmm::m_step(&total, &cfg, 1)?;
+    let record = UpdateRecord {
+        em: &cfg,
+        stats: &args.stats,
+        frames: total.frames(),
+        mean_log_likelihood: total.log_likelihood() / total.frames().max(1) as f64,
+        dead,
+    };
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    let model = args.out.join("ubm.safetensors");
+    gmm.save(&model, &record)?;
+    println!(
+        "updated UBM ({} shards) → {}",
+        args.stats.len(),
+        model.display()
+    );
+    println!("{:<22} {:>14}", "frames", record.frames);
+    println!(
+        "{:<22} {:>14.6}",
+        "mean log-lik / frame", record.mean_log_likelihood
+    );
+    println!("{:<22} {:>14}", "components", gmm.components());
+    println!("{:<22} {:>14}", "dead", dead);
+    invar_io::write_json(args.out.join("results.json"), &record)?;
     Ok(())
 }
 
@@ -594,6 +719,40 @@ pub(crate) mod tests {
         assert_eq!(speakers.lines().next(), Some("spk0"));
         let ids = std::fs::read_to_string(sv_dir.join("ids.txt")).unwrap();
         assert_eq!(ids.lines().next(), Some("s0_u0"));
+        // Distributed EM: two shards' statistics + update equal one in-memory EM step.
+        let mut stats_files = Vec::new();
+        for k in ["1/2", "2/2"] {
+            let file = root.join(format!("stats-{}.safetensors", &k[..1]));
+            run(GmmArgs {
+                command: GmmCommand::Accumulate(AccumulateArgs {
+                    ubm: ubm.clone(),
+                    features: feats.clone(),
+                    split: None,
+                    shard: Some(k.into()),
+                    out: file.clone(),
+                }),
+            })
+            .unwrap();
+            stats_files.push(file);
+        }
+        let updated = root.join("updated");
+        run(GmmArgs {
+            command: GmmCommand::Update(UpdateArgs {
+                stats: stats_files,
+                config: None,
+                out: updated.clone(),
+            }),
+        })
+        .unwrap();
+        let set = FeatureSet::open(&feats).unwrap();
+        let all = SetSource::new(&set, None).unwrap();
+        let g0 = DiagGmm::load(&ubm).unwrap();
+        let whole = invar_gmm::accumulate_source(&g0, &all, invar_gmm::StatsOrder::Second).unwrap();
+        let (want, _) = invar_gmm::m_step(&whole, &EmConfig::default(), 1).unwrap();
+        let got = DiagGmm::load(updated.join("ubm.safetensors")).unwrap();
+        for (a, b) in got.means().data.iter().zip(&want.means().data) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
         let _ = std::fs::remove_dir_all(&root);
     }
 }
