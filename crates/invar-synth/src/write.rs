@@ -1,0 +1,289 @@
+//! Writing a planned corpus: audio and label files in the TIMIT or ELSDSR layout, ZeroSpeech
+//! `.item` files, the resolved config and a manifest; rendering runs in parallel with rayon.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::articulate::Segment;
+use crate::channel::{is_silence_label, ChannelDraw};
+use crate::config::SynthConfig;
+use crate::error::{Error, Result};
+use crate::plan::{CorpusPlan, Layout, PlannedUtterance, RenderedUtterance, Split};
+use crate::speaker::{Sex, Speaker};
+
+/// Name of the manifest written at the corpus root.
+pub const MANIFEST_FILE: &str = "synth_manifest.json";
+/// Name of the resolved config written at the corpus root.
+pub const CONFIG_FILE: &str = "synth_config.json";
+/// Label used for silences in `.item` contexts.
+pub const ITEM_SILENCE: &str = "SIL";
+
+/// One speaker as recorded in the manifest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpeakerRecord {
+    /// Speaker id in the layout (`FABC0`, `FABC`).
+    pub id: String,
+    /// Sex.
+    pub sex: Sex,
+    /// Dialect region (TIMIT `DR<n>`).
+    pub dialect: usize,
+    /// Mean F0, Hz.
+    pub f0_hz: f32,
+    /// Vocal-tract scale factor on formants.
+    pub vtl: f32,
+    /// Speaking rate.
+    pub rate: f32,
+    /// Source spectral tilt, dB at 3 kHz.
+    pub tilt_db: f32,
+    /// Breathiness.
+    pub breathiness: f32,
+}
+
+/// One utterance as written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UtteranceRecord {
+    /// Utterance id, as invar-data's readers derive it.
+    pub id: String,
+    /// Speaker id.
+    pub speaker: String,
+    /// Split.
+    pub split: Split,
+    /// Audio path relative to the corpus root, `/`-separated.
+    pub audio: String,
+    /// Sentence name (`SA1`, `SX104`).
+    pub sentence: String,
+    /// Sentence text.
+    pub text: String,
+    /// Length in samples.
+    pub samples: u64,
+    /// The channel drawn for it.
+    pub channel: ChannelDraw,
+    /// TIMIT phone labels, samples.
+    pub phones: Vec<Segment>,
+    /// Word labels, samples.
+    pub words: Vec<Segment>,
+}
+
+/// What [`generate`] wrote; also saved as [`MANIFEST_FILE`] at the corpus root.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Layout written.
+    pub layout: Layout,
+    /// Sample rate, Hz.
+    pub sample_rate: u32,
+    /// Speakers in corpus order.
+    pub speakers: Vec<SpeakerRecord>,
+    /// Utterances in corpus order.
+    pub utterances: Vec<UtteranceRecord>,
+    /// `.item` files written, relative to the root, one per split that has utterances.
+    pub item_files: Vec<String>,
+}
+
+impl Manifest {
+    /// Total audio duration, seconds.
+    pub fn duration_secs(&self) -> f64 {
+        let n: u64 = self.utterances.iter().map(|u| u.samples).sum();
+        n as f64 / f64::from(self.sample_rate.max(1))
+    }
+}
+
+/// Generates the corpus described by `config` into `out_dir` (created; must be absent or empty).
+pub fn generate(
+    config: &SynthConfig,
+    out_dir: impl AsRef<Path>,
+    layout: Layout,
+) -> Result<Manifest> {
+    generate_with_progress(config, out_dir, layout, &|_, _| {})
+}
+
+/// As [`generate`], calling `progress(done, total)` after each utterance is written (from worker threads).
+pub fn generate_with_progress(
+    config: &SynthConfig,
+    out_dir: impl AsRef<Path>,
+    layout: Layout,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<Manifest> {
+    let out = out_dir.as_ref();
+    let plan = CorpusPlan::new(config, layout)?;
+    prepare_dir(out)?;
+    let total = plan.utterances.len();
+    tracing::info!(speakers = plan.speakers.len(), utterances = total, layout = %layout, out = %out.display(), "generating corpus");
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<(UtteranceRecord, Vec<Segment>)> = plan
+        .utterances
+        .par_iter()
+        .map(|u| {
+            let r = plan.render(u);
+            write_utterance(out, &plan, u, &r)?;
+            let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            progress(n, total);
+            Ok((record(&plan, u, &r), r.tokens))
+        })
+        .collect::<Result<_>>()?;
+
+    let mut item_files = Vec::new();
+    for split in [Split::Train, Split::Test] {
+        let rows: Vec<(&UtteranceRecord, &Vec<Segment>)> = results
+            .iter()
+            .filter(|(r, _)| r.split == split)
+            .map(|(r, t)| (r, t))
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let name = format!("{}.item", split.name());
+        invar_io::write_text(out.join(&name), &item_text(&rows, plan.config.sample_rate))?;
+        item_files.push(name);
+    }
+    let manifest = Manifest {
+        layout,
+        sample_rate: plan.config.sample_rate,
+        speakers: plan
+            .speakers
+            .iter()
+            .map(|s| speaker_record(s, layout))
+            .collect(),
+        utterances: results.into_iter().map(|(r, _)| r).collect(),
+        item_files,
+    };
+    invar_io::write_json(out.join(CONFIG_FILE), &plan.config)?;
+    invar_io::write_json(out.join(MANIFEST_FILE), &manifest)?;
+    tracing::info!(hours = manifest.duration_secs() / 3600.0, "corpus written");
+    Ok(manifest)
+}
+
+fn prepare_dir(out: &Path) -> Result<()> {
+    match std::fs::read_dir(out) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(Error::OutputNotEmpty {
+                    path: out.to_path_buf(),
+                });
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(out).map_err(|source| Error::Io {
+                path: out.to_path_buf(),
+                source,
+            })
+        }
+        Err(source) => Err(Error::Io {
+            path: out.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+fn speaker_record(s: &Speaker, layout: Layout) -> SpeakerRecord {
+    let id = match layout {
+        Layout::Timit => format!("{}{}0", s.sex.letter(), s.initials),
+        Layout::Elsdsr => format!("{}{}", s.sex.letter(), s.initials),
+    };
+    SpeakerRecord {
+        id,
+        sex: s.sex,
+        dialect: s.dialect,
+        f0_hz: s.f0_hz,
+        vtl: s.vtl,
+        rate: s.rate,
+        tilt_db: s.tilt_db,
+        breathiness: s.breathiness,
+    }
+}
+
+fn record(plan: &CorpusPlan, u: &PlannedUtterance, r: &RenderedUtterance) -> UtteranceRecord {
+    UtteranceRecord {
+        id: u.id.clone(),
+        speaker: u.speaker_id.clone(),
+        split: u.split,
+        audio: u.audio.clone(),
+        sentence: plan.sentences[u.sentence].name.clone(),
+        text: r.text.clone(),
+        samples: r.samples.len() as u64,
+        channel: r.channel.clone(),
+        phones: r.phones.clone(),
+        words: r.words.clone(),
+    }
+}
+
+fn write_utterance(
+    root: &Path,
+    plan: &CorpusPlan,
+    u: &PlannedUtterance,
+    r: &RenderedUtterance,
+) -> Result<()> {
+    let audio_path: PathBuf = root.join(&u.audio);
+    if let Some(dir) = audio_path.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    let audio = invar_audio::Audio {
+        samples: r.samples.clone(),
+        sample_rate: plan.config.sample_rate,
+    };
+    let written = match plan.layout {
+        Layout::Timit => invar_audio::write_sphere(&audio_path, &audio),
+        Layout::Elsdsr => invar_audio::write_wav(&audio_path, &audio),
+    };
+    written.map_err(|source| Error::Audio {
+        path: audio_path.clone(),
+        source,
+    })?;
+    if plan.layout == Layout::Timit {
+        invar_io::write_text(audio_path.with_extension("PHN"), &segments_text(&r.phones))?;
+        invar_io::write_text(audio_path.with_extension("WRD"), &segments_text(&r.words))?;
+        invar_io::write_text(
+            audio_path.with_extension("TXT"),
+            &format!("0 {} {}\n", r.samples.len(), r.text),
+        )?;
+    }
+    Ok(())
+}
+
+/// `start end label` lines, as TIMIT `.PHN` and `.WRD` files.
+pub fn segments_text(segments: &[Segment]) -> String {
+    let mut s = String::with_capacity(segments.len() * 16);
+    for seg in segments {
+        let _ = writeln!(s, "{} {} {}", seg.start, seg.end, seg.label);
+    }
+    s
+}
+
+/// The ZeroSpeech `.item` text: header `#file onset offset #phone prev next speaker`, then one row
+/// per non-silence phone token (seconds, 4 decimals), with its neighbours as context
+/// ([`ITEM_SILENCE`] for silences and utterance edges).
+pub fn item_text(rows: &[(&UtteranceRecord, &Vec<Segment>)], sample_rate: u32) -> String {
+    let sr = f64::from(sample_rate.max(1));
+    let mut s = String::from("#file onset offset #phone prev next speaker\n");
+    for (rec, tokens) in rows {
+        let ctx = |i: Option<usize>| -> &str {
+            match i.and_then(|i| tokens.get(i)) {
+                Some(t) if !is_silence_label(&t.label) => &t.label,
+                _ => ITEM_SILENCE,
+            }
+        };
+        for (i, t) in tokens.iter().enumerate() {
+            if is_silence_label(&t.label) {
+                continue;
+            }
+            let _ = writeln!(
+                s,
+                "{} {:.4} {:.4} {} {} {} {}",
+                rec.id,
+                t.start as f64 / sr,
+                t.end as f64 / sr,
+                t.label,
+                ctx(i.checked_sub(1)),
+                ctx(Some(i + 1)),
+                rec.speaker
+            );
+        }
+    }
+    s
+}
