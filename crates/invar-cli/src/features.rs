@@ -1,0 +1,181 @@
+//! `invar features`: one `.npy` per utterance plus a manifest, computed in parallel and streamed.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use invar_audio::{ChannelSelect, FeatureKind, FrontendConfig, ReadOptions};
+use invar_data::{extract_features, read_corpus, FeatureJob, Layout, Shard};
+
+/// Compute features for every utterance of a corpus into OUT (one .npy each + manifest.tsv).
+#[derive(Debug, Args)]
+pub struct FeaturesArgs {
+    /// Corpus layout: timit, elsdsr or list.
+    #[arg(long)]
+    pub layout: Layout,
+    /// The corpus folder (timit, elsdsr) or list file (list).
+    pub path: PathBuf,
+    /// Feature kind: spectrogram (the 001 linear spectrogram), logmel or mfcc (Kaldi defaults).
+    #[arg(long)]
+    pub kind: FeatureKind,
+    /// Output folder.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Front-end configuration as JSON (a FrontendConfig; missing fields take their defaults).
+    /// `--kind` overrides its `kind`.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Only this shard of the utterances, K/N with 1 <= K <= N (e.g. a Slurm array task); the
+    /// last shard to finish merges the shard manifests into manifest.tsv.
+    #[arg(long)]
+    pub shard: Option<String>,
+    /// Refuse files whose sample rate differs from the front-end's instead of resampling them.
+    #[arg(long)]
+    pub no_resample: bool,
+    /// Use this channel (from 0) of multi-channel files instead of their mix.
+    #[arg(long)]
+    pub channel: Option<usize>,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Write the summary as JSON here (default: OUT/results.json, or results.K-of-N.json).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+pub fn run(args: FeaturesArgs) -> anyhow::Result<()> {
+    if let Some(n) = args.threads {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global()
+            .context("cannot set the number of threads")?;
+    }
+    let mut frontend = match &args.config {
+        Some(path) => invar_io::read_json::<FrontendConfig>(path)?,
+        None => FrontendConfig::for_kind(args.kind),
+    };
+    frontend.kind = args.kind;
+    frontend.validate()?;
+    let shard = match &args.shard {
+        Some(s) => Shard::parse(s)?,
+        None => Shard::ALL,
+    };
+    let corpus = read_corpus(args.layout, &args.path)?;
+    let job = FeatureJob {
+        layout: args.layout,
+        corpus: args.path.clone(),
+        frontend,
+        read: ReadOptions {
+            channel: args
+                .channel
+                .map_or(ChannelSelect::Mix, ChannelSelect::Index),
+            target_rate: None,
+            resample: !args.no_resample,
+        },
+        shards: shard.count,
+    };
+    let mine = (0..corpus.utterances.len())
+        .filter(|&i| shard.contains(i))
+        .count();
+    tracing::info!(
+        "{} utterances in shard {}/{} of {} ({} layout) → {}",
+        mine,
+        shard.index + 1,
+        shard.count,
+        args.path.display(),
+        args.layout,
+        args.out.display()
+    );
+    let progress = Progress::new(mine as u64, "features");
+    let summary = extract_features(&corpus.utterances, &job, &args.out, shard, &|_| {
+        progress.inc()
+    })?;
+    progress.finish();
+
+    println!("features ({}) → {}", args.kind, args.out.display());
+    println!("{:<24} {:>12}", "utterances", summary.utterances);
+    println!("{:<24} {:>12}", "  computed", summary.computed);
+    println!("{:<24} {:>12}", "  kept from earlier run", summary.resumed);
+    println!("{:<24} {:>12}", "frames", summary.frames);
+    println!("{:<24} {:>12}", "dims", summary.dims);
+    println!(
+        "{:<24} {:>12}",
+        "manifest complete",
+        if summary.complete {
+            "yes"
+        } else {
+            "no (shards missing)"
+        }
+    );
+    let json = args.json.unwrap_or_else(|| {
+        args.out.join(if shard.count == 1 {
+            "results.json".to_string()
+        } else {
+            format!("results.{}-of-{}.json", shard.index + 1, shard.count)
+        })
+    });
+    invar_io::write_json(&json, &summary)?;
+    tracing::info!("summary written to {}", json.display());
+    Ok(())
+}
+
+/// Progress for long loops: an indicatif bar when stderr is a terminal, otherwise a `tracing` line
+/// at most every ten seconds (batch jobs). Safe to advance from many threads.
+pub(crate) struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    total: u64,
+    done: AtomicUsize,
+    what: &'static str,
+    last_log: Mutex<Instant>,
+}
+
+impl Progress {
+    pub(crate) fn new(total: u64, what: &'static str) -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new(total);
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "{msg} [{bar:40}] {pos}/{len} {per_sec} eta {eta}",
+            ) {
+                bar.set_style(style.progress_chars("=> "));
+            }
+            bar.set_message(what);
+            bar
+        });
+        Progress {
+            bar,
+            total,
+            done: AtomicUsize::new(0),
+            what,
+            last_log: Mutex::new(Instant::now()),
+        }
+    }
+
+    pub(crate) fn inc(&self) {
+        let done = self.done.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some(bar) = &self.bar {
+            bar.inc(1);
+            return;
+        }
+        let mut last = self.last_log.lock().unwrap_or_else(|p| p.into_inner());
+        if last.elapsed() >= Duration::from_secs(10) {
+            *last = Instant::now();
+            tracing::info!("{}: {done}/{}", self.what, self.total);
+        }
+    }
+
+    pub(crate) fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+        tracing::info!(
+            "{}: {}/{} done",
+            self.what,
+            self.done.load(Ordering::Relaxed),
+            self.total
+        );
+    }
+}
