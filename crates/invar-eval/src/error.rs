@@ -42,6 +42,9 @@ pub enum Error {
         id: String,
         first_line: usize,
     },
+    /// An item names a file for which no features were found.
+    #[error("no features for file {file:?} (named by the .item file) in {dir}")]
+    MissingFeatures { file: String, dir: PathBuf },
     /// Feature matrices disagree on their number of columns.
     #[error("features of {file:?} have {found} dims, expected {expected} like the first file")]
     DimMismatch {

@@ -19,6 +19,6 @@ pub use error::{Error, Result};
 pub use identify::{identify, read_predictions, IdentifyReport, Prediction};
 pub use item::{parse_items, read_items, Item, ItemColumns, ItemFile};
 pub use verify::{
-    all_pairs, read_ids, read_trials, trial_distances, verify, PairMetric, Trial, VerifyConfig,
-    VerifyReport,
+    all_pairs, read_column, read_ids, read_trials, trial_distances, verify, PairMetric, Trial,
+    VerifyConfig, VerifyReport,
 };

@@ -115,6 +115,22 @@ pub fn read_ids(path: impl AsRef<Path>) -> Result<Vec<(String, String)>> {
     Ok(out)
 }
 
+/// Reads a one-column text file (one id or speaker name per line, blank and `#` lines skipped).
+pub fn read_column(path: impl AsRef<Path>) -> Result<Vec<String>> {
+    let path = path.as_ref();
+    text_lines(path)?
+        .into_iter()
+        .map(|(line, text)| {
+            let f: Vec<&str> = text.split_whitespace().collect();
+            if f.len() == 1 {
+                Ok(f[0].to_string())
+            } else {
+                Err(Error::parse(path, line, "one name per line", text))
+            }
+        })
+        .collect()
+}
+
 /// Reads a Kaldi-style trials file (`utt1 utt2 target|nontarget` per line), resolving ids to rows.
 pub fn read_trials(path: impl AsRef<Path>, ids: &HashMap<String, usize>) -> Result<Vec<Trial>> {
     let path = path.as_ref();

@@ -9,6 +9,7 @@ mod score;
 mod task;
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use invar_ops::FrameDistance;
 use serde::{Deserialize, Serialize};
@@ -175,4 +176,16 @@ pub fn evaluate(
         pairs,
         cell_scores,
     })
+}
+
+/// Draws the result's error by phone pair as `stem.svg` and `stem.png`.
+pub fn plot_pairs(stem: &Path, result: &AbxResult) -> Result<Vec<PathBuf>> {
+    crate::plot::abx_pair_plot(
+        stem,
+        &result.pairs,
+        &format!(
+            "ABX error by phone pair ({}, {}, {})",
+            result.mode, result.convention, result.distance
+        ),
+    )
 }

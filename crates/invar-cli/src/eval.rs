@@ -1,0 +1,385 @@
+//! `invar eval abx | verify | identify`: evaluation tables, JSON and plots through invar-eval.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use invar_data::FeatureSet;
+use invar_eval::abx::{self, AbxConfig, AbxDataset, AbxMode, AbxResult, Convention, FrameTiming};
+use invar_eval::{IdentifyReport, PairMetric, Trial, VerifyConfig, VerifyReport};
+use invar_io::Matrix;
+use invar_ops::FrameDistance;
+use serde::Serialize;
+
+use crate::gmm::Progress;
+
+/// ABX discriminability, speaker verification, speaker identification.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    #[command(subcommand)]
+    pub command: EvalCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EvalCommand {
+    /// ABX error from a ZeroSpeech .item file and a feature (or posteriorgram) set.
+    Abx(AbxArgs),
+    /// Verification (EER, minDCF, DET, threshold count) from embeddings.
+    Verify(VerifyArgs),
+    /// Identification accuracy and confusion from a predictions file.
+    Identify(IdentifyArgs),
+}
+
+/// Which speaker conditions to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeArg {
+    Within,
+    Across,
+    Both,
+}
+
+#[derive(Debug, Args)]
+pub struct AbxArgs {
+    /// The .item file (`#file onset offset #phone <context...> speaker`).
+    #[arg(long)]
+    pub item: PathBuf,
+    /// Feature set folder (manifest.tsv + one .npy per utterance); the .item's file column names ids.
+    #[arg(long)]
+    pub features: PathBuf,
+    /// Output folder: results.json, config.json, abx-<mode>.svg/.png.
+    #[arg(long)]
+    pub out: PathBuf,
+    #[arg(long, value_enum, default_value = "both")]
+    pub mode: ModeArg,
+    /// zs2015 (summed DTW, talkers then contexts) or fastabx (DTW ÷ path length, contexts then talkers).
+    #[arg(long, default_value = "zs2015")]
+    pub convention: Convention,
+    /// Frame distance: euclidean, cosine, angular, kl, symmetric-kl, js, sqrt-js, zero-one.
+    #[arg(long, default_value = "angular")]
+    pub distance: FrameDistance,
+    /// Frame shift in ms (default: the features' config.json `shift_ms`, else 10).
+    #[arg(long)]
+    pub hop_ms: Option<f64>,
+    /// Frame length in ms (default: the features' config.json `length_ms`, else 25).
+    #[arg(long)]
+    pub win_ms: Option<f64>,
+    /// Also write the results JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Embeddings as an N×D .npy matrix (with --speakers); or use --features.
+    #[arg(long, requires = "speakers", conflicts_with = "features")]
+    pub embeddings: Option<PathBuf>,
+    /// Speaker of each embedding row, one per line.
+    #[arg(long)]
+    pub speakers: Option<PathBuf>,
+    /// Utterance id of each embedding row, one per line (needed with --trials).
+    #[arg(long)]
+    pub ids: Option<PathBuf>,
+    /// A feature set of 1×D rows (ids and speakers from its manifest).
+    #[arg(long)]
+    pub features: Option<PathBuf>,
+    /// Kaldi trials file `utt1 utt2 target|nontarget`; default: all pairs.
+    #[arg(long)]
+    pub trials: Option<PathBuf>,
+    /// Distances to score with (repeatable).
+    #[arg(long = "metric", default_values = ["angular", "euclidean"])]
+    pub metrics: Vec<PairMetric>,
+    /// Output folder: results.json, det.svg/.png.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Also write the results JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct IdentifyArgs {
+    /// `utterance-id reference predicted` per line.
+    #[arg(long)]
+    pub predictions: PathBuf,
+    /// Output folder: results.json, confusion.svg/.png.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Also write the results JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+pub fn run(args: EvalArgs) -> anyhow::Result<()> {
+    match args.command {
+        EvalCommand::Abx(a) => run_abx(a),
+        EvalCommand::Verify(a) => run_verify(a),
+        EvalCommand::Identify(a) => run_identify(a),
+    }
+}
+
+fn write_results<T: Serialize>(out: &Path, json: Option<&Path>, value: &T) -> anyhow::Result<()> {
+    invar_io::write_json(out.join("results.json"), value)?;
+    if let Some(j) = json {
+        invar_io::write_json(j, value)?;
+    }
+    Ok(())
+}
+
+/// The first number under `key` anywhere in a JSON document (feature configs nest their frame config).
+fn find_number(v: &serde_json::Value, key: &str) -> Option<f64> {
+    match v {
+        serde_json::Value::Object(m) => m
+            .get(key)
+            .and_then(serde_json::Value::as_f64)
+            .or_else(|| m.values().find_map(|x| find_number(x, key))),
+        serde_json::Value::Array(a) => a.iter().find_map(|x| find_number(x, key)),
+        _ => None,
+    }
+}
+
+fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let set = FeatureSet::open(&args.features)?;
+    let feature_config = set.config().ok();
+    let from_config = |key: &str| feature_config.as_ref().and_then(|c| find_number(c, key));
+    let timing = FrameTiming {
+        hop_s: args
+            .hop_ms
+            .or_else(|| from_config("shift_ms"))
+            .unwrap_or(10.0)
+            / 1000.0,
+        win_s: args
+            .win_ms
+            .or_else(|| from_config("length_ms"))
+            .unwrap_or(25.0)
+            / 1000.0,
+    };
+    let items = invar_eval::read_items(&args.item)?;
+    tracing::info!(
+        "{} items; frames every {} ms, {} ms long",
+        items.items.len(),
+        timing.hop_s * 1000.0,
+        timing.win_s * 1000.0
+    );
+    let ds = AbxDataset::build(&items, &timing, |file| {
+        let entry = set
+            .find(file)
+            .ok_or_else(|| invar_eval::Error::MissingFeatures {
+                file: file.to_string(),
+                dir: set.dir().to_path_buf(),
+            })?;
+        Ok(invar_io::read_npy(set.dir().join(&entry.path))?)
+    })?;
+    if !ds.empty_items.is_empty() {
+        tracing::warn!(
+            "{} items cover no frame and are left out (first at line {})",
+            ds.empty_items.len(),
+            ds.empty_items[0]
+        );
+    }
+    let modes = match args.mode {
+        ModeArg::Within => vec![AbxMode::Within],
+        ModeArg::Across => vec![AbxMode::Across],
+        ModeArg::Both => vec![AbxMode::Within, AbxMode::Across],
+    };
+    let mut results: Vec<AbxResult> = Vec::new();
+    for mode in modes {
+        let config = AbxConfig {
+            mode,
+            convention: args.convention,
+            distance: args.distance,
+            timing,
+        };
+        let progress = Progress::new(abx::units(&ds, mode).len() as u64, "ABX units");
+        let r = abx::evaluate(&ds, &config, &|| progress.inc())?;
+        progress.finish();
+        abx::plot_pairs(&args.out.join(format!("abx-{mode}")), &r)?;
+        results.push(r);
+    }
+    invar_io::write_json(
+        args.out.join("config.json"),
+        &serde_json::json!({
+            "stage": "eval abx", "item": args.item, "features": args.features,
+            "convention": args.convention, "distance": args.distance, "timing": timing,
+        }),
+    )?;
+    println!("ABX ({}, {} distance)", args.convention, args.distance);
+    println!(
+        "{:<8} {:>9} {:>8} {:>12} {:>7}",
+        "mode", "error %", "cells", "triplets", "items"
+    );
+    for r in &results {
+        println!(
+            "{:<8} {:>9.2} {:>8} {:>12} {:>7}",
+            r.mode.to_string(),
+            100.0 * r.error,
+            r.cells,
+            r.triplets,
+            r.items
+        );
+    }
+    write_results(&args.out, args.json.as_deref(), &results)
+}
+
+#[derive(Debug, Serialize)]
+struct VerifyOutput {
+    embeddings: usize,
+    dims: usize,
+    trials: usize,
+    reports: Vec<VerifyReport>,
+}
+
+fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let (emb, ids, speakers) = load_embeddings(&args)?;
+    let trials: Vec<Trial> = match &args.trials {
+        Some(path) => {
+            let index: HashMap<String, usize> = ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (id.clone(), i))
+                .collect();
+            invar_eval::read_trials(path, &index)?
+        }
+        None => invar_eval::all_pairs(&speakers),
+    };
+    tracing::info!(
+        "{} embeddings of {} dims, {} trials",
+        emb.rows,
+        emb.cols,
+        trials.len()
+    );
+    let mut reports = Vec::new();
+    let mut curves = Vec::new();
+    for &metric in &args.metrics {
+        let distances = invar_eval::trial_distances(&emb, &trials, metric)?;
+        let config = VerifyConfig {
+            metric,
+            ..VerifyConfig::default()
+        };
+        let r = invar_eval::verify(&distances, &trials, &config)?;
+        curves.push((metric.to_string(), r.det.clone()));
+        reports.push(r);
+    }
+    invar_eval::plot::det_plot(&args.out.join("det"), &curves)?;
+    println!(
+        "{:<10} {:>7} {:>10} {:>11} {:>10} {:>14}",
+        "metric", "EER %", "minDCF.01", "minDCF.001", "threshold", "below (rate)"
+    );
+    for r in &reports {
+        let dcf = |p: f64| {
+            r.min_dcf
+                .iter()
+                .find(|m| (m.p_target - p).abs() < 1e-12)
+                .map_or(f64::NAN, |m| m.min_dcf)
+        };
+        println!(
+            "{:<10} {:>7.2} {:>10.4} {:>11.4} {:>10.4} {:>6} ({:.4})",
+            r.metric.to_string(),
+            100.0 * r.eer,
+            dcf(0.01),
+            dcf(0.001),
+            r.threshold_count.threshold,
+            r.threshold_count.count,
+            r.threshold_count.rate
+        );
+    }
+    let output = VerifyOutput {
+        embeddings: emb.rows,
+        dims: emb.cols,
+        trials: trials.len(),
+        reports,
+    };
+    write_results(&args.out, args.json.as_deref(), &output)
+}
+
+/// Embeddings with their ids and speakers, from a matrix + label files or a feature set of 1×D rows.
+fn load_embeddings(args: &VerifyArgs) -> anyhow::Result<(Matrix, Vec<String>, Vec<String>)> {
+    if let Some(dir) = &args.features {
+        let set = FeatureSet::open(dir)?;
+        let rows = set
+            .entries()
+            .iter()
+            .map(|e| {
+                let m = set.load(e)?;
+                anyhow::ensure!(
+                    m.rows == 1,
+                    "{}: {} rows, expected one embedding row",
+                    e.id,
+                    m.rows
+                );
+                Ok(m)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let ids = set.entries().iter().map(|e| e.id.clone()).collect();
+        let speakers = set.entries().iter().map(|e| e.speaker.clone()).collect();
+        return Ok((Matrix::vstack(&rows)?, ids, speakers));
+    }
+    let (Some(path), Some(spk)) = (&args.embeddings, &args.speakers) else {
+        anyhow::bail!("give either --features DIR or --embeddings FILE.npy with --speakers FILE");
+    };
+    let emb = invar_io::read_npy(path)?;
+    let speakers = invar_eval::read_column(spk)?;
+    anyhow::ensure!(
+        speakers.len() == emb.rows,
+        "{}: {} speakers for {} embedding rows in {}",
+        spk.display(),
+        speakers.len(),
+        emb.rows,
+        path.display()
+    );
+    let ids = match &args.ids {
+        Some(p) => {
+            let ids = invar_eval::read_column(p)?;
+            anyhow::ensure!(
+                ids.len() == emb.rows,
+                "{}: {} ids for {} embedding rows",
+                p.display(),
+                ids.len(),
+                emb.rows
+            );
+            ids
+        }
+        None => {
+            anyhow::ensure!(
+                args.trials.is_none(),
+                "--trials needs --ids to name the embedding rows"
+            );
+            (0..emb.rows).map(|i| i.to_string()).collect()
+        }
+    };
+    Ok((emb, ids, speakers))
+}
+
+fn run_identify(args: IdentifyArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let predictions = invar_eval::read_predictions(&args.predictions)?;
+    let r: IdentifyReport = invar_eval::identify(&predictions)?;
+    invar_eval::plot::confusion_plot(&args.out.join("confusion"), &r.labels, &r.confusion)?;
+    println!(
+        "{:<16} {:>6} {:>8} {:>9}",
+        "speaker", "utts", "correct", "accuracy"
+    );
+    for s in &r.per_speaker {
+        println!(
+            "{:<16} {:>6} {:>8} {:>8.2}%",
+            s.speaker,
+            s.utterances,
+            s.correct,
+            100.0 * s.accuracy
+        );
+    }
+    println!(
+        "{:<16} {:>6} {:>8} {:>8.2}%  (balanced {:.2}%)",
+        "all",
+        r.utterances,
+        r.correct,
+        100.0 * r.accuracy,
+        100.0 * r.balanced_accuracy
+    );
+    write_results(&args.out, args.json.as_deref(), &r)
+}
