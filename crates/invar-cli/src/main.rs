@@ -6,7 +6,9 @@
 use clap::{Parser, Subcommand};
 
 // <modules> one line per subcommand module, kept sorted
+mod corpus;
 mod eval;
+mod features;
 mod gmm;
 mod ivector;
 // </modules>
@@ -22,6 +24,10 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     // <variants> one variant per subcommand, each wrapping its module's `Args`
+    /// Validate a corpus and print its speakers, utterances, hours and sample rates.
+    Corpus(corpus::CorpusArgs),
+    /// Compute features for a corpus: one .npy per utterance plus a manifest.
+    Features(features::FeaturesArgs),
     /// UBM (diagonal GMM by EM), frame posteriorgrams, MAP supervectors.
     Gmm(gmm::GmmArgs),
     /// The i-vector baseline: T-matrix training and extraction.
@@ -36,6 +42,8 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         // <arms> one arm per variant: `Some(Command::X(args)) => x::run(args),`
+        Some(Command::Corpus(args)) => corpus::run(args),
+        Some(Command::Features(args)) => features::run(args),
         Some(Command::Gmm(args)) => gmm::run(args),
         Some(Command::Ivector(args)) => ivector::run(args),
         Some(Command::Eval(args)) => eval::run(args),
