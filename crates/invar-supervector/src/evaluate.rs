@@ -1,0 +1,270 @@
+//! The two protocols and the comparison table: a seeded split into training rows, closed-set test rows
+//! (held-out utterances of training speakers) and open-set test rows (speakers never trained on), and
+//! verification metrics through invar-eval (threshold count, EER, minDCF) for each representation
+//! and distance.
+
+use invar_eval::{PairMetric, VerifyConfig};
+use invar_io::Matrix;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, ProtocolConfig, Result};
+
+/// Which evaluation protocol a row of the table belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// Held-out utterances of speakers seen in training (what the seed's pairs imply).
+    Closed,
+    /// Speakers never seen in training.
+    Open,
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Protocol::Closed => "closed",
+            Protocol::Open => "open",
+        })
+    }
+}
+
+/// Rows of the supervector matrix for training and for each protocol's test.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProtocolSplit {
+    pub train: Vec<usize>,
+    pub closed_test: Vec<usize>,
+    pub open_test: Vec<usize>,
+}
+
+impl ProtocolSplit {
+    /// Splits rows with speaker `labels`: `open_speakers` of the speakers (rounded, at least two when
+    /// non-zero) go to the open test; of each remaining speaker with at least four utterances,
+    /// `closed_utterances` (rounded, at least two, leaving at least two for training) go to the
+    /// closed test. Everything is drawn from `config.seed`.
+    pub fn new(labels: &[usize], config: &ProtocolConfig) -> Result<Self> {
+        let k = labels.iter().max().map_or(0, |m| m + 1);
+        let mut groups: Vec<Vec<usize>> = vec![Vec::new(); k];
+        for (i, &l) in labels.iter().enumerate() {
+            groups[l].push(i);
+        }
+        groups.retain(|g| !g.is_empty());
+        let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
+        groups.shuffle(&mut rng);
+        let mut open = if config.open_speakers > 0.0 {
+            ((config.open_speakers * groups.len() as f64).round() as usize).max(2)
+        } else {
+            0
+        };
+        if groups.len() < open + 2 {
+            if config.open_speakers > 0.0 {
+                return Err(Error::NotEnoughData(format!(
+                    "{} speakers cannot give {open} open-set speakers and at least two training speakers",
+                    groups.len()
+                )));
+            }
+            open = 0;
+        }
+        let mut split = ProtocolSplit {
+            train: Vec::new(),
+            closed_test: Vec::new(),
+            open_test: Vec::new(),
+        };
+        for (s, g) in groups.iter_mut().enumerate() {
+            if s < open {
+                split.open_test.extend_from_slice(g);
+                continue;
+            }
+            g.shuffle(&mut rng);
+            let n = g.len();
+            let held = if config.closed_utterances > 0.0 && n >= 4 {
+                ((config.closed_utterances * n as f64).round() as usize).clamp(2, n - 2)
+            } else {
+                0
+            };
+            split.closed_test.extend_from_slice(&g[..held]);
+            split.train.extend_from_slice(&g[held..]);
+        }
+        split.train.sort_unstable();
+        split.closed_test.sort_unstable();
+        split.open_test.sort_unstable();
+        Ok(split)
+    }
+}
+
+/// One line of the comparison table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ComparisonRow {
+    pub protocol: Protocol,
+    /// `raw`, `ivector`, `ae`, …
+    pub representation: String,
+    pub metric: PairMetric,
+    pub dim: usize,
+    pub target_trials: u64,
+    pub nontarget_trials: u64,
+    /// The seed's threshold: the largest same-speaker distance.
+    pub threshold: f32,
+    /// Different-speaker pairs strictly below the threshold, and their share.
+    pub threshold_count: u64,
+    pub threshold_rate: f64,
+    pub eer: f64,
+    /// minDCF at each configured prior, in order.
+    pub min_dcf: Vec<(f64, f64)>,
+}
+
+/// Verification metrics of `rows` of `embeddings` (speakers `labels[row]`), every pair a trial,
+/// under each metric.
+pub fn compare_rows(
+    protocol: Protocol,
+    name: &str,
+    embeddings: &Matrix,
+    labels: &[usize],
+    rows: &[usize],
+    metrics: &[PairMetric],
+    p_targets: &[f64],
+) -> Result<Vec<ComparisonRow>> {
+    if labels.len() != embeddings.rows {
+        return Err(Error::shape(
+            format!("{name}: speaker labels (one per embedding row)"),
+            embeddings.rows,
+            labels.len(),
+        ));
+    }
+    if let Some(&r) = rows.iter().find(|&&r| r >= embeddings.rows) {
+        return Err(Error::shape(
+            format!("{name}: test row"),
+            format!("< {}", embeddings.rows),
+            r,
+        ));
+    }
+    let mut sub = Matrix::zeros(rows.len(), embeddings.cols);
+    for (k, &r) in rows.iter().enumerate() {
+        sub.row_mut(k).copy_from_slice(embeddings.row(r));
+    }
+    let speakers: Vec<String> = rows.iter().map(|&r| labels[r].to_string()).collect();
+    let trials = invar_eval::all_pairs(&speakers);
+    let mut out = Vec::with_capacity(metrics.len());
+    for &metric in metrics {
+        let distances = invar_eval::trial_distances(&sub, &trials, metric)?;
+        let cfg = VerifyConfig {
+            metric,
+            p_targets: p_targets.to_vec(),
+            ..VerifyConfig::default()
+        };
+        let r = invar_eval::verify(&distances, &trials, &cfg)?;
+        out.push(ComparisonRow {
+            protocol,
+            representation: name.to_string(),
+            metric,
+            dim: embeddings.cols,
+            target_trials: r.target_trials,
+            nontarget_trials: r.nontarget_trials,
+            threshold: r.threshold_count.threshold,
+            threshold_count: r.threshold_count.count,
+            threshold_rate: r.threshold_count.rate,
+            eer: r.eer,
+            min_dcf: r.min_dcf.iter().map(|m| (m.p_target, m.min_dcf)).collect(),
+        });
+    }
+    Ok(out)
+}
+
+/// The table as aligned text: protocol, representation, distance, threshold count (and rate), EER,
+/// minDCF.
+pub fn format_table(rows: &[ComparisonRow]) -> String {
+    let mut s = String::from(
+        "protocol  representation  dim   distance   trials(tgt/non)   threshold  count (rate)          EER      minDCF\n",
+    );
+    for r in rows {
+        let dcf = r
+            .min_dcf
+            .iter()
+            .map(|(p, v)| format!("{v:.3}@{p}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        s.push_str(&format!(
+            "{:<9} {:<15} {:<5} {:<10} {:>7}/{:<9} {:>9.4}  {:>8} ({:>6.2} %)  {:>6.2} %  {}\n",
+            r.protocol.to_string(),
+            r.representation,
+            r.dim,
+            r.metric.to_string(),
+            r.target_trials,
+            r.nontarget_trials,
+            r.threshold,
+            r.threshold_count,
+            100.0 * r.threshold_rate,
+            100.0 * r.eer,
+            dcf
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_is_disjoint_covering_and_respects_the_protocols() {
+        let labels: Vec<usize> = (0..100).map(|i| i % 10).collect(); // 10 speakers × 10
+        let cfg = ProtocolConfig::default(); // 20 % speakers open, 25 % utterances closed
+        let s = ProtocolSplit::new(&labels, &cfg).unwrap();
+        let mut all: Vec<usize> = [&s.train[..], &s.closed_test, &s.open_test].concat();
+        all.sort_unstable();
+        assert_eq!(all, (0..100).collect::<Vec<_>>());
+        let spk = |rows: &[usize]| -> std::collections::BTreeSet<usize> {
+            rows.iter().map(|&r| labels[r]).collect()
+        };
+        assert_eq!(spk(&s.open_test).len(), 2);
+        assert!(spk(&s.open_test).is_disjoint(&spk(&s.train)));
+        assert_eq!(spk(&s.closed_test), spk(&s.train));
+        assert_eq!(s.closed_test.len(), 8 * 3); // round(0.25 · 10) = 3 per training speaker
+        assert_eq!(s, ProtocolSplit::new(&labels, &cfg).unwrap(), "seeded");
+        let other = ProtocolConfig { seed: 9, ..cfg };
+        assert_ne!(s, ProtocolSplit::new(&labels, &other).unwrap());
+    }
+
+    #[test]
+    fn comparison_matches_hand_computed_threshold_and_eer() {
+        // 1-D embeddings: speaker 0 at 0.0, 0.1; speaker 1 at 1.0, 1.3. Euclidean distances:
+        // same pairs 0.1, 0.3 → threshold 0.3; different pairs 1.0, 1.3, 0.9, 1.2 → none below → 0.
+        // Perfect separation → EER 0.
+        let m = Matrix::new(4, 1, vec![0.0, 0.1, 1.0, 1.3]).unwrap();
+        let labels = [0, 0, 1, 1];
+        let rows = compare_rows(
+            Protocol::Closed,
+            "raw",
+            &m,
+            &labels,
+            &[0, 1, 2, 3],
+            &[PairMetric::Euclidean],
+            &[0.01],
+        )
+        .unwrap();
+        assert_eq!(rows.len(), 1);
+        let r = &rows[0];
+        assert_eq!((r.target_trials, r.nontarget_trials), (2, 4));
+        assert!((r.threshold - 0.3).abs() < 1e-6);
+        assert_eq!(r.threshold_count, 0);
+        assert_eq!(r.eer, 0.0);
+        // Move speaker 1's second point to 0.35: same distances 0.1, 0.65 → threshold 0.65;
+        // different 1.0, 0.35, 0.9, 0.25 → 0.35 and 0.25 below: count 2, rate 0.5.
+        let m = Matrix::new(4, 1, vec![0.0, 0.1, 1.0, 0.35]).unwrap();
+        let r = &compare_rows(
+            Protocol::Open,
+            "raw",
+            &m,
+            &labels,
+            &[0, 1, 2, 3],
+            &[PairMetric::Euclidean],
+            &[0.01],
+        )
+        .unwrap()[0];
+        assert!((r.threshold - 0.65).abs() < 1e-6);
+        assert_eq!(r.threshold_count, 2);
+        assert!((r.threshold_rate - 0.5).abs() < 1e-12);
+        assert!(format_table(std::slice::from_ref(r)).contains("open"));
+    }
+}

@@ -1,0 +1,26 @@
+//! invar-supervector: method 002. A tied-weight autoencoder (default 9216 → 5000 → 500 → 100 → 40 and
+//! back; inner decoder layers reuse their mirror encoder weight transposed, the outermost pair is
+//! untied) trained through invar-train to map one supervector of a same-speaker pair to the other,
+//! in both directions, over index pairs into one matrix; its 40-d code is a speaker embedding.
+//! Embedding, a closed-set / open-set protocol split, and the comparison of raw supervectors,
+//! i-vectors and codes by the seed's threshold count, EER and minDCF (through invar-eval).
+
+mod config;
+mod error;
+mod evaluate;
+mod model;
+mod pairs;
+mod pipeline;
+mod synthetic;
+mod train;
+
+pub use config::{Activation, ModelConfig, PairConfig, ProtocolConfig, SupervectorConfig};
+pub use error::{Error, Result};
+pub use evaluate::{compare_rows, format_table, ComparisonRow, Protocol, ProtocolSplit};
+pub use model::TiedAutoencoder;
+pub use pairs::{Normalizer, PairBatch, PairBatches, PairSampler};
+pub use pipeline::{run_method, MethodReport, SplitCounts, METRICS};
+pub use synthetic::{synthetic_supervectors, SyntheticConfig};
+pub use train::{
+    resolve_sizes, train, ModelMeta, PairStep, TrainOutcome, TrainedModel, MODEL_META,
+};

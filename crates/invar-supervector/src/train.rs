@@ -1,0 +1,258 @@
+//! Training (through invar-train) and embedding: the step that maps one side of a same-speaker pair
+//! to the other, and the saved model folder (`model.safetensors` + `supervector.json`).
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor};
+use candle_nn::VarMap;
+use invar_io::Matrix;
+use invar_train::{Metrics, StepContext, StepOutput, TrainStep, TrainSummary, Trainer};
+use rand_distr::{Distribution, Normal};
+use serde::{Deserialize, Serialize};
+
+use crate::pairs::{Normalizer, PairBatch, PairBatches};
+use crate::{Error, ModelConfig, Result, SupervectorConfig, TiedAutoencoder};
+
+/// The file beside `model.safetensors` that says how to rebuild and feed the model.
+pub const MODEL_META: &str = "supervector.json";
+
+/// What a model folder records besides the weights.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelMeta {
+    pub model: ModelConfig,
+    pub normalizer: Normalizer,
+}
+
+/// The loss of method 002: `MSE(decode(encode(x + noise)), y)` plus, when weighted, the
+/// different-speaker hinge `mean(relu(margin − ‖z_x − z_other‖²))` on the codes.
+#[derive(Debug)]
+pub struct PairStep<'m> {
+    model: &'m TiedAutoencoder,
+    noise: f32,
+    different_weight: f64,
+    different_margin: f64,
+}
+
+impl<'m> PairStep<'m> {
+    pub fn new(model: &'m TiedAutoencoder, config: &SupervectorConfig) -> Self {
+        Self {
+            model,
+            noise: config.pairs.input_noise,
+            different_weight: config.pairs.different_weight,
+            different_margin: config.pairs.different_margin,
+        }
+    }
+
+    /// The loss of one batch and its parts (`mse`, `different`), with input noise drawn from `rng`.
+    pub fn loss(
+        &self,
+        batch: &PairBatch,
+        rng: &mut rand_chacha::ChaCha8Rng,
+    ) -> Result<(Tensor, Metrics)> {
+        let x = if self.noise > 0.0 {
+            let normal = Normal::new(0f32, self.noise)
+                .map_err(|e| Error::config("pairs.input_noise", e.to_string()))?;
+            let n: Vec<f32> = (0..batch.x.elem_count())
+                .map(|_| normal.sample(rng))
+                .collect();
+            (&batch.x + Tensor::from_vec(n, batch.x.dims(), batch.x.device())?)?
+        } else {
+            batch.x.clone()
+        };
+        let (recon, z) = self.model.forward(&x)?; // [B, D], [B, d_L]
+        let mse = (recon - &batch.y)?.sqr()?.mean_all()?;
+        let mut metrics = Metrics::new();
+        metrics.insert("mse".into(), f64::from(mse.to_scalar::<f32>()?));
+        let loss = match (&batch.other, self.different_weight > 0.0) {
+            (Some(other), true) => {
+                let zo = self.model.encode(other)?; // [B, d_L]
+                let d2 = (z - zo)?.sqr()?.sum(1)?; // [B]
+                let hinge = (d2.affine(-1.0, self.different_margin)?)
+                    .relu()?
+                    .mean_all()?;
+                metrics.insert("different".into(), f64::from(hinge.to_scalar::<f32>()?));
+                (mse + (hinge * self.different_weight)?)?
+            }
+            _ => mse,
+        };
+        Ok((loss, metrics))
+    }
+}
+
+impl TrainStep<PairBatch> for PairStep<'_> {
+    fn step(
+        &mut self,
+        batch: &PairBatch,
+        ctx: &mut StepContext<'_>,
+    ) -> invar_train::Result<StepOutput> {
+        let (loss, metrics) = self
+            .loss(batch, ctx.rng)
+            .map_err(|e| invar_train::Error::method("supervector step", e))?;
+        Ok(StepOutput {
+            loss,
+            samples: batch.x.dims()[0],
+            metrics,
+        })
+    }
+}
+
+/// A trained (or loaded) autoencoder with the normaliser its inputs go through.
+pub struct TrainedModel {
+    pub model: TiedAutoencoder,
+    pub varmap: VarMap,
+    pub meta: ModelMeta,
+    pub device: Device,
+}
+
+/// The result of [`train`]: the model and the training loop's summary.
+#[derive(Debug)]
+pub struct TrainOutcome {
+    pub model: TrainedModel,
+    pub summary: TrainSummary,
+    /// The model folder (`run_dir`): `model.safetensors`, `supervector.json`, the loop's files.
+    pub run_dir: PathBuf,
+}
+
+/// Resolves `sizes[0] == 0` to the data's width and checks that the widths fit the data.
+pub fn resolve_sizes(config: &mut SupervectorConfig, dim: usize) -> Result<()> {
+    let sizes = &mut config.model.sizes;
+    match sizes.first_mut() {
+        Some(first) if *first == 0 => *first = dim,
+        Some(first) if *first != dim => {
+            return Err(Error::shape(
+                "supervector dimension (model.sizes[0]; set it to 0 to follow the data)",
+                *first,
+                dim,
+            ))
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Trains the autoencoder on same-speaker pairs among `rows` of `matrix` (speakers `labels`, one per
+/// entry of `rows`), writing the run into `run_dir`. `resume` continues from its newest checkpoint.
+pub fn train(
+    matrix: &Matrix,
+    rows: &[usize],
+    labels: &[usize],
+    config: &SupervectorConfig,
+    run_dir: &Path,
+    device: &Device,
+    resume: bool,
+) -> Result<TrainOutcome> {
+    let mut config = config.clone();
+    resolve_sizes(&mut config, matrix.cols)?;
+    config.validate()?;
+    let normalizer = if config.pairs.normalize {
+        Normalizer::fit(matrix, rows)?
+    } else {
+        Normalizer::identity(matrix.cols)
+    };
+    let (model, varmap) = TiedAutoencoder::seeded(&config.model, config.train.seed, device)?;
+    tracing::info!(
+        params = model.num_params(),
+        sizes = ?config.model.sizes,
+        "tied autoencoder"
+    );
+    let mut source = PairBatches::new(
+        matrix,
+        &normalizer,
+        rows,
+        labels,
+        config.pairs.max_pairs_per_speaker,
+        config.pairs.batch_size,
+        config.pairs.different_weight > 0.0,
+        device.clone(),
+    )?;
+    let trainer = Trainer::new(config.train.clone(), run_dir, device.clone())?
+        .with_method_config(&config)?
+        .with_resume(resume);
+    let mut step = PairStep::new(&model, &config);
+    let summary = trainer.fit(&varmap, &mut source, &mut step)?;
+    let meta = ModelMeta {
+        model: config.model.clone(),
+        normalizer,
+    };
+    invar_io::write_json(run_dir.join(MODEL_META), &meta)?;
+    Ok(TrainOutcome {
+        model: TrainedModel {
+            model,
+            varmap,
+            meta,
+            device: device.clone(),
+        },
+        summary,
+        run_dir: run_dir.to_path_buf(),
+    })
+}
+
+impl std::fmt::Debug for TrainedModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TrainedModel")
+            .field("sizes", &self.model.sizes())
+            .field("params", &self.model.num_params())
+            .field("device", &self.device)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TrainedModel {
+    /// Loads `dir/supervector.json` and `dir/model.safetensors`.
+    pub fn load(dir: &Path, device: &Device) -> Result<Self> {
+        let meta_path = dir.join(MODEL_META);
+        let weights = dir.join("model.safetensors");
+        for p in [&meta_path, &weights] {
+            if !p.is_file() {
+                return Err(Error::Model {
+                    path: p.clone(),
+                    reason: "missing; point at the output folder of `invar supervector train`"
+                        .into(),
+                });
+            }
+        }
+        let meta: ModelMeta = invar_io::read_json(&meta_path)?;
+        if meta.normalizer.mean.len() != meta.model.sizes.first().copied().unwrap_or(0) {
+            return Err(Error::Model {
+                path: meta_path,
+                reason: format!(
+                    "normaliser width {} does not match the input width {:?}",
+                    meta.normalizer.mean.len(),
+                    meta.model.sizes.first()
+                ),
+            });
+        }
+        let varmap = VarMap::new();
+        let vb = candle_nn::VarBuilder::from_varmap(&varmap, candle_core::DType::F32, device);
+        let model = TiedAutoencoder::new(&meta.model, vb)?;
+        invar_train::load_weights(&varmap, &weights)?;
+        Ok(Self {
+            model,
+            varmap,
+            meta,
+            device: device.clone(),
+        })
+    }
+
+    /// The codes of every row of `matrix` (`rows × d_L`), in batches of `batch` rows.
+    pub fn embed(&self, matrix: &Matrix, batch: usize) -> Result<Matrix> {
+        let d = self.model.input_dim();
+        if matrix.cols != d {
+            return Err(Error::shape("supervector dimension", d, matrix.cols));
+        }
+        let code = self.model.code_dim();
+        let mut out = Vec::with_capacity(matrix.rows * code);
+        let batch = batch.max(1);
+        let mut start = 0;
+        while start < matrix.rows {
+            let end = (start + batch).min(matrix.rows);
+            let rows: Vec<usize> = (start..end).collect();
+            let x = self.meta.normalizer.apply_rows(matrix, &rows);
+            let x = Tensor::from_vec(x, (end - start, d), &self.device)?;
+            let z = self.model.encode(&x)?.detach();
+            out.extend(z.flatten_all()?.to_vec1::<f32>()?);
+            start = end;
+        }
+        Ok(Matrix::new(matrix.rows, code, out)?)
+    }
+}
