@@ -11,6 +11,7 @@ mod eval;
 mod features;
 mod gmm;
 mod ivector;
+mod synth;
 // </modules>
 
 /// invar: speech representations invariant to a nuisance (speaker, gain, content).
@@ -34,6 +35,8 @@ enum Command {
     Ivector(ivector::IvectorArgs),
     /// Evaluation: ABX, speaker verification (EER, minDCF, threshold count), identification.
     Eval(eval::EvalArgs),
+    /// Generate a phone-labelled multi-speaker corpus in the TIMIT or ELSDSR layout.
+    Synth(synth::SynthArgs),
     // </variants>
 }
 
@@ -47,6 +50,7 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Gmm(args)) => gmm::run(args),
         Some(Command::Ivector(args)) => ivector::run(args),
         Some(Command::Eval(args)) => eval::run(args),
+        Some(Command::Synth(args)) => synth::run(args),
         // </arms>
         None => {
             use clap::CommandFactory;
