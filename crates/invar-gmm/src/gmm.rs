@@ -21,18 +21,22 @@ pub(crate) const BLOCK: usize = 256;
 
 /// A mixture of `M` Gaussians with diagonal covariances over `D`-dimensional frames.
 ///
-/// Besides the parameters it holds the E-step constants (Kaldi's `gconsts`, `means_invvars`,
+/// Besides the parameters it holds the E-step constants (as Kaldi's `gconsts`, `means_invvars`,
 /// `inv_vars`) so that the log-likelihoods of a block of frames against all components are one
-/// matrix product: `log w_c N(x; μ_c, σ²_c) = g_c + Σ_d x_d μ_cd/σ²_cd − ½ Σ_d x_d² / σ²_cd`.
+/// matrix product: `log w_c N(x; μ_c, σ²_c) = g_c + Σ_d y_d μ'_cd/σ²_cd − ½ Σ_d y_d²/σ²_cd` with
+/// `y = x − o`, `μ' = μ − o`. The offset `o` is each block's own frame mean: expanding the square
+/// around the data rather than around 0 keeps f32 cancellation small for features far from 0.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DiagGmm {
     weights: Vec<f32>,
     means: Matrix,
     variances: Matrix,
-    /// `2D × M` row-major: rows `0..D` are `μ/σ²` transposed, rows `D..2D` are `−½/σ²` transposed.
-    proj: Vec<f32>,
-    /// `M`: `log w − ½ (D log 2π + Σ log σ² + Σ μ²/σ²)`.
-    gconsts: Vec<f32>,
+    /// `D × M` (transposed): `μ`.
+    means_t: Vec<f32>,
+    /// `D × M` (transposed): `1/σ²`.
+    inv_vars_t: Vec<f32>,
+    /// `M`: `log w − ½ (D log 2π + Σ log σ²)`.
+    base_consts: Vec<f32>,
 }
 
 impl DiagGmm {
@@ -105,8 +109,9 @@ impl DiagGmm {
             weights,
             means,
             variances,
-            proj: Vec::new(),
-            gconsts: Vec::new(),
+            means_t: Vec::new(),
+            inv_vars_t: Vec::new(),
+            base_consts: Vec::new(),
         };
         gmm.precompute();
         Ok(gmm)
@@ -114,19 +119,18 @@ impl DiagGmm {
 
     fn precompute(&mut self) {
         let (m, d) = (self.components(), self.dims());
-        self.proj = vec![0.0; 2 * d * m];
-        self.gconsts = vec![0.0; m];
+        self.means_t = vec![0.0; d * m];
+        self.inv_vars_t = vec![0.0; d * m];
+        self.base_consts = vec![0.0; m];
         for c in 0..m {
-            let mu = self.means.row(c);
-            let var = self.variances.row(c);
             let mut g = (self.weights[c] as f64).ln() - 0.5 * d as f64 * LN_2PI;
             for j in 0..d {
-                let (mu, var) = (mu[j] as f64, var[j] as f64);
-                g -= 0.5 * (var.ln() + mu * mu / var);
-                self.proj[j * m + c] = (mu / var) as f32;
-                self.proj[(d + j) * m + c] = (-0.5 / var) as f32;
+                let var = self.variances.row(c)[j] as f64;
+                g -= 0.5 * var.ln();
+                self.means_t[j * m + c] = self.means.row(c)[j];
+                self.inv_vars_t[j * m + c] = (1.0 / var) as f32;
             }
-            self.gconsts[c] = g as f32;
+            self.base_consts[c] = g as f32;
         }
     }
 
@@ -167,32 +171,67 @@ impl DiagGmm {
     }
 
     /// Joint log-likelihoods `log w_c + log N(x_t; μ_c, σ²_c)` of a block of `b` frames into
-    /// `out` (`b×M`), using `aug` (resized to `b×2D`) as scratch. One GEMM for all components.
-    pub(crate) fn block_log_joint(&self, x: &[f32], aug: &mut Vec<f32>, out: &mut [f32]) {
+    /// `out` (`b×M`). `sc` is per-thread scratch; it is left holding the block's offset `o` and
+    /// `[x − o, (x − o)²]`. One GEMM for all components; the per-block constants cost `3·M·D`.
+    pub(crate) fn block_log_joint(&self, x: &[f32], sc: &mut Scratch, out: &mut [f32]) {
         let (m, d) = (self.components(), self.dims());
         let b = x.len() / d;
-        aug.resize(b * 2 * d, 0.0);
-        for (row, a) in x.chunks_exact(d).zip(aug.chunks_exact_mut(2 * d)) {
+        // o = the block's mean frame.
+        sc.offset.clear();
+        sc.offset.resize(d, 0.0);
+        for row in x.chunks_exact(d) {
+            for (o, &v) in sc.offset.iter_mut().zip(row) {
+                *o += v;
+            }
+        }
+        let inv_b = 1.0 / b.max(1) as f32;
+        for o in sc.offset.iter_mut() {
+            *o *= inv_b;
+        }
+        sc.aug.resize(b * 2 * d, 0.0);
+        for (row, a) in x.chunks_exact(d).zip(sc.aug.chunks_exact_mut(2 * d)) {
             let (lin, sq) = a.split_at_mut(d);
-            lin.copy_from_slice(row);
-            for (s, &v) in sq.iter_mut().zip(row) {
-                *s = v * v;
+            for ((l, s), (&v, &o)) in lin.iter_mut().zip(sq).zip(row.iter().zip(&sc.offset)) {
+                *l = v - o;
+                *s = *l * *l;
+            }
+        }
+        // proj rows 0..D: (μ − o)/σ²; rows D..2D: −½/σ²; g = base − ½ Σ (μ − o)²/σ².
+        sc.proj.resize(2 * d * m, 0.0);
+        sc.gconsts.clear();
+        sc.gconsts.extend_from_slice(&self.base_consts);
+        let (top, bottom) = sc.proj.split_at_mut(d * m);
+        for j in 0..d {
+            let o = sc.offset[j];
+            let (mu, iv) = (
+                &self.means_t[j * m..(j + 1) * m],
+                &self.inv_vars_t[j * m..(j + 1) * m],
+            );
+            let (t, bt) = (
+                &mut top[j * m..(j + 1) * m],
+                &mut bottom[j * m..(j + 1) * m],
+            );
+            for c in 0..m {
+                let z = mu[c] - o;
+                t[c] = z * iv[c];
+                bt[c] = -0.5 * iv[c];
+                sc.gconsts[c] -= 0.5 * z * z * iv[c];
             }
         }
         gemm(
             b,
             m,
             2 * d,
-            aug,
+            &sc.aug,
             Op::N,
-            &self.proj,
+            &sc.proj,
             Op::N,
             out,
             false,
             false,
         );
         for row in out[..b * m].chunks_exact_mut(m) {
-            for (o, &g) in row.iter_mut().zip(&self.gconsts) {
+            for (o, &g) in row.iter_mut().zip(&sc.gconsts) {
                 *o += g;
             }
         }
@@ -221,10 +260,10 @@ impl DiagGmm {
         out.par_chunks_mut(BLOCK)
             .zip(x.data.par_chunks(BLOCK * d))
             .for_each_init(
-                || (Vec::new(), vec![0.0f32; BLOCK * m]),
-                |(aug, ll), (o, xb)| {
+                || (Scratch::default(), vec![0.0f32; BLOCK * m]),
+                |(sc, ll), (o, xb)| {
                     let b = o.len();
-                    self.block_log_joint(xb, aug, ll);
+                    self.block_log_joint(xb, sc, ll);
                     for (t, row) in ll[..b * m].chunks_exact_mut(m).enumerate() {
                         let (max, sum) = exp_shifted(row);
                         o[t] = max + sum.ln();
@@ -260,9 +299,9 @@ impl DiagGmm {
         out.par_chunks_mut(BLOCK * m)
             .zip(x.data.par_chunks(BLOCK * d))
             .for_each_init(
-                || (Vec::new(), Vec::<usize>::new()),
-                |(aug, idx), (o, xb)| {
-                    self.block_log_joint(xb, aug, o);
+                || (Scratch::default(), Vec::<usize>::new()),
+                |(sc, idx), (o, xb)| {
+                    self.block_log_joint(xb, sc, o);
                     Self::rows_to_posteriors(o, m);
                     if let Some(k) = top_k.filter(|&k| k < m) {
                         for row in o.chunks_exact_mut(m) {
@@ -441,9 +480,19 @@ pub(crate) fn check_finite(x: &Matrix, utterance: usize) -> Result<()> {
     Ok(())
 }
 
+/// Per-thread scratch of the E-step: the block offset, `[x − o, (x − o)²]`, and the block's
+/// projection and constants.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    offset: Vec<f32>,
+    aug: Vec<f32>,
+    proj: Vec<f32>,
+    gconsts: Vec<f32>,
+}
+
 /// Per-thread E-step accumulator: block statistics by GEMM in f32, running totals in f64.
 struct BlockAcc {
-    aug: Vec<f32>,
+    sc: Scratch,
     post: Vec<f32>,
     n_blk: Vec<f32>,
     /// `M×D` (first order) or `M×2D` (second order) block result.
@@ -460,7 +509,7 @@ impl BlockAcc {
         let first = order >= StatsOrder::First;
         let second = order >= StatsOrder::Second;
         BlockAcc {
-            aug: Vec::with_capacity(BLOCK * 2 * d),
+            sc: Scratch::default(),
             post: vec![0.0; BLOCK * m],
             n_blk: vec![0.0; m],
             fs_blk: vec![0.0; if second { 2 * m * d } else { m * d }],
@@ -476,7 +525,7 @@ impl BlockAcc {
         let (m, d) = (gmm.components(), gmm.dims());
         let b = xb.len() / d;
         let post = &mut self.post[..b * m];
-        gmm.block_log_joint(xb, &mut self.aug, post);
+        gmm.block_log_joint(xb, &mut self.sc, post);
         self.ll += DiagGmm::rows_to_posteriors(post, m);
         self.frames += b as u64;
         self.n_blk.fill(0.0);
@@ -489,23 +538,28 @@ impl BlockAcc {
             *n += v as f64;
         }
         if !self.s.is_empty() {
-            // [F S] (M×2D) = γᵀ (M×b) · [X X²] (b×2D): `aug` already holds [X X²].
+            // [F' S'] (M×2D) = γᵀ (M×b) · [Y Y²] (b×2D), the scratch already holds `Y = X − o`;
+            // back to raw statistics in f64: F = F' + N o, S = S' + 2 o F' + N o².
+            let aug = &self.sc.aug[..b * 2 * d];
             gemm(
                 m,
                 2 * d,
                 b,
                 post,
                 Op::T,
-                &self.aug,
+                aug,
                 Op::N,
                 &mut self.fs_blk,
                 false,
                 false,
             );
+            let offset = &self.sc.offset;
             for (c, row) in self.fs_blk.chunks_exact(2 * d).enumerate() {
+                let n = self.n_blk[c] as f64;
                 for j in 0..d {
-                    self.f[c * d + j] += row[j] as f64;
-                    self.s[c * d + j] += row[d + j] as f64;
+                    let (f1, s1, o) = (row[j] as f64, row[d + j] as f64, offset[j] as f64);
+                    self.f[c * d + j] += f1 + n * o;
+                    self.s[c * d + j] += s1 + 2.0 * o * f1 + n * o * o;
                 }
             }
         } else if !self.f.is_empty() {
@@ -753,6 +807,60 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn far_from_zero_features_lose_no_precision() {
+        // Shifting data and means by 1000 must not change posteriors or variances: the
+        // expansion is around each block's mean, not around 0 (around 0, f32 x² ≈ 1e6 would
+        // leave errors of ~0.06 nats per dimension in the log-likelihood differences).
+        let shift = 1000.0f32;
+        let means = vec![0.0, 0.0, 1.0, -1.0, -2.0, 0.5];
+        let g0 = DiagGmm::new(
+            vec![0.3, 0.3, 0.4],
+            Matrix::new(3, 2, means.clone()).unwrap(),
+            Matrix::new(3, 2, vec![0.5, 1.0, 0.7, 0.3, 1.2, 0.8]).unwrap(),
+        )
+        .unwrap();
+        let g1 = DiagGmm::new(
+            vec![0.3, 0.3, 0.4],
+            Matrix::new(3, 2, means.iter().map(|m| m + shift).collect()).unwrap(),
+            g0.variances().clone(),
+        )
+        .unwrap();
+        let x0: Vec<f32> = (0..600)
+            .map(|i| ((i * 37 % 101) as f32) / 25.0 - 2.0)
+            .collect();
+        let x1: Vec<f32> = x0.iter().map(|v| v + shift).collect();
+        let (x0, x1) = (
+            Matrix::new(300, 2, x0).unwrap(),
+            Matrix::new(300, 2, x1).unwrap(),
+        );
+        let (p0, p1) = (
+            g0.posteriors(&x0, None).unwrap(),
+            g1.posteriors(&x1, None).unwrap(),
+        );
+        for (a, b) in p0.data.iter().zip(&p1.data) {
+            assert!((a - b).abs() < 2e-4, "{a} vs {b}");
+        }
+        let (s0, s1) = (
+            g0.accumulate(&x0, StatsOrder::Second, 0).unwrap(),
+            g1.accumulate(&x1, StatsOrder::Second, 0).unwrap(),
+        );
+        for c in 0..3 {
+            let n = s0.n()[c];
+            for j in 0..2 {
+                let k = c * 2 + j;
+                let (m0, m1) = (s0.f()[k] / n, s1.f()[k] / s1.n()[c]);
+                let v0 = s0.s().unwrap()[k] / n - m0 * m0;
+                let v1 = s1.s().unwrap()[k] / s1.n()[c] - m1 * m1;
+                assert!((m1 - m0 - shift as f64).abs() < 1e-3, "mean {c},{j}");
+                assert!(
+                    (v1 - v0).abs() < 1e-3 * v0,
+                    "variance {c},{j}: {v0} vs {v1}"
+                );
+            }
+        }
     }
 
     #[test]
