@@ -132,6 +132,29 @@ pub fn list_checkpoints(run_dir: &Path) -> Result<Vec<(usize, PathBuf)>> {
     Ok(out)
 }
 
+/// Removes checkpoint directories left half-written by a killed process (`.ckpt-*.tmp-*`).
+pub fn remove_stale_temporaries(run_dir: &Path) -> Result<()> {
+    let dir = checkpoints_dir(run_dir);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::file(&dir, e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::file(&dir, e))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(".ckpt-") && name.contains(".tmp-") && entry.path().is_dir() {
+            tracing::debug!(
+                "removing the unfinished checkpoint {}",
+                entry.path().display()
+            );
+            std::fs::remove_dir_all(entry.path()).map_err(|e| Error::file(entry.path(), e))?;
+        }
+    }
+    Ok(())
+}
+
 /// The retention policy: of the checkpoints at `epochs`, which to delete so that the newest
 /// `keep_last` remain, plus `best` if given.
 pub fn checkpoints_to_remove(

@@ -51,6 +51,14 @@ pub enum Error {
         found: String,
     },
 
+    /// A gradient's shape differs from its parameter's.
+    #[error("gradient of `{name}` has shape {found:?}, the parameter has {expected:?}")]
+    GradShape {
+        name: String,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
+
     /// The optimiser state in a checkpoint belongs to another optimiser kind.
     #[error(
         "checkpoint {path}: optimiser state is for `{found}`, the config asks for `{expected}`"

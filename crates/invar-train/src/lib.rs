@@ -20,8 +20,8 @@ mod trainer;
 
 pub use checkpoint::{
     checkpoint_path, checkpoints_dir, checkpoints_to_remove, list_checkpoints, load_checkpoint,
-    load_weights, newest_good_checkpoint, save_weights, Checkpoint, RngState, TrainState,
-    CHECKPOINT_FORMAT,
+    load_weights, newest_good_checkpoint, remove_stale_temporaries, save_weights, Checkpoint,
+    RngState, TrainState, CHECKPOINT_FORMAT,
 };
 pub use config::{CheckpointConfig, EarlyStoppingConfig, Mode, ProgressMode, TrainConfig};
 pub use early_stop::{EarlyStoppingState, StopReason, Verdict};

@@ -337,11 +337,10 @@ impl Optimizer {
                 continue;
             };
             if g.dims() != p.var.dims() {
-                return Err(Error::CheckpointMismatch {
-                    path: "<gradient>".into(),
+                return Err(Error::GradShape {
                     name: p.name.clone(),
-                    expected: format!("{:?}", p.var.dims()),
-                    found: format!("{:?}", g.dims()),
+                    expected: p.var.dims().to_vec(),
+                    found: g.dims().to_vec(),
                 });
             }
             let g = g.to_dtype(DType::F32)?;

@@ -150,6 +150,13 @@ impl Trainer {
         )?;
         let mut optimizer = Optimizer::new(varmap, cfg.optimizer.clone())?;
         let log_path = self.run_dir.join("metrics.jsonl");
+        checkpoint::remove_stale_temporaries(&self.run_dir)?;
+        if !self.resume && !checkpoint::list_checkpoints(&self.run_dir)?.is_empty() {
+            return Err(Error::file(
+                checkpoint::checkpoints_dir(&self.run_dir),
+                "holds checkpoints of an earlier run: resume it, or train into a new folder",
+            ));
+        }
 
         let mut run = RunState {
             epoch: 0,

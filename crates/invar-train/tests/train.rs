@@ -160,6 +160,28 @@ fn checkpoint_policy_keeps_last_two_and_the_best() -> TestResult {
         .map(|(e, _)| e)
         .collect();
     assert_eq!(kept, vec![2, 5, 6]);
+    // A fresh run into a folder with checkpoints is refused (they would mix); resuming is the way.
+    let (varmap, inner, mut source) = problem(60, 20)?;
+    let mut step = Scripted {
+        inner,
+        val_losses: vec![1.0; 6],
+        epoch: 0,
+    };
+    let err = Trainer::new(quiet(6), dir.path(), Device::Cpu)?
+        .fit(&varmap, &mut source, &mut step)
+        .expect_err("checkpoints present");
+    assert!(err.to_string().contains("resume"), "{err}");
+    // A half-written checkpoint directory of a killed process is cleaned up on the next start.
+    let stale = dir
+        .path()
+        .join("checkpoints")
+        .join(".ckpt-000007.tmp-99999");
+    std::fs::create_dir_all(&stale)?;
+    std::fs::write(stale.join("model.safetensors"), b"half")?;
+    Trainer::new(quiet(6), dir.path(), Device::Cpu)?
+        .with_resume(true)
+        .fit(&varmap, &mut source, &mut step)?;
+    assert!(!stale.exists());
     // No temporary directories are left behind.
     let leftovers = std::fs::read_dir(dir.path().join("checkpoints"))?
         .filter_map(|e| e.ok())
