@@ -1,0 +1,276 @@
+//! Frame pairs from classes of fragments (term discovery's, or gold words'): every pair of fragments
+//! in a class is aligned by DTW and each cell of the path is a same-class frame pair; for each such
+//! fragment pair one different-class fragment pair is sampled, with the same speaker relation, and
+//! paired frame by frame up to the shorter fragment. Pairs are global frame indices into
+//! [`Posteriorgrams::frames`].
+
+use std::collections::BTreeMap;
+
+use invar_data::{Class, Fragment, Segment, Utterance};
+use invar_ops::Dtw;
+use rand::seq::index::sample;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, PairConfig, Posteriorgrams, Result};
+
+/// Same- and different-class frame pairs, as global frame indices.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FramePairs {
+    pub same: Vec<[u32; 2]>,
+    pub diff: Vec<[u32; 2]>,
+}
+
+/// What pair building found, for the report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PairStats {
+    pub classes: usize,
+    /// Classes with at least two usable fragments.
+    pub classes_used: usize,
+    pub fragments: usize,
+    /// Fragments dropped as shorter than `min_frames`.
+    pub fragments_too_short: usize,
+    pub fragment_pairs: usize,
+    /// Fraction of the same-class fragment pairs that share a speaker.
+    pub same_speaker_fraction: f64,
+    /// Fragment pairs for which no different-class fragment with the same speaker relation exists.
+    pub unmatched: usize,
+    pub same_frame_pairs: usize,
+    pub diff_frame_pairs: usize,
+}
+
+/// One class's same-class frame pairs and the fragment pairs they came from.
+type ClassPairs = (Vec<[u32; 2]>, Vec<(usize, usize)>);
+
+/// A fragment resolved to frames.
+#[derive(Debug, Clone, Copy)]
+struct Frag {
+    class: usize,
+    utt: usize,
+    /// Global index of its first frame.
+    start: usize,
+    len: usize,
+}
+
+/// Builds the frame pairs of `classes` over `post`. Deterministic for a given `seed`.
+pub fn build_pairs(
+    post: &Posteriorgrams,
+    classes: &[Class],
+    cfg: &PairConfig,
+    seed: u64,
+) -> Result<(FramePairs, PairStats)> {
+    let mut stats = PairStats {
+        classes: classes.len(),
+        ..PairStats::default()
+    };
+    let mut frags: Vec<Frag> = Vec::new();
+    let mut by_class: Vec<Vec<usize>> = vec![Vec::new(); classes.len()];
+    for (c, class) in classes.iter().enumerate() {
+        for f in &class.fragments {
+            let utt = post.find(&f.file).ok_or_else(|| Error::UnknownFile {
+                class: class.id,
+                file: f.file.clone(),
+            })?;
+            let r = cfg.timing.frames(f.start, f.end, post.frames_of(utt));
+            stats.fragments += 1;
+            if r.len() < cfg.min_frames {
+                stats.fragments_too_short += 1;
+                continue;
+            }
+            by_class[c].push(frags.len());
+            frags.push(Frag {
+                class: c,
+                utt,
+                start: post.offsets[utt] + r.start,
+                len: r.len(),
+            });
+        }
+    }
+    stats.classes_used = by_class.iter().filter(|f| f.len() >= 2).count();
+
+    // Same-class pairs: DTW-align the (capped) fragment pairs of each class, classes in parallel.
+    let dim = post.dim();
+    let per_class: Vec<Result<ClassPairs>> = by_class
+        .par_iter()
+        .enumerate()
+        .map(|(c, members)| {
+            let n = members.len();
+            let total = n * n.saturating_sub(1) / 2;
+            let mut chosen: Vec<(usize, usize)> = Vec::with_capacity(total);
+            match cfg.max_fragment_pairs_per_class {
+                Some(cap) if total > cap => {
+                    let mut rng = class_rng(seed, c);
+                    let mut picks = sample(&mut rng, total, cap).into_vec();
+                    picks.sort_unstable();
+                    chosen.extend(picks.into_iter().map(|k| unrank_pair(k, n)));
+                }
+                _ => {
+                    for i in 0..n {
+                        for j in i + 1..n {
+                            chosen.push((i, j));
+                        }
+                    }
+                }
+            }
+            let mut dtw = Dtw::new();
+            let mut same = Vec::new();
+            let mut frag_pairs = Vec::with_capacity(chosen.len());
+            for (i, j) in chosen {
+                let (a, b) = (frags[members[i]], frags[members[j]]);
+                let ra = post.rows(a.start, a.start + a.len);
+                let rb = post.rows(b.start, b.start + b.len);
+                let aligned = dtw.align_frames(ra, rb, dim, cfg.distance)?;
+                same.extend(
+                    aligned
+                        .path
+                        .iter()
+                        .map(|&(p, q)| [(a.start + p) as u32, (b.start + q) as u32]),
+                );
+                frag_pairs.push((members[i], members[j]));
+            }
+            Ok((same, frag_pairs))
+        })
+        .collect();
+
+    let mut pairs = FramePairs::default();
+    let mut frag_pairs = Vec::new();
+    for r in per_class {
+        let (same, fp) = r?;
+        pairs.same.extend(same);
+        frag_pairs.extend(fp);
+    }
+    stats.fragment_pairs = frag_pairs.len();
+
+    // Different-class pairs: one per same-class fragment pair, with the same speaker relation.
+    let speaker_of = |f: &Frag| post.speakers[f.utt].as_str();
+    let mut by_speaker: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (k, f) in frags.iter().enumerate() {
+        by_speaker.entry(speaker_of(f)).or_default().push(k);
+    }
+    let mut rng = class_rng(seed, usize::MAX);
+    let mut same_speaker = 0usize;
+    for &(ia, ib) in &frag_pairs {
+        let (a, b) = (frags[ia], frags[ib]);
+        let want_same = speaker_of(&a) == speaker_of(&b);
+        same_speaker += usize::from(want_same);
+        let pool: &[usize] = if want_same {
+            by_speaker.get(speaker_of(&a)).map_or(&[], Vec::as_slice)
+        } else {
+            &[]
+        };
+        let found = if want_same {
+            draw(&mut rng, pool.len(), |k| frags[pool[k]].class != a.class).map(|k| pool[k])
+        } else {
+            draw(&mut rng, frags.len(), |k| {
+                frags[k].class != a.class && speaker_of(&frags[k]) != speaker_of(&a)
+            })
+        };
+        let Some(ic) = found else {
+            stats.unmatched += 1;
+            continue;
+        };
+        let c = frags[ic];
+        // Which of the pair is compared with the other class's fragment alternates at random.
+        let a = if rng.random::<bool>() { a } else { b };
+        let n = a.len.min(c.len);
+        pairs
+            .diff
+            .extend((0..n).map(|k| [(a.start + k) as u32, (c.start + k) as u32]));
+    }
+    stats.same_speaker_fraction = if frag_pairs.is_empty() {
+        0.0
+    } else {
+        same_speaker as f64 / frag_pairs.len() as f64
+    };
+    stats.same_frame_pairs = pairs.same.len();
+    stats.diff_frame_pairs = pairs.diff.len();
+    Ok((pairs, stats))
+}
+
+/// A random index below `n` satisfying `ok`: 64 random draws, then a scan from a random start (so a
+/// rare match is still found, and `None` means there is none).
+fn draw(rng: &mut ChaCha8Rng, n: usize, ok: impl Fn(usize) -> bool) -> Option<usize> {
+    if n == 0 {
+        return None;
+    }
+    for _ in 0..64 {
+        let k = rng.random_range(0..n);
+        if ok(k) {
+            return Some(k);
+        }
+    }
+    let s = rng.random_range(0..n);
+    (0..n).map(|i| (s + i) % n).find(|&k| ok(k))
+}
+
+fn class_rng(seed: u64, class: usize) -> ChaCha8Rng {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(class as u64);
+    rng
+}
+
+/// The `k`-th pair `(i, j)`, `i < j < n`, in row order.
+fn unrank_pair(mut k: usize, n: usize) -> (usize, usize) {
+    for i in 0..n {
+        let row = n - 1 - i;
+        if k < row {
+            return (i, i + 1 + k);
+        }
+        k -= row;
+    }
+    (n.saturating_sub(2), n.saturating_sub(1))
+}
+
+/// Gold classes from word alignments (TIMIT `.WRD`, the generated corpus): one class per word type
+/// (case-folded), with every token of it as a fragment (`file` = utterance id, times = samples ÷
+/// `sample_rate`). Labels in `ignore` (silences) and word types with a single token are left out.
+/// Classes are numbered from 1 in word order. Utterances without word alignments contribute nothing.
+pub fn gold_classes(utterances: &[Utterance], sample_rate: f64, ignore: &[&str]) -> Vec<Class> {
+    let mut words: BTreeMap<String, Vec<Fragment>> = BTreeMap::new();
+    for u in utterances {
+        for w in u.words.iter().flatten() {
+            let label = w.label.to_lowercase();
+            if ignore.iter().any(|i| i.eq_ignore_ascii_case(&label)) {
+                continue;
+            }
+            words
+                .entry(label)
+                .or_default()
+                .push(fragment(&u.id, w, sample_rate));
+        }
+    }
+    words
+        .into_values()
+        .filter(|f| f.len() >= 2)
+        .zip(1u64..)
+        .map(|(fragments, id)| Class { id, fragments })
+        .collect()
+}
+
+fn fragment(file: &str, s: &Segment, sample_rate: f64) -> Fragment {
+    Fragment {
+        file: file.to_string(),
+        start: s.start as f64 / sample_rate,
+        end: s.end as f64 / sample_rate,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unrank_enumerates_all_pairs_in_order() {
+        let n = 6;
+        let mut expected = Vec::new();
+        for i in 0..n {
+            for j in i + 1..n {
+                expected.push((i, j));
+            }
+        }
+        let got: Vec<_> = (0..expected.len()).map(|k| unrank_pair(k, n)).collect();
+        assert_eq!(got, expected);
+    }
+}

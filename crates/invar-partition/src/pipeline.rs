@@ -1,0 +1,102 @@
+//! The whole method in one call: pairs from classes, training, the model's files and a report.
+
+use std::path::Path;
+
+use candle_core::Device;
+use invar_data::Class;
+use invar_train::{StopReason, TrainConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    build_pairs, silhouette, train, write_model, PairStats, Partition, PartitionConfig,
+    Posteriorgrams, Result, SilhouetteConfig,
+};
+
+/// What a run did and found; written as `results.json` beside the model.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PartitionReport {
+    pub config: PartitionConfig,
+    pub inputs: usize,
+    pub outputs: usize,
+    pub outputs_in_use: usize,
+    pub pairs: PairStats,
+    pub epochs: usize,
+    pub best_epoch: Option<usize>,
+    pub best_value: Option<f64>,
+    pub stop: StopReason,
+    /// Mean training loss, validation loss and √JS of the best epoch's record, when recorded.
+    pub best_metrics: std::collections::BTreeMap<String, f64>,
+    /// Silhouette of the classes on the input posteriorgrams and on the soft outputs, when asked.
+    pub silhouette_input: Option<f64>,
+    pub silhouette_output: Option<f64>,
+    #[serde(skip)]
+    pub partition: Option<Partition>,
+}
+
+/// Runs method 000 on `post` with `classes`: builds the frame pairs, trains (checkpoints and metrics in
+/// `out/train`), writes `W.npy`, `V.npy`, `mapping.json`, `W.svg`, `config.json` and `results.json`
+/// into `out`, and returns the report (with the partition). `train_override` replaces the loop's
+/// configuration derived from `cfg` (for example to silence progress); `silhouette_cfg` adds the
+/// silhouette of the classes before and after.
+pub fn run(
+    post: &Posteriorgrams,
+    classes: &[Class],
+    cfg: &PartitionConfig,
+    out: &Path,
+    device: &Device,
+    resume: bool,
+    train_override: Option<TrainConfig>,
+    silhouette_cfg: Option<&SilhouetteConfig>,
+) -> Result<PartitionReport> {
+    cfg.validate()?;
+    let (pairs, stats) = build_pairs(post, classes, &cfg.pairs, cfg.seed)?;
+    tracing::info!(
+        same = stats.same_frame_pairs,
+        different = stats.diff_frame_pairs,
+        fragment_pairs = stats.fragment_pairs,
+        "frame pairs built from {} classes",
+        stats.classes_used
+    );
+    let trained = train(
+        post,
+        &pairs,
+        cfg,
+        &out.join("train"),
+        device,
+        resume,
+        train_override,
+    )?;
+    write_model(out, &trained.partition, Some(&trained.v))?;
+    invar_io::write_json(out.join("config.json"), cfg)?;
+    let (silhouette_input, silhouette_output) = match silhouette_cfg {
+        Some(s) => (
+            Some(silhouette(post, classes, None, s)?),
+            Some(silhouette(post, classes, Some(&trained.partition), s)?),
+        ),
+        None => (None, None),
+    };
+    let best_metrics = trained
+        .summary
+        .best_epoch
+        .and_then(|b| trained.summary.history.iter().find(|r| r.epoch == b))
+        .or(trained.summary.history.last())
+        .map(|r| r.metrics.clone())
+        .unwrap_or_default();
+    let report = PartitionReport {
+        config: cfg.clone(),
+        inputs: trained.partition.inputs(),
+        outputs: trained.partition.outputs(),
+        outputs_in_use: trained.partition.mapping().outputs_in_use,
+        pairs: stats,
+        epochs: trained.summary.epochs,
+        best_epoch: trained.summary.best_epoch,
+        best_value: trained.summary.best_value,
+        stop: trained.summary.stop.clone(),
+        best_metrics,
+        silhouette_input,
+        silhouette_output,
+        partition: Some(trained.partition),
+    };
+    invar_io::write_json(out.join("results.json"), &report)?;
+    Ok(report)
+}

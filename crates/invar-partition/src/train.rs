@@ -1,0 +1,303 @@
+//! Training on invar-train's loop: a [`BatchSource`] of shuffled frame-pair indices and a
+//! [`TrainStep`] whose forward pass is two gathers and a `[B, M]×[M, D]` product per side.
+
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor, Var};
+use candle_nn::{Init, VarMap};
+use invar_io::Matrix;
+use invar_train::{
+    AdaMaxConfig, BatchSource, CheckpointConfig, EarlyStoppingConfig, Metrics, OptimizerConfig,
+    StepContext, StepOutput, TrainConfig, TrainStep, TrainSummary, Trainer,
+};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::loss::partition_loss;
+use crate::model::weights;
+use crate::{Error, FramePairs, LossConfig, Partition, PartitionConfig, Posteriorgrams, Result};
+
+/// A labelled frame pair: `(x, y, same)`.
+type Pair = (u32, u32, bool);
+
+/// One minibatch: frame indices of both sides, the same-class mask and its count.
+#[derive(Debug)]
+pub struct PairBatch {
+    x: Tensor,
+    y: Tensor,
+    same: Tensor,
+    n_same: usize,
+}
+
+fn make_batch(pairs: &[Pair], device: &Device) -> Result<PairBatch> {
+    let x: Vec<u32> = pairs.iter().map(|p| p.0).collect();
+    let y: Vec<u32> = pairs.iter().map(|p| p.1).collect();
+    let same: Vec<f32> = pairs.iter().map(|p| f32::from(u8::from(p.2))).collect();
+    let n_same = pairs.iter().filter(|p| p.2).count();
+    let n = pairs.len();
+    Ok(PairBatch {
+        x: Tensor::from_vec(x, n, device)?,
+        y: Tensor::from_vec(y, n, device)?,
+        same: Tensor::from_vec(same, n, device)?,
+        n_same,
+    })
+}
+
+/// Shuffled minibatches of the training pairs; the order of each epoch comes from the loop's RNG.
+#[derive(Debug)]
+pub struct PairBatches {
+    pairs: Vec<Pair>,
+    batch_size: usize,
+    device: Device,
+}
+
+impl PairBatches {
+    pub fn new(pairs: Vec<Pair>, batch_size: usize, device: Device) -> Self {
+        Self {
+            pairs,
+            batch_size: batch_size.max(1),
+            device,
+        }
+    }
+}
+
+impl BatchSource for PairBatches {
+    type Batch = PairBatch;
+
+    fn start_epoch(&mut self, _epoch: usize, rng: &mut ChaCha8Rng) -> invar_train::Result<usize> {
+        self.pairs.shuffle(rng);
+        Ok(self.pairs.len().div_ceil(self.batch_size))
+    }
+
+    fn batch(&mut self, index: usize) -> invar_train::Result<PairBatch> {
+        let start = index * self.batch_size;
+        let end = (start + self.batch_size).min(self.pairs.len());
+        let chunk = self.pairs.get(start..end).ok_or_else(|| {
+            invar_train::Error::method("pair batches", format!("batch {index} is past the epoch"))
+        })?;
+        make_batch(chunk, &self.device).map_err(|e| invar_train::Error::method("pair batches", e))
+    }
+}
+
+/// The model and loss: `V` `[M, D]`, all frames `[N, M]` on the device, the validation batches.
+#[derive(Debug)]
+pub struct PartitionStep {
+    v: Var,
+    frames: Tensor,
+    loss: LossConfig,
+    val: Vec<PairBatch>,
+}
+
+/// Loss and its parts for one batch.
+fn forward(
+    v: &Tensor,
+    frames: &Tensor,
+    b: &PairBatch,
+    cfg: &LossConfig,
+) -> Result<crate::loss::LossParts> {
+    let w = weights(v)?; // [M, D]
+    let xh = frames.index_select(&b.x, 0)?.matmul(&w)?; // [B, M]·[M, D] → [B, D]
+    let yh = frames.index_select(&b.y, 0)?.matmul(&w)?; // [B, D]
+    partition_loss(&xh, &yh, &b.same, b.n_same, cfg)
+}
+
+impl PartitionStep {
+    fn metrics(parts: &crate::loss::LossParts) -> Metrics {
+        let mut m = Metrics::new();
+        if let Some(s) = parts.same_sqrt_js {
+            m.insert("same_sqrt_js".into(), s);
+        }
+        if let Some(d) = parts.diff_sqrt_js {
+            m.insert("diff_sqrt_js".into(), d);
+        }
+        m.insert("entropy".into(), parts.entropy);
+        m
+    }
+}
+
+impl TrainStep<PairBatch> for PartitionStep {
+    fn step(
+        &mut self,
+        batch: &PairBatch,
+        _ctx: &mut StepContext<'_>,
+    ) -> invar_train::Result<StepOutput> {
+        let parts = forward(self.v.as_tensor(), &self.frames, batch, &self.loss)
+            .map_err(|e| invar_train::Error::method("partition step", e))?;
+        let metrics = Self::metrics(&parts);
+        Ok(StepOutput {
+            loss: parts.total,
+            samples: batch.x.elem_count(),
+            metrics,
+        })
+    }
+
+    fn validate(&mut self) -> invar_train::Result<Metrics> {
+        let mut loss = 0.0;
+        let mut n = 0usize;
+        let (mut same, mut n_same, mut diff, mut n_diff) = (0.0, 0usize, 0.0, 0usize);
+        for b in &self.val {
+            let parts = forward(self.v.as_tensor(), &self.frames, b, &self.loss)
+                .map_err(|e| invar_train::Error::method("partition validation", e))?;
+            let k = b.x.elem_count();
+            loss += f64::from(parts.total.to_scalar::<f32>()?) * k as f64;
+            n += k;
+            if let Some(s) = parts.same_sqrt_js {
+                same += s * b.n_same as f64;
+                n_same += b.n_same;
+            }
+            if let Some(d) = parts.diff_sqrt_js {
+                diff += d * (k - b.n_same) as f64;
+                n_diff += k - b.n_same;
+            }
+        }
+        let mut m = Metrics::new();
+        if n > 0 {
+            m.insert("loss".into(), loss / n as f64);
+        }
+        if n_same > 0 {
+            m.insert("same_sqrt_js".into(), same / n_same as f64);
+        }
+        if n_diff > 0 {
+            m.insert("diff_sqrt_js".into(), diff / n_diff as f64);
+        }
+        Ok(m)
+    }
+}
+
+/// A trained partition and how training went.
+#[derive(Debug, Clone)]
+pub struct Trained {
+    pub partition: Partition,
+    /// The raw `V` (`M × D`).
+    pub v: Matrix,
+    pub summary: TrainSummary,
+}
+
+/// The loop's configuration for 000: AdaMax, patience on the validation loss (or the training loss
+/// when nothing is held out), the best weights restored at the end.
+pub fn train_config(cfg: &PartitionConfig, validate: bool) -> TrainConfig {
+    let monitor = if validate { "val_loss" } else { "train_loss" };
+    TrainConfig {
+        epochs: cfg.optim.epochs,
+        seed: cfg.seed,
+        optimizer: OptimizerConfig::AdaMax(AdaMaxConfig {
+            lr: cfg.optim.lr,
+            ..AdaMaxConfig::default()
+        }),
+        clip_grad_norm: None,
+        early_stopping: EarlyStoppingConfig {
+            monitor: monitor.into(),
+            gl_monitor: monitor.into(),
+            patience: Some(cfg.optim.patience),
+            ..EarlyStoppingConfig::default()
+        },
+        checkpoint: CheckpointConfig::default(),
+        restore_best: true,
+        ..TrainConfig::default()
+    }
+}
+
+/// Trains a partition of `post`'s `M` classes into `cfg.model.outputs` on `pairs`: a seeded
+/// `validation_fraction` of the same and of the different pairs is held out; checkpoints, metrics and
+/// curves go to `run_dir`; `resume` continues from its newest good checkpoint. `train` overrides the
+/// loop's configuration (progress, checkpoints) when given.
+pub fn train(
+    post: &Posteriorgrams,
+    pairs: &FramePairs,
+    cfg: &PartitionConfig,
+    run_dir: &Path,
+    device: &Device,
+    resume: bool,
+    train: Option<TrainConfig>,
+) -> Result<Trained> {
+    cfg.validate()?;
+    let total = post.frames.rows;
+    if pairs
+        .same
+        .iter()
+        .chain(&pairs.diff)
+        .any(|p| p[0] as usize >= total || p[1] as usize >= total)
+    {
+        return Err(Error::NoPairs {
+            what: "frame pairs",
+            reason: format!("an index is past the {total} frames of the posteriorgrams"),
+        });
+    }
+    let (train_pairs, val_pairs) = split(pairs, cfg.optim.validation_fraction, cfg.seed);
+    if train_pairs.is_empty() {
+        return Err(Error::NoPairs {
+            what: "training",
+            reason:
+                "no frame pairs: the classes gave no fragment pairs (check the class file, the \
+                     file ids and min_frames)"
+                    .into(),
+        });
+    }
+    let validate = !val_pairs.is_empty();
+    let tcfg = train.unwrap_or_else(|| train_config(cfg, validate));
+    let (m, d) = (post.dim(), cfg.model.outputs);
+
+    let varmap = VarMap::new();
+    let vb = invar_train::seeded_var_builder(&varmap, cfg.seed, DType::F32, device);
+    let v = vb.get_with_hints(
+        (m, d),
+        "v",
+        Init::Randn {
+            mean: 0.0,
+            stdev: cfg.model.init_std,
+        },
+    )?;
+    let var = varmap
+        .data()
+        .lock()
+        .map_err(|_| invar_train::Error::Poisoned)?
+        .get("v")
+        .cloned()
+        .ok_or_else(|| Error::config("model", "the variable map lost V"))?;
+    drop(v);
+
+    let frames = Tensor::from_slice(&post.frames.data, (total, m), device)?;
+    let val = val_pairs
+        .chunks(cfg.optim.batch_size)
+        .map(|c| make_batch(c, device))
+        .collect::<Result<Vec<_>>>()?;
+    let mut step = PartitionStep {
+        v: var.clone(),
+        frames,
+        loss: cfg.loss.clone(),
+        val,
+    };
+    let mut source = PairBatches::new(train_pairs, cfg.optim.batch_size, device.clone());
+    let trainer = Trainer::new(tcfg, run_dir, device.clone())?
+        .with_method_config(cfg)?
+        .with_resume(resume);
+    let summary = trainer.fit(&varmap, &mut source, &mut step)?;
+    let data = var.as_tensor().flatten_all()?.to_vec1::<f32>()?;
+    let v = Matrix::new(m, d, data)?;
+    Ok(Trained {
+        partition: Partition::from_v(&v),
+        v,
+        summary,
+    })
+}
+
+/// Splits same and different pairs separately into (train, validation), seeded.
+fn split(pairs: &FramePairs, fraction: f64, seed: u64) -> (Vec<Pair>, Vec<Pair>) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5EED_0000_5917);
+    let (mut train, mut val) = (Vec::new(), Vec::new());
+    for (list, same) in [(&pairs.same, true), (&pairs.diff, false)] {
+        let mut order: Vec<usize> = (0..list.len()).collect();
+        order.shuffle(&mut rng);
+        let n_val = (list.len() as f64 * fraction).round() as usize;
+        for (k, &i) in order.iter().enumerate() {
+            let p = (list[i][0], list[i][1], same);
+            if k < n_val {
+                val.push(p);
+            } else {
+                train.push(p);
+            }
+        }
+    }
+    (train, val)
+}
