@@ -11,6 +11,7 @@ mod eval;
 mod features;
 mod gmm;
 mod ivector;
+mod supervector;
 mod synth;
 // </modules>
 
@@ -37,6 +38,8 @@ enum Command {
     Eval(eval::EvalArgs),
     /// Generate a phone-labelled multi-speaker corpus in the TIMIT or ELSDSR layout.
     Synth(synth::SynthArgs),
+    /// Method 002: tied autoencoder on same-speaker supervector pairs (train, embed, comparison).
+    Supervector(supervector::SupervectorArgs),
     // </variants>
 }
 
@@ -51,6 +54,7 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Ivector(args)) => ivector::run(args),
         Some(Command::Eval(args)) => eval::run(args),
         Some(Command::Synth(args)) => synth::run(args),
+        Some(Command::Supervector(args)) => supervector::run(args),
         // </arms>
         None => {
             use clap::CommandFactory;

@@ -1,0 +1,360 @@
+//! `invar supervector train | embed`: method 002 (tied autoencoder on same-speaker supervector pairs)
+//! through invar-supervector; `train` also prints the raw / i-vector / AE comparison for both
+//! protocols unless `--all-rows` asks for a final model trained on every row.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use invar_data::SupervectorSet;
+use invar_supervector::{format_table, Activation, SupervectorConfig, TrainedModel};
+use serde::Serialize;
+
+/// Method 002: the tied supervector autoencoder.
+#[derive(Debug, Args)]
+pub struct SupervectorArgs {
+    #[command(subcommand)]
+    pub command: SupervectorCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SupervectorCommand {
+    /// Train on same-speaker pairs; evaluate raw / i-vector / AE under both protocols.
+    Train(TrainArgs),
+    /// Write the 40-d codes of a supervector matrix (codes.npy + ids.txt).
+    Embed(EmbedArgs),
+}
+
+/// Where the supervectors come from: an `invar gmm supervectors` folder, or a matrix + labels.
+#[derive(Debug, Args)]
+pub struct InputArgs {
+    /// Folder with supervectors.npy, speakers.txt and ids.txt (from `invar gmm supervectors`).
+    #[arg(long, conflicts_with = "matrix")]
+    pub supervectors: Option<PathBuf>,
+    /// A supervector matrix (.npy or safetensors), one row per recording.
+    #[arg(long, requires = "labels")]
+    pub matrix: Option<PathBuf>,
+    /// The tensor to read from a safetensors matrix (default: its only tensor).
+    #[arg(long)]
+    pub tensor: Option<String>,
+    /// Speaker of each row: text (one per line) or an .npy of integers.
+    #[arg(long)]
+    pub labels: Option<PathBuf>,
+    /// Utterance ids, one per row (default: ids.txt of --supervectors, else row numbers).
+    #[arg(long)]
+    pub ids: Option<PathBuf>,
+}
+
+impl InputArgs {
+    fn load(&self) -> anyhow::Result<(SupervectorSet, Vec<String>)> {
+        let (set, ids_file) = match (&self.supervectors, &self.matrix, &self.labels) {
+            (Some(dir), _, _) => (
+                SupervectorSet::load(
+                    &dir.join("supervectors.npy"),
+                    None,
+                    &dir.join("speakers.txt"),
+                )?,
+                self.ids.clone().or_else(|| {
+                    let p = dir.join("ids.txt");
+                    p.is_file().then_some(p)
+                }),
+            ),
+            (None, Some(m), Some(l)) => (
+                SupervectorSet::load(m, self.tensor.as_deref(), l)?,
+                self.ids.clone(),
+            ),
+            _ => anyhow::bail!("give --supervectors DIR, or --matrix FILE with --labels FILE"),
+        };
+        let ids = match ids_file {
+            Some(p) => {
+                let ids = invar_data::read_labels(&p)?;
+                anyhow::ensure!(
+                    ids.len() == set.vectors.rows,
+                    "{}: {} ids for {} supervector rows",
+                    p.display(),
+                    ids.len(),
+                    set.vectors.rows
+                );
+                ids
+            }
+            None => (0..set.vectors.rows).map(|i| i.to_string()).collect(),
+        };
+        Ok((set, ids))
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+    /// i-vectors (.npy, one row per supervector, same order) to compare against.
+    #[arg(long)]
+    pub ivectors: Option<PathBuf>,
+    /// Output folder: model.safetensors, supervector.json, config.json, metrics.jsonl, checkpoints,
+    /// codes.npy, ids.txt, speakers.txt, results.json.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Config file (TOML or JSON, a `SupervectorConfig`); flags below override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Encoder widths, input first (0 = the data's width), e.g. 0,5000,500,100,40.
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Option<Vec<usize>>,
+    #[arg(long)]
+    pub activation: Option<Activation>,
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// At most this many same-speaker pairs per speaker, resampled each epoch (default: all).
+    #[arg(long)]
+    pub max_pairs_per_speaker: Option<usize>,
+    /// Gaussian input noise (std, on normalised supervectors).
+    #[arg(long)]
+    pub noise: Option<f32>,
+    /// Weight of the optional different-speaker term (0 = off, the seed's method).
+    #[arg(long)]
+    pub different_weight: Option<f64>,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Train on every row and skip the evaluation (a final model).
+    #[arg(long)]
+    pub all_rows: bool,
+    /// Continue from the newest checkpoint in --out (with --all-rows).
+    #[arg(long, requires = "all_rows")]
+    pub resume: bool,
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Write the results as JSON here (default OUT/results.json).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct EmbedArgs {
+    /// The output folder of `invar supervector train`.
+    #[arg(long)]
+    pub model: PathBuf,
+    #[command(flatten)]
+    pub input: InputArgs,
+    /// Output folder: codes.npy, ids.txt, speakers.txt, results.json.
+    #[arg(long)]
+    pub out: PathBuf,
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Write the summary as JSON here (default OUT/results.json).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+pub fn run(args: SupervectorArgs) -> anyhow::Result<()> {
+    match args.command {
+        SupervectorCommand::Train(a) => train(a),
+        SupervectorCommand::Embed(a) => embed(a),
+    }
+}
+
+fn load_config(args: &TrainArgs) -> anyhow::Result<SupervectorConfig> {
+    let mut c: SupervectorConfig = match &args.config {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("{}", p.display()))?;
+            if p.extension().is_some_and(|e| e == "json") {
+                serde_json::from_str(&text).with_context(|| format!("{}", p.display()))?
+            } else {
+                toml::from_str(&text).with_context(|| format!("{}", p.display()))?
+            }
+        }
+        None => SupervectorConfig::default(),
+    };
+    if let Some(s) = &args.sizes {
+        c.model.sizes = s.clone();
+    }
+    if let Some(a) = args.activation {
+        c.model.activation = a;
+    }
+    if let Some(e) = args.epochs {
+        c.train.epochs = e;
+    }
+    if let Some(b) = args.batch_size {
+        c.pairs.batch_size = b;
+    }
+    if args.max_pairs_per_speaker.is_some() {
+        c.pairs.max_pairs_per_speaker = args.max_pairs_per_speaker;
+    }
+    if let Some(n) = args.noise {
+        c.pairs.input_noise = n;
+    }
+    if let Some(w) = args.different_weight {
+        c.pairs.different_weight = w;
+    }
+    if let Some(s) = args.seed {
+        c.train.seed = s;
+        c.protocol.seed = s;
+    }
+    Ok(c)
+}
+
+/// Codes plus the ids and speakers of their rows.
+fn write_codes(
+    out: &Path,
+    codes: &invar_io::Matrix,
+    ids: &[String],
+    set: &SupervectorSet,
+) -> anyhow::Result<()> {
+    invar_io::write_npy(out.join("codes.npy"), codes)?;
+    invar_io::write_text(out.join("ids.txt"), &(ids.join("\n") + "\n"))?;
+    let speakers: Vec<&str> = set
+        .labels
+        .iter()
+        .map(|&l| set.speakers[l].as_str())
+        .collect();
+    invar_io::write_text(out.join("speakers.txt"), &(speakers.join("\n") + "\n"))?;
+    Ok(())
+}
+
+#[derive(Debug, Serialize)]
+struct TrainResults<'a> {
+    stage: &'static str,
+    rows: usize,
+    dim: usize,
+    speakers: usize,
+    params: usize,
+    epochs: usize,
+    final_train_loss: Option<f64>,
+    split: Option<&'a invar_supervector::SplitCounts>,
+    table: &'a [invar_supervector::ComparisonRow],
+    config: &'a SupervectorConfig,
+}
+
+fn train(args: TrainArgs) -> anyhow::Result<()> {
+    let mut config = load_config(&args)?;
+    let (set, ids) = args.input.load()?;
+    invar_supervector::resolve_sizes(&mut config, set.vectors.cols)?;
+    config.validate()?;
+    let device = invar_ops::device(&args.device)?;
+    std::fs::create_dir_all(&args.out).with_context(|| format!("{}", args.out.display()))?;
+    tracing::info!(
+        rows = set.vectors.rows,
+        dim = set.vectors.cols,
+        speakers = set.speakers.len(),
+        "supervectors loaded"
+    );
+    let json = args
+        .json
+        .clone()
+        .unwrap_or_else(|| args.out.join("results.json"));
+    if args.all_rows {
+        let rows: Vec<usize> = (0..set.vectors.rows).collect();
+        let outcome = invar_supervector::train(
+            &set.vectors,
+            &rows,
+            &set.labels,
+            &config,
+            &args.out,
+            &device,
+            args.resume,
+        )?;
+        let codes = outcome.model.embed(&set.vectors, 256)?;
+        write_codes(&args.out, &codes, &ids, &set)?;
+        let results = TrainResults {
+            stage: "supervector train",
+            rows: set.vectors.rows,
+            dim: set.vectors.cols,
+            speakers: set.speakers.len(),
+            params: outcome.model.model.num_params(),
+            epochs: outcome.summary.epochs,
+            final_train_loss: outcome
+                .summary
+                .history
+                .last()
+                .and_then(|r| r.get("train_loss")),
+            split: None,
+            table: &[],
+            config: &config,
+        };
+        println!(
+            "trained on {} rows of {} speakers for {} epochs; final loss {:?}; codes in {}",
+            results.rows,
+            results.speakers,
+            results.epochs,
+            results.final_train_loss,
+            args.out.join("codes.npy").display()
+        );
+        invar_io::write_json(&json, &results)?;
+        return Ok(());
+    }
+    let ivectors = match &args.ivectors {
+        Some(p) => Some(invar_io::read_npy(p)?),
+        None => None,
+    };
+    let report =
+        invar_supervector::run_method(&set, ivectors.as_ref(), &config, &args.out, &device)?;
+    write_codes(&args.out, &report.codes, &ids, &set)?;
+    let results = TrainResults {
+        stage: "supervector train",
+        rows: set.vectors.rows,
+        dim: set.vectors.cols,
+        speakers: set.speakers.len(),
+        params: report.model.model.num_params(),
+        epochs: report.train.epochs,
+        final_train_loss: report
+            .train
+            .history
+            .last()
+            .and_then(|r| r.get("train_loss")),
+        split: Some(&report.counts),
+        table: &report.table,
+        config: &config,
+    };
+    println!(
+        "split: {} training rows ({} speakers), closed-set test {} rows, open-set test {} rows ({} speakers)",
+        report.counts.train_rows,
+        report.counts.train_speakers,
+        report.counts.closed_rows,
+        report.counts.open_rows,
+        report.counts.open_speakers
+    );
+    print!("{}", format_table(&report.table));
+    invar_io::write_json(&json, &results)?;
+    println!("results: {}", json.display());
+    Ok(())
+}
+
+#[derive(Debug, Serialize)]
+struct EmbedResults {
+    stage: &'static str,
+    model: PathBuf,
+    rows: usize,
+    input_dim: usize,
+    code_dim: usize,
+    codes: PathBuf,
+}
+
+fn embed(args: EmbedArgs) -> anyhow::Result<()> {
+    let device = invar_ops::device(&args.device)?;
+    let model = TrainedModel::load(&args.model, &device)?;
+    let (set, ids) = args.input.load()?;
+    let codes = model.embed(&set.vectors, 256)?;
+    std::fs::create_dir_all(&args.out).with_context(|| format!("{}", args.out.display()))?;
+    write_codes(&args.out, &codes, &ids, &set)?;
+    let results = EmbedResults {
+        stage: "supervector embed",
+        model: args.model.clone(),
+        rows: codes.rows,
+        input_dim: set.vectors.cols,
+        code_dim: codes.cols,
+        codes: args.out.join("codes.npy"),
+    };
+    println!("rows  input dim  code dim  codes");
+    println!(
+        "{:<5} {:<10} {:<9} {}",
+        results.rows,
+        results.input_dim,
+        results.code_dim,
+        results.codes.display()
+    );
+    let json = args.json.unwrap_or_else(|| args.out.join("results.json"));
+    invar_io::write_json(&json, &results)?;
+    Ok(())
+}
