@@ -15,6 +15,7 @@ mod error;
 mod extract;
 mod featureset;
 mod filter;
+mod frames;
 mod fsutil;
 mod list;
 mod segments;
@@ -41,6 +42,7 @@ pub use featureset::{
     MANIFEST,
 };
 pub use filter::SpeakerFilter;
+pub use frames::FrameGeometry;
 pub use list::read_list;
 pub use segments::{parse_segments, parse_transcript, read_phn, read_txt, read_wrd, SegmentOrder};
 pub use split::{assign_within_speaker, check_speaker_disjoint, within_speaker_split, SplitConfig};
