@@ -14,7 +14,7 @@ fn panels(history: &[EpochRecord]) -> BTreeMap<String, BTreeMap<String, Vec<(f64
     let mut out: BTreeMap<String, BTreeMap<String, Vec<(f64, f64)>>> = BTreeMap::new();
     for r in history {
         for (k, &v) in &r.metrics {
-            if matches!(k.as_str(), "seconds" | "samples_per_s") || !v.is_finite() {
+            if matches!(k.as_str(), "seconds" | "samples_per_s" | "lr") || !v.is_finite() {
                 continue;
             }
             let panel = k

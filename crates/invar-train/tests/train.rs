@@ -89,6 +89,7 @@ fn softmax_regression_learns_and_the_run_is_written_out() -> TestResult {
     let (varmap, mut model, mut source) = problem(900, 30)?;
     let config = TrainConfig {
         plot: true,
+        log_every: 10,
         optimizer: OptimizerConfig::AdamW(invar_train::AdamWConfig {
             lr: 0.05,
             ..Default::default()
@@ -110,6 +111,17 @@ fn softmax_regression_learns_and_the_run_is_written_out() -> TestResult {
     // The log holds the same numbers, one line per epoch.
     let logged = MetricLog::read_epochs(dir.path().join("metrics.jsonl"))?;
     assert_eq!(logged, summary.history);
+    let text = std::fs::read_to_string(dir.path().join("metrics.jsonl"))?;
+    let step_lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<Vec<serde_json::Value>, _>>()?
+        .into_iter()
+        .filter(|v| v["kind"] == "step")
+        .collect();
+    assert_eq!(step_lines.len(), 24, "one step line every 10 of 240 steps");
+    assert_eq!(step_lines[0]["step"], 10);
+    assert!(step_lines[0]["loss"].as_f64().is_some_and(f64::is_finite));
     // Config, weights, curves, summary.
     let config: serde_json::Value = invar_io::read_json(dir.path().join("config.json"))?;
     assert_eq!(config["method"]["dim"], DIM);

@@ -93,7 +93,6 @@ fn run(args: &Args) -> Result<()> {
         seed: args.seed,
         clip_grad_norm: Some(5.0),
         progress: ProgressMode::Plain,
-        plot: false,
         ..TrainConfig::default()
     };
     let summary = Trainer::new(config, &args.run_dir, device)?
