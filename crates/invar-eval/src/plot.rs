@@ -307,6 +307,31 @@ impl Figure for Heatmap<'_> {
                     }),
             )
             .map_err(|x| e(&x))?;
+        if nr <= 30 && nc <= 30 {
+            // Small enough to print each value (in %) inside its cell.
+            let style = TextStyle::from(("sans-serif", 11).into_font()).pos(
+                plotters::style::text_anchor::Pos::new(
+                    plotters::style::text_anchor::HPos::Center,
+                    plotters::style::text_anchor::VPos::Center,
+                ),
+            );
+            chart
+                .draw_series(
+                    (0..nr)
+                        .flat_map(|r| (0..nc).map(move |c| (r, c)))
+                        .filter(|&(r, c)| !self.values[r * nc + c].is_nan())
+                        .map(|(r, c)| {
+                            let v = self.values[r * nc + c];
+                            let color: &'static RGBColor = if v > 0.6 { &WHITE } else { &BLACK };
+                            Text::new(
+                                format!("{:.0}", 100.0 * v),
+                                (c as f64 + 0.5, r as f64 + 0.5),
+                                style.clone().color(color),
+                            )
+                        }),
+                )
+                .map_err(|x| e(&x))?;
+        }
         Ok(())
     }
 }

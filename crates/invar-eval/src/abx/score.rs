@@ -241,6 +241,41 @@ pub(crate) fn pair_errors(
 mod tests {
     use super::*;
 
+    fn cell(context: u32, speaker_a: u32, speaker_x: u32, error: f64) -> CellScore {
+        CellScore {
+            context,
+            phone_a: 0,
+            phone_b: 1,
+            speaker_a,
+            speaker_x,
+            error,
+            triplets: 1,
+        }
+    }
+
+    #[test]
+    fn averaging_orders_differ_on_a_missing_cell() {
+        // Within speaker, one phone pair: (c1, s1) = 0, (c1, s2) = 1, (c2, s1) = 0, no (c2, s2).
+        // zs2015: contexts of talker means: c1 → ½, c2 → 0 → ¼.
+        // fastabx: talkers of context means: s1 → 0, s2 → 1 → ½.
+        let cells = [cell(1, 1, 1, 0.0), cell(1, 2, 2, 1.0), cell(2, 1, 1, 0.0)];
+        let zs = pair_errors(&cells, Convention::Zs2015);
+        let fa = pair_errors(&cells, Convention::Fastabx);
+        assert!((zs[&(0, 1)] - 0.25).abs() < 1e-12);
+        assert!((fa[&(0, 1)] - 0.5).abs() < 1e-12);
+        // Across speaker, fastabx averages X's talker together with the context: cells (c, A talker,
+        // X talker) = (1,1,2) 0, (1,1,3) 1, (2,1,2) 1, (1,2,1) 0 → s1: (0+1+1)/3, s2: 0 → ⅓.
+        // zs2015: c1: (0 + 1 + 0)/3, c2: 1 → (⅓ + 1)/2 = ⅔.
+        let cells = [
+            cell(1, 1, 2, 0.0),
+            cell(1, 1, 3, 1.0),
+            cell(2, 1, 2, 1.0),
+            cell(1, 2, 1, 0.0),
+        ];
+        assert!((pair_errors(&cells, Convention::Fastabx)[&(0, 1)] - 1.0 / 3.0).abs() < 1e-12);
+        assert!((pair_errors(&cells, Convention::Zs2015)[&(0, 1)] - 2.0 / 3.0).abs() < 1e-12);
+    }
+
     #[test]
     fn count_cell_by_hand() {
         // One x, A = {a0, a1}, B = {b0, b1, b2}.
