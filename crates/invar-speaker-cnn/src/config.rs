@@ -1,0 +1,289 @@
+//! The method's configuration: the original 001 network as the default, a log-mel variant, validation.
+
+use invar_audio::{FeatureKind, FrontendConfig};
+use invar_train::{AdamConfig, EarlyStoppingConfig, OptimizerConfig, SgdConfig, TrainConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// Which chunks the network sees: the front-end and how utterances are cut.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FeatureConfig {
+    /// invar-audio front-end; its output bins are the network's input rows.
+    pub frontend: FrontendConfig,
+    /// Frames per chunk (the original: 100).
+    pub chunk_frames: usize,
+    /// Frames between chunk starts (the original: 100, non-overlapping).
+    pub chunk_hop: usize,
+}
+
+impl Default for FeatureConfig {
+    /// The original: the `spectrogram_001` linear spectrogram (129 bins) of the unit-L2 signal,
+    /// 100-frame chunks.
+    fn default() -> Self {
+        let mut frontend = FrontendConfig::spectrogram_001();
+        frontend.frame.unit_norm = true;
+        Self {
+            frontend,
+            chunk_frames: 100,
+            chunk_hop: 100,
+        }
+    }
+}
+
+impl FeatureConfig {
+    /// Whether the features are logarithms (so a waveform gain is an offset of them).
+    pub fn is_log(&self) -> bool {
+        match self.frontend.kind {
+            FeatureKind::Spectrogram => self.frontend.spectrogram.log,
+            FeatureKind::LogMel | FeatureKind::Mfcc => true,
+        }
+    }
+}
+
+/// The network: conv (bins × w1) + ReLU, max-pool 1×p, conv (1 × w2) + ReLU, max-pool 1×p,
+/// optional dropout, dense + ReLU, softmax over speakers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelConfig {
+    pub conv1_filters: usize,
+    pub conv1_width: usize,
+    pub conv2_filters: usize,
+    pub conv2_width: usize,
+    /// Max-pooling width over time after each convolution.
+    pub pool: usize,
+    /// Dropout probability before the dense layer; `None`: no dropout.
+    pub dropout: Option<f64>,
+    pub dense: usize,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        Self {
+            conv1_filters: 32,
+            conv1_width: 8,
+            conv2_filters: 32,
+            conv2_width: 8,
+            pool: 4,
+            dropout: None,
+            dense: 100,
+        }
+    }
+}
+
+impl ModelConfig {
+    /// Time steps left after conv1, pool, conv2, pool for `frames` input frames (0 if too short).
+    pub fn output_steps(&self, frames: usize) -> usize {
+        let a = (frames + 1).saturating_sub(self.conv1_width) / self.pool.max(1);
+        (a + 1).saturating_sub(self.conv2_width) / self.pool.max(1)
+    }
+}
+
+/// The nuisance transform whose tangent the regulariser penalises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Nuisance {
+    /// No regulariser.
+    #[default]
+    None,
+    /// s(x, α) = (1 + α)·x: tangent x.
+    Scale,
+    /// s(x, α) = x + α: tangent 1.
+    Offset,
+    /// A waveform gain g = e^α seen in the network's (z-normalised) input: tangent 2(x + μ/σ) on a
+    /// linear power spectrogram, 2/σ on log features.
+    Gain,
+}
+
+impl std::fmt::Display for Nuisance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Nuisance::None => "none",
+            Nuisance::Scale => "scale",
+            Nuisance::Offset => "offset",
+            Nuisance::Gain => "gain",
+        })
+    }
+}
+
+impl std::str::FromStr for Nuisance {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "none" => Ok(Nuisance::None),
+            "scale" => Ok(Nuisance::Scale),
+            "offset" => Ok(Nuisance::Offset),
+            "gain" => Ok(Nuisance::Gain),
+            other => Err(Error::config(
+                "regularizer.nuisance",
+                format!("is `{other}`; use none, scale, offset or gain"),
+            )),
+        }
+    }
+}
+
+/// L = CE + λ·R, R = mean_i (∂P(C_{i,k} | s(x_i, α))/∂α)² at the identity.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RegularizerConfig {
+    pub nuisance: Nuisance,
+    /// λ (the original: 0.1).
+    pub lambda: f64,
+    /// Sum the squared tangents over all classes instead of the true class only.
+    pub all_classes: bool,
+}
+
+impl Default for RegularizerConfig {
+    fn default() -> Self {
+        Self {
+            nuisance: Nuisance::None,
+            lambda: 0.1,
+            all_classes: false,
+        }
+    }
+}
+
+/// Everything method 001 needs; the default is the original network.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SpeakerCnnConfig {
+    /// A name for reports (`original`, `logmel`, or the user's).
+    pub name: String,
+    pub features: FeatureConfig,
+    pub model: ModelConfig,
+    pub regularizer: RegularizerConfig,
+    pub batch_size: usize,
+    /// Seed of the weights (the loop's own seed is `train.seed`).
+    pub init_seed: u64,
+    /// Fraction of each speaker's training utterances held out for validation / early stopping.
+    pub validation_fraction: f64,
+    /// The loop: Nesterov SGD (lr 0.001, momentum 0.9) and Prechelt's GL_5 early stopping.
+    pub train: TrainConfig,
+}
+
+impl Default for SpeakerCnnConfig {
+    fn default() -> Self {
+        Self::original()
+    }
+}
+
+impl SpeakerCnnConfig {
+    /// The original network (AndreasMadsen/course-02460), as the seed describes it.
+    pub fn original() -> Self {
+        Self {
+            name: "original".into(),
+            features: FeatureConfig::default(),
+            model: ModelConfig::default(),
+            regularizer: RegularizerConfig::default(),
+            batch_size: 32,
+            init_seed: 0,
+            validation_fraction: 0.2,
+            train: TrainConfig {
+                epochs: 100,
+                optimizer: OptimizerConfig::Sgd(SgdConfig::default()),
+                early_stopping: EarlyStoppingConfig {
+                    gl_alpha: Some(5.0),
+                    patience: Some(10),
+                    ..EarlyStoppingConfig::default()
+                },
+                restore_best: true,
+                plot: false,
+                ..TrainConfig::default()
+            },
+        }
+    }
+
+    /// The stronger variant: 40 log-mel bins (per-utterance energy differences become offsets), 64
+    /// filters per convolution, dropout 0.3, dense 128, Adam (lr 0.001).
+    pub fn logmel() -> Self {
+        let mut frontend = FrontendConfig::for_kind(FeatureKind::LogMel);
+        frontend.mel.num_bins = 40;
+        let mut cfg = Self::original();
+        cfg.name = "logmel".into();
+        cfg.features = FeatureConfig {
+            frontend,
+            chunk_frames: 100,
+            chunk_hop: 50,
+        };
+        cfg.model = ModelConfig {
+            conv1_filters: 64,
+            conv1_width: 5,
+            conv2_filters: 64,
+            conv2_width: 5,
+            pool: 2,
+            dropout: Some(0.3),
+            dense: 128,
+        };
+        cfg.train.optimizer = OptimizerConfig::Adam(AdamConfig::default());
+        cfg
+    }
+
+    /// A named config: `original` or `logmel`.
+    pub fn named(name: &str) -> Result<Self> {
+        match name {
+            "original" => Ok(Self::original()),
+            "logmel" => Ok(Self::logmel()),
+            other => Err(Error::config(
+                "name",
+                format!("`{other}` is not a named config; use original or logmel"),
+            )),
+        }
+    }
+
+    /// Turns out-of-range values into errors before any work starts.
+    pub fn validate(&self) -> Result<()> {
+        self.features
+            .frontend
+            .validate()
+            .map_err(|e| Error::config("features.frontend", e.to_string()))?;
+        let m = &self.model;
+        for (field, v) in [
+            ("model.conv1_filters", m.conv1_filters),
+            ("model.conv1_width", m.conv1_width),
+            ("model.conv2_filters", m.conv2_filters),
+            ("model.conv2_width", m.conv2_width),
+            ("model.pool", m.pool),
+            ("model.dense", m.dense),
+            ("batch_size", self.batch_size),
+            ("features.chunk_hop", self.features.chunk_hop),
+        ] {
+            if v == 0 {
+                return Err(Error::config(field, "must be at least 1"));
+            }
+        }
+        if m.output_steps(self.features.chunk_frames) == 0 {
+            return Err(Error::config(
+                "features.chunk_frames",
+                format!(
+                    "{} frames leave nothing after two convolutions (widths {}, {}) and pools of {}; use longer chunks",
+                    self.features.chunk_frames, m.conv1_width, m.conv2_width, m.pool
+                ),
+            ));
+        }
+        if let Some(p) = m.dropout {
+            if !(0.0..1.0).contains(&p) {
+                return Err(Error::config(
+                    "model.dropout",
+                    format!("must be in [0, 1), got {p}"),
+                ));
+            }
+        }
+        let l = self.regularizer.lambda;
+        if !(l.is_finite() && l >= 0.0) {
+            return Err(Error::config(
+                "regularizer.lambda",
+                format!("must be finite and ≥ 0, got {l}"),
+            ));
+        }
+        let v = self.validation_fraction;
+        if !(0.0..1.0).contains(&v) {
+            return Err(Error::config(
+                "validation_fraction",
+                format!("must be in [0, 1), got {v}"),
+            ));
+        }
+        self.train.validate()?;
+        Ok(())
+    }
+}

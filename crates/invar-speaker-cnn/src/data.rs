@@ -1,0 +1,195 @@
+//! Chunks of z-normalised features in memory, the normalisation statistics, and input tangents.
+
+use candle_core::{Device, Tensor};
+use invar_io::Matrix;
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Nuisance, Result};
+
+/// Per-bin mean and standard deviation of the training frames (z-normalisation).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Normalizer {
+    pub mean: Vec<f32>,
+    pub std: Vec<f32>,
+}
+
+impl Normalizer {
+    /// Statistics over every frame of `features` (each frames × bins); a constant bin gets std 1.
+    pub fn fit(features: &[Matrix]) -> Result<Self> {
+        let Some(first) = features.first() else {
+            return Err(Error::Empty {
+                what: "normalisation statistics",
+                hint: "no training utterance has features".into(),
+            });
+        };
+        let bins = first.cols;
+        let mut sum = vec![0f64; bins];
+        let mut sq = vec![0f64; bins];
+        let mut n = 0usize;
+        for (i, m) in features.iter().enumerate() {
+            if m.cols != bins {
+                return Err(Error::shape(
+                    format!("features of utterance {i}"),
+                    bins,
+                    m.cols,
+                ));
+            }
+            for r in 0..m.rows {
+                for (j, &v) in m.row(r).iter().enumerate() {
+                    sum[j] += f64::from(v);
+                    sq[j] += f64::from(v) * f64::from(v);
+                }
+            }
+            n += m.rows;
+        }
+        if n == 0 {
+            return Err(Error::Empty {
+                what: "normalisation statistics",
+                hint: "the training utterances have no frames".into(),
+            });
+        }
+        let nf = n as f64;
+        let mean: Vec<f32> = sum.iter().map(|s| (s / nf) as f32).collect();
+        let std = sum
+            .iter()
+            .zip(&sq)
+            .map(|(s, q)| {
+                let m = s / nf;
+                let v = (q / nf - m * m).max(0.0).sqrt();
+                if v > f64::from(f32::MIN_POSITIVE) {
+                    v as f32
+                } else {
+                    1.0
+                }
+            })
+            .collect();
+        Ok(Self { mean, std })
+    }
+
+    /// Bins.
+    pub fn dims(&self) -> usize {
+        self.mean.len()
+    }
+}
+
+/// Non-overlapping (or hop-spaced) chunks `[N, bins, frames]` of z-normalised features, with each
+/// chunk's speaker label and utterance index.
+#[derive(Debug, Clone)]
+pub struct ChunkSet {
+    pub bins: usize,
+    pub frames: usize,
+    /// `[N, bins, frames]` row-major.
+    pub data: Vec<f32>,
+    pub labels: Vec<u32>,
+    /// Index of each chunk's utterance in the list it was built from.
+    pub utterance: Vec<usize>,
+}
+
+impl ChunkSet {
+    /// Cuts each utterance's features (frames × bins) into chunks of `frames` frames every `hop`,
+    /// z-normalises them with `norm` and transposes them to bins × frames. Utterances shorter than
+    /// one chunk give none.
+    pub fn build(
+        features: &[Matrix],
+        labels: &[u32],
+        norm: &Normalizer,
+        frames: usize,
+        hop: usize,
+    ) -> Result<Self> {
+        if features.len() != labels.len() {
+            return Err(Error::shape("labels", features.len(), labels.len()));
+        }
+        let bins = norm.dims();
+        let hop = hop.max(1);
+        let mut data = Vec::new();
+        let mut out_labels = Vec::new();
+        let mut utterance = Vec::new();
+        for (u, (m, &label)) in features.iter().zip(labels).enumerate() {
+            if m.cols != bins {
+                return Err(Error::shape(
+                    format!("features of utterance {u}"),
+                    bins,
+                    m.cols,
+                ));
+            }
+            let mut start = 0;
+            while start + frames <= m.rows {
+                let base = data.len();
+                data.resize(base + bins * frames, 0.0);
+                for f in 0..frames {
+                    let row = m.row(start + f);
+                    for b in 0..bins {
+                        data[base + b * frames + f] = (row[b] - norm.mean[b]) / norm.std[b];
+                    }
+                }
+                out_labels.push(label);
+                utterance.push(u);
+                start += hop;
+            }
+        }
+        Ok(Self {
+            bins,
+            frames,
+            data,
+            labels: out_labels,
+            utterance,
+        })
+    }
+
+    /// Number of chunks.
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// Whether there are no chunks.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    /// The chunks `idx` as inputs `[B, bins, frames]` and labels `[B]`.
+    pub fn batch(&self, idx: &[usize], device: &Device) -> Result<(Tensor, Tensor)> {
+        let size = self.bins * self.frames;
+        let mut x = Vec::with_capacity(idx.len() * size);
+        let mut y = Vec::with_capacity(idx.len());
+        for &i in idx {
+            x.extend_from_slice(&self.data[i * size..(i + 1) * size]);
+            y.push(self.labels[i]);
+        }
+        Ok((
+            Tensor::from_vec(x, (idx.len(), self.bins, self.frames), device)?,
+            Tensor::from_vec(y, idx.len(), device)?,
+        ))
+    }
+}
+
+/// The tangent ∂s(x, α)/∂α at the identity for a batch `x` `[B, bins, frames]` of z-normalised
+/// inputs: scale → x; offset → 1; gain (α = ln g on the waveform) → 2(x + μ/σ) on linear power
+/// features, 2/σ on log features. `None` for [`Nuisance::None`].
+pub fn input_tangent(
+    nuisance: Nuisance,
+    x: &Tensor,
+    norm: &Normalizer,
+    log_features: bool,
+) -> Result<Option<Tensor>> {
+    let (_, bins, _) = x.dims3()?;
+    if bins != norm.dims() {
+        return Err(Error::shape("input tangent bins", norm.dims(), bins));
+    }
+    let per_bin = |f: &dyn Fn(usize) -> f32| -> Result<Tensor> {
+        let v: Vec<f32> = (0..bins).map(f).collect();
+        Ok(Tensor::from_vec(v, (1, bins, 1), x.device())?.to_dtype(x.dtype())?)
+    };
+    Ok(match nuisance {
+        Nuisance::None => None,
+        Nuisance::Scale => Some(x.clone()),
+        Nuisance::Offset => Some(x.ones_like()?),
+        Nuisance::Gain if log_features => {
+            let c = per_bin(&|b| 2.0 / norm.std[b])?;
+            Some(c.broadcast_as(x.shape())?.contiguous()?)
+        }
+        Nuisance::Gain => {
+            let c = per_bin(&|b| norm.mean[b] / norm.std[b])?;
+            Some((x.broadcast_add(&c)? * 2.0)?)
+        }
+    })
+}

@@ -1,0 +1,28 @@
+//! invar-speaker-cnn is method 001: a speaker-classification CNN on spectrogram chunks (the original
+//! network of AndreasMadsen/course-02460 as the default config, a log-mel variant as the second),
+//! trained on invar-train's loop with cross-entropy plus λ times an invariance regulariser — the
+//! squared derivative of the true class's probability along a nuisance transform (scale, offset, or
+//! the tangent a waveform gain induces), computed exactly and batched by forward-mode tangent
+//! propagation. It also decides utterances by mean log-probability, runs the two baselines
+//! (logistic regression on the mean spectrum, a GMM per speaker on MFCC) and evaluates robustness
+//! to waveform gain and log-domain offsets. It reads and writes files only through invar-io.
+
+mod baselines;
+mod config;
+mod data;
+mod error;
+mod model;
+mod pipeline;
+mod train;
+
+pub use baselines::{gmm_baseline, logistic_baseline, BaselineConfig, BaselineResult};
+pub use config::{FeatureConfig, ModelConfig, Nuisance, RegularizerConfig, SpeakerCnnConfig};
+pub use data::{input_tangent, ChunkSet, Normalizer};
+pub use error::{Error, Result};
+pub use model::{conv1d_valid, cross_entropy, max_pool_time, regularizer, Forward, SpeakerCnn};
+pub use pipeline::{
+    chunk_log_probs, compute_features, decide, evaluate, load_cnn, random_batch, report,
+    speaker_labels, train_cnn, Condition, Evaluation, LabeledAudio, ModelMeta, TrainedCnn,
+    META_FILE,
+};
+pub use train::{new_model, ChunkBatch, ChunkBatches, ChunkScores, CnnStep};

@@ -1,0 +1,286 @@
+//! The network, built from a `VarBuilder`, with a forward pass that carries a tangent beside the input.
+//!
+//! The (bins × w) convolution over a bins-row input is a conv1d over time with `bins` input channels,
+//! and the (1 × w) one a conv1d with `conv1_filters` channels: that is how they are computed.
+//! Pooling is a reshape and an arg-max gather (candle 0.11's `max_pool2d` backward is wrong), and
+//! the tangent of every layer is propagated forward (Tangent Prop), so the regulariser is an
+//! ordinary first-order function of the weights: no second-order gradients are needed.
+
+use candle_core::{DType, Device, Tensor, D};
+use candle_nn::{Init, VarBuilder, VarMap};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::{ModelConfig, Result};
+
+/// Max-pooling of width `k` over the last axis of `x` `[B, C, T]` (T cropped to a multiple of `k`),
+/// and the tangent `t` (same shape as `x`) taken at the arg-max. Returns `[B, C, T/k]` twice.
+pub fn max_pool_time(x: &Tensor, t: Option<&Tensor>, k: usize) -> Result<(Tensor, Option<Tensor>)> {
+    let (b, c, len) = x.dims3()?;
+    let n = len / k;
+    let windows = |v: &Tensor| -> Result<Tensor> {
+        Ok(v.narrow(2, 0, n * k)?.contiguous()?.reshape((b, c, n, k))?)
+    };
+    let xw = windows(x)?; // [B, C, n, k]
+    let idx = xw.argmax_keepdim(3)?; // [B, C, n, 1] u32, constant
+    let y = xw.gather(&idx, 3)?.squeeze(3)?; // [B, C, n]
+    let ty = match t {
+        Some(t) => Some(windows(t)?.gather(&idx, 3)?.squeeze(3)?),
+        None => None,
+    };
+    Ok((y, ty))
+}
+
+/// Valid 1-D cross-correlation of `x` `[B, C, T]` with `w` `[F, C, K]` → `[B, F, T − K + 1]`,
+/// as an unfold (K shifted views stacked) and one matrix product. candle 0.11's own `conv1d`
+/// backward gives wrong gradients on CPU (measured in `tests/tangent.rs`), so the network uses this.
+pub fn conv1d_valid(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let (b, c, t) = x.dims3()?;
+    let (f, wc, k) = w.dims3()?;
+    if wc != c || k > t {
+        return Err(crate::Error::shape(
+            "conv1d input",
+            format!("{wc} channels and at least {k} steps"),
+            format!("{c} channels and {t} steps"),
+        ));
+    }
+    let out = t - k + 1;
+    let views = (0..k)
+        .map(|i| x.narrow(2, i, out))
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    let cols = Tensor::stack(&views, 3)? // [B, C, T', K]
+        .permute((0, 2, 1, 3))?
+        .contiguous()?
+        .reshape((b * out, c * k))?; // [B·T', C·K]
+    let y = cols.matmul(&w.reshape((f, c * k))?.t()?)?; // [B·T', F]
+    Ok(y.reshape((b, out, f))?.transpose(1, 2)?.contiguous()?)
+}
+
+/// `relu(pre)` and the tangent `mask · t` (the mask is a constant: ReLU's derivative).
+fn relu_tangent(pre: &Tensor, t: Option<Tensor>) -> Result<(Tensor, Option<Tensor>)> {
+    let y = pre.relu()?;
+    let t = match t {
+        Some(t) => Some((t * pre.gt(0.0)?.to_dtype(pre.dtype())?)?),
+        None => None,
+    };
+    Ok((y, t))
+}
+
+/// Glorot-uniform bound √(6 / (fan_in + fan_out)), fans counted as Lasagne does (receptive field
+/// included for convolutions).
+fn glorot(fan_in: usize, fan_out: usize) -> Init {
+    let b = (6.0 / (fan_in + fan_out) as f64).sqrt();
+    Init::Uniform { lo: -b, up: b }
+}
+
+/// The speaker CNN's weights.
+#[derive(Debug, Clone)]
+pub struct SpeakerCnn {
+    config: ModelConfig,
+    bins: usize,
+    frames: usize,
+    classes: usize,
+    w1: Tensor, // [F1, bins, w1]
+    b1: Tensor, // [F1]
+    w2: Tensor, // [F2, F1, w2]
+    b2: Tensor, // [F2]
+    w3: Tensor, // [dense, F2·steps]
+    b3: Tensor, // [dense]
+    w4: Tensor, // [classes, dense]
+    b4: Tensor, // [classes]
+}
+
+/// What a forward pass returns.
+#[derive(Debug)]
+pub struct Forward {
+    /// `[B, K]` log P(C_k | x).
+    pub log_probs: Tensor,
+    /// `[B, K]` ∂P(C_k | s(x, α))/∂α at the identity, when a tangent was given.
+    pub prob_tangent: Option<Tensor>,
+}
+
+impl SpeakerCnn {
+    /// Creates (or reuses) the variables `conv1`, `conv2`, `dense`, `out` in `vb` for inputs of
+    /// `bins × frames` and `classes` speakers. Weights are Glorot-uniform, biases zero.
+    pub fn new(
+        vb: VarBuilder<'_>,
+        config: &ModelConfig,
+        bins: usize,
+        frames: usize,
+        classes: usize,
+    ) -> Result<Self> {
+        let m = config;
+        let steps = m.output_steps(frames);
+        let flat = m.conv2_filters * steps;
+        let zero = Init::Const(0.0);
+        let w1 = vb.pp("conv1").get_with_hints(
+            (m.conv1_filters, bins, m.conv1_width),
+            "weight",
+            glorot(bins * m.conv1_width, m.conv1_filters * m.conv1_width),
+        )?;
+        let b1 = vb
+            .pp("conv1")
+            .get_with_hints(m.conv1_filters, "bias", zero)?;
+        let w2 = vb.pp("conv2").get_with_hints(
+            (m.conv2_filters, m.conv1_filters, m.conv2_width),
+            "weight",
+            glorot(
+                m.conv1_filters * m.conv2_width,
+                m.conv2_filters * m.conv2_width,
+            ),
+        )?;
+        let b2 = vb
+            .pp("conv2")
+            .get_with_hints(m.conv2_filters, "bias", zero)?;
+        let w3 = vb
+            .pp("dense")
+            .get_with_hints((m.dense, flat), "weight", glorot(flat, m.dense))?;
+        let b3 = vb.pp("dense").get_with_hints(m.dense, "bias", zero)?;
+        let w4 =
+            vb.pp("out")
+                .get_with_hints((classes, m.dense), "weight", glorot(m.dense, classes))?;
+        let b4 = vb.pp("out").get_with_hints(classes, "bias", zero)?;
+        Ok(Self {
+            config: m.clone(),
+            bins,
+            frames,
+            classes,
+            w1,
+            b1,
+            w2,
+            b2,
+            w3,
+            b3,
+            w4,
+            b4,
+        })
+    }
+
+    /// A fresh network with seeded weights in `varmap`.
+    pub fn seeded(
+        varmap: &VarMap,
+        config: &ModelConfig,
+        bins: usize,
+        frames: usize,
+        classes: usize,
+        seed: u64,
+        device: &Device,
+    ) -> Result<Self> {
+        let vb = invar_train::seeded_var_builder(varmap, seed, DType::F32, device);
+        Self::new(vb, config, bins, frames, classes)
+    }
+
+    /// Input rows (frequency bins).
+    pub fn bins(&self) -> usize {
+        self.bins
+    }
+    /// Input columns (frames per chunk).
+    pub fn frames(&self) -> usize {
+        self.frames
+    }
+    /// Number of speakers.
+    pub fn classes(&self) -> usize {
+        self.classes
+    }
+
+    /// Forward pass of `x` `[B, bins, frames]`, carrying the input tangent `t` (same shape) when
+    /// given; `dropout` (a generator) only in training.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        t: Option<&Tensor>,
+        dropout: Option<&mut ChaCha8Rng>,
+    ) -> Result<Forward> {
+        let m = &self.config;
+        // conv1: [B, bins, T] → [B, F1, T − w1 + 1]
+        let pre = conv1d_valid(x, &self.w1)?;
+        let pre = pre.broadcast_add(&self.b1.reshape((1, (), 1))?)?;
+        let t1 = match t {
+            Some(t) => Some(conv1d_valid(t, &self.w1)?),
+            None => None,
+        };
+        let (h, th) = relu_tangent(&pre, t1)?;
+        let (h, th) = max_pool_time(&h, th.as_ref(), m.pool)?; // [B, F1, T1/p]
+                                                               // conv2: [B, F1, T1'] → [B, F2, T1' − w2 + 1]
+        let pre = conv1d_valid(&h, &self.w2)?;
+        let pre = pre.broadcast_add(&self.b2.reshape((1, (), 1))?)?;
+        let t2 = match th {
+            Some(t) => Some(conv1d_valid(&t, &self.w2)?),
+            None => None,
+        };
+        let (h, th) = relu_tangent(&pre, t2)?;
+        let (h, th) = max_pool_time(&h, th.as_ref(), m.pool)?; // [B, F2, steps]
+        let b = h.dim(0)?;
+        let mut h = h.flatten_from(1)?; // [B, F2·steps]
+        let mut th = match th {
+            Some(t) => Some(t.flatten_from(1)?),
+            None => None,
+        };
+        if let (Some(p), Some(rng)) = (m.dropout, dropout) {
+            if p > 0.0 {
+                let n = h.dim(1)?;
+                let keep = 1.0 - p;
+                let mask: Vec<f32> = (0..b * n)
+                    .map(|_| {
+                        if rng.random::<f64>() < keep {
+                            (1.0 / keep) as f32
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect();
+                let mask = Tensor::from_vec(mask, (b, n), h.device())?.to_dtype(h.dtype())?;
+                h = (h * &mask)?;
+                th = match th {
+                    Some(t) => Some((t * &mask)?),
+                    None => None,
+                };
+            }
+        }
+        // dense + ReLU: [B, dense]
+        let pre = h.matmul(&self.w3.t()?)?.broadcast_add(&self.b3)?;
+        let t3 = match th {
+            Some(t) => Some(t.matmul(&self.w3.t()?)?),
+            None => None,
+        };
+        let (h, th) = relu_tangent(&pre, t3)?;
+        // logits: [B, K]
+        let logits = h.matmul(&self.w4.t()?)?.broadcast_add(&self.b4)?;
+        let tz = match th {
+            Some(t) => Some(t.matmul(&self.w4.t()?)?),
+            None => None,
+        };
+        let log_probs = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
+        // softmax tangent: p ⊙ (t − ⟨p, t⟩)
+        let prob_tangent = match tz {
+            Some(tz) => {
+                let p = log_probs.exp()?;
+                let inner = (&p * &tz)?.sum_keepdim(1)?; // [B, 1]
+                Some((p * tz.broadcast_sub(&inner)?)?)
+            }
+            None => None,
+        };
+        Ok(Forward {
+            log_probs,
+            prob_tangent,
+        })
+    }
+}
+
+/// R = mean_i (tangent of P_{i, k_i})², or mean_i Σ_k (tangent of P_{i,k})² with `all_classes`.
+/// `prob_tangent` `[B, K]`, `labels` `[B]` (u32).
+pub fn regularizer(prob_tangent: &Tensor, labels: &Tensor, all_classes: bool) -> Result<Tensor> {
+    let sq = prob_tangent.sqr()?;
+    if all_classes {
+        Ok(sq.sum(1)?.mean_all()?)
+    } else {
+        let idx = labels.unsqueeze(1)?;
+        Ok(sq.gather(&idx, 1)?.mean_all()?)
+    }
+}
+
+/// Mean cross-entropy of `log_probs` `[B, K]` against `labels` `[B]` (u32).
+pub fn cross_entropy(log_probs: &Tensor, labels: &Tensor) -> Result<Tensor> {
+    let idx = labels.unsqueeze(1)?;
+    Ok(log_probs.gather(&idx, 1)?.mean_all()?.neg()?)
+}

@@ -1,0 +1,459 @@
+//! The whole method on labelled audio: features under a condition, training, saving, loading, and
+//! chunk- and utterance-level evaluation with a confusion matrix.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarMap;
+use invar_audio::{Audio, Frontend, FrontendConfig};
+use invar_eval::{identify, IdentifyReport, Prediction};
+use invar_io::Matrix;
+use invar_train::{TrainSummary, Trainer};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::train::{new_model, ChunkBatches, ChunkScores, CnnStep};
+use crate::{ChunkSet, Error, Normalizer, Result, SpeakerCnn, SpeakerCnnConfig};
+
+/// One utterance: its id, its speaker and its samples.
+#[derive(Debug, Clone)]
+pub struct LabeledAudio {
+    pub id: String,
+    pub speaker: String,
+    pub audio: Audio,
+}
+
+/// A nuisance applied to test audio before the front-end (or to log features after it).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Condition {
+    Clean,
+    /// A constant waveform gain in dB.
+    Gain {
+        db: f32,
+    },
+    /// A gain ramping linearly (in dB) from `from_db` to `to_db` over each utterance.
+    Ramp {
+        from_db: f32,
+        to_db: f32,
+    },
+    /// `offset` added to natural-log features (a linear-spectrogram input is multiplied by e^offset).
+    LogOffset {
+        offset: f32,
+    },
+}
+
+impl Condition {
+    /// A short label for tables (`clean`, `gain+10dB`, `ramp-10..10dB`, `logoff+1`).
+    pub fn label(&self) -> String {
+        match self {
+            Condition::Clean => "clean".into(),
+            Condition::Gain { db } => format!("gain{db:+}dB"),
+            Condition::Ramp { from_db, to_db } => format!("ramp{from_db:+}..{to_db:+}dB"),
+            Condition::LogOffset { offset } => format!("logoff{offset:+}"),
+        }
+    }
+
+    /// The waveform after the gain (clean and log offsets leave it unchanged).
+    pub fn apply_waveform(&self, samples: &[f32]) -> Vec<f32> {
+        match *self {
+            Condition::Gain { db } => {
+                let g = 10f32.powf(db / 20.0);
+                samples.iter().map(|s| s * g).collect()
+            }
+            Condition::Ramp { from_db, to_db } => {
+                let n = samples.len().max(2) - 1;
+                samples
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| {
+                        let db = from_db + (to_db - from_db) * i as f32 / n as f32;
+                        s * 10f32.powf(db / 20.0)
+                    })
+                    .collect()
+            }
+            Condition::Clean | Condition::LogOffset { .. } => samples.to_vec(),
+        }
+    }
+}
+
+/// Features of every utterance under `condition`, in parallel over utterances.
+pub fn compute_features(
+    frontend: &FrontendConfig,
+    log_features: bool,
+    audio: &[LabeledAudio],
+    condition: Condition,
+) -> Result<Vec<Matrix>> {
+    let fe = Frontend::new(frontend)?;
+    audio
+        .par_iter()
+        .map(|u| {
+            let samples = condition.apply_waveform(&u.audio.samples);
+            let a = Audio {
+                samples,
+                sample_rate: u.audio.sample_rate,
+            };
+            let mut m = fe.compute(&a)?;
+            if let Condition::LogOffset { offset } = condition {
+                if log_features {
+                    m.data.iter_mut().for_each(|v| *v += offset);
+                } else {
+                    let f = offset.exp();
+                    m.data.iter_mut().for_each(|v| *v *= f);
+                }
+            }
+            Ok(m)
+        })
+        .collect()
+}
+
+/// Sorted speaker names and each utterance's label.
+pub fn speaker_labels(audio: &[LabeledAudio]) -> (Vec<String>, Vec<u32>) {
+    let speakers: Vec<String> = audio
+        .iter()
+        .map(|u| u.speaker.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let index: BTreeMap<&str, u32> = speakers
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.as_str(), i as u32))
+        .collect();
+    let labels = audio.iter().map(|u| index[u.speaker.as_str()]).collect();
+    (speakers, labels)
+}
+
+/// Labels of `audio` in a trained model's speaker list.
+fn known_labels(audio: &[LabeledAudio], speakers: &[String]) -> Result<Vec<u32>> {
+    audio
+        .iter()
+        .map(|u| {
+            speakers
+                .binary_search(&u.speaker)
+                .map(|i| i as u32)
+                .map_err(|_| Error::UnknownSpeaker {
+                    utterance: u.id.clone(),
+                    speaker: u.speaker.clone(),
+                    known: speakers.len(),
+                })
+        })
+        .collect()
+}
+
+/// Everything besides the weights that a trained model needs: written as `speaker_cnn.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ModelMeta {
+    pub config: SpeakerCnnConfig,
+    pub normalizer: Normalizer,
+    pub speakers: Vec<String>,
+    pub bins: usize,
+}
+
+/// The file in a run folder that holds [`ModelMeta`].
+pub const META_FILE: &str = "speaker_cnn.json";
+
+/// A trained network with its normalisation and speakers.
+pub struct TrainedCnn {
+    pub meta: ModelMeta,
+    pub varmap: VarMap,
+    pub model: SpeakerCnn,
+    pub summary: Option<TrainSummary>,
+    pub run_dir: PathBuf,
+}
+
+/// Trains the configured network on `train` (a per-speaker `validation_fraction` of the utterances
+/// is held out for early stopping) and writes the run into `run_dir`.
+pub fn train_cnn(
+    config: &SpeakerCnnConfig,
+    train: &[LabeledAudio],
+    run_dir: &Path,
+    device: &Device,
+) -> Result<TrainedCnn> {
+    config.validate()?;
+    if train.is_empty() {
+        return Err(Error::Empty {
+            what: "training set",
+            hint: "give at least one utterance per speaker".into(),
+        });
+    }
+    let log = config.features.is_log();
+    let (speakers, labels) = speaker_labels(train);
+    let features = compute_features(&config.features.frontend, log, train, Condition::Clean)?;
+    // Hold out the last fraction of each speaker's utterances (at least one kept for training).
+    let mut per_speaker: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (i, &l) in labels.iter().enumerate() {
+        per_speaker.entry(l).or_default().push(i);
+    }
+    let mut is_val = vec![false; train.len()];
+    for idx in per_speaker.values() {
+        let n_val = ((idx.len() as f64) * config.validation_fraction).round() as usize;
+        let n_val = n_val.min(idx.len().saturating_sub(1));
+        for &i in &idx[idx.len() - n_val..] {
+            is_val[i] = true;
+        }
+    }
+    let pick = |val: bool| -> (Vec<Matrix>, Vec<u32>) {
+        features
+            .iter()
+            .zip(&labels)
+            .zip(&is_val)
+            .filter(|(_, &v)| v == val)
+            .map(|((m, &l), _)| (m.clone(), l))
+            .unzip()
+    };
+    let (tr_feat, tr_lab) = pick(false);
+    let (va_feat, va_lab) = pick(true);
+    let norm = Normalizer::fit(&tr_feat)?;
+    let (frames, hop) = (config.features.chunk_frames, config.features.chunk_hop);
+    let tr_chunks = ChunkSet::build(&tr_feat, &tr_lab, &norm, frames, hop)?;
+    let va_chunks = ChunkSet::build(&va_feat, &va_lab, &norm, frames, hop)?;
+    if tr_chunks.is_empty() {
+        return Err(Error::Empty {
+            what: "training chunks",
+            hint: format!("every training utterance is shorter than {frames} frames"),
+        });
+    }
+    tracing::info!(
+        speakers = speakers.len(),
+        train_chunks = tr_chunks.len(),
+        val_chunks = va_chunks.len(),
+        "speaker cnn `{}`",
+        config.name
+    );
+    let bins = norm.dims();
+    let (varmap, model) = new_model(config, bins, speakers.len(), device)?;
+    let mut train_cfg = config.train.clone();
+    if va_chunks.is_empty() {
+        // Nothing to validate on: monitor the training loss and turn GL off.
+        train_cfg.early_stopping.monitor = "train_loss".into();
+        train_cfg.early_stopping.gl_alpha = None;
+        train_cfg.restore_best = false;
+    }
+    let meta = ModelMeta {
+        config: config.clone(),
+        normalizer: norm,
+        speakers,
+        bins,
+    };
+    let trainer =
+        Trainer::new(train_cfg, run_dir, device.clone())?.with_method_config(&meta.config)?;
+    let mut source = ChunkBatches::new(&tr_chunks, config.batch_size, device.clone());
+    let mut step = CnnStep {
+        model: model.clone(),
+        regularizer: config.regularizer.clone(),
+        norm: &meta.normalizer,
+        log_features: log,
+        validation: (!va_chunks.is_empty()).then_some(&va_chunks),
+        batch_size: config.batch_size,
+        device: device.clone(),
+    };
+    let summary = trainer.fit(&varmap, &mut source, &mut step)?;
+    invar_io::write_json(run_dir.join(META_FILE), &meta)?;
+    Ok(TrainedCnn {
+        meta,
+        varmap,
+        model,
+        summary: Some(summary),
+        run_dir: run_dir.to_path_buf(),
+    })
+}
+
+impl std::fmt::Debug for TrainedCnn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TrainedCnn")
+            .field("meta", &self.meta)
+            .field("run_dir", &self.run_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Loads a run written by [`train_cnn`]: `speaker_cnn.json` and `model.safetensors`.
+pub fn load_cnn(run_dir: &Path, device: &Device) -> Result<TrainedCnn> {
+    let meta: ModelMeta = invar_io::read_json(run_dir.join(META_FILE))?;
+    meta.config.validate()?;
+    let (varmap, model) = new_model(&meta.config, meta.bins, meta.speakers.len(), device)?;
+    invar_train::load_weights(&varmap, &run_dir.join("model.safetensors"))?;
+    Ok(TrainedCnn {
+        meta,
+        varmap,
+        model,
+        summary: None,
+        run_dir: run_dir.to_path_buf(),
+    })
+}
+
+/// Accuracy of a trained model on test audio under one condition.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Evaluation {
+    pub condition: Condition,
+    pub chunks: usize,
+    pub chunk_accuracy: f64,
+    /// Mean cross-entropy of the chunks.
+    pub chunk_loss: f64,
+    /// R along the model's configured nuisance on these chunks (0 for none).
+    pub r: f64,
+    /// Utterances with at least one chunk (shorter ones cannot be decided and are left out).
+    pub utterances: usize,
+    pub skipped_utterances: usize,
+    pub utterance_accuracy: f64,
+    /// Per-utterance decisions by mean log-probability over chunks, with the confusion matrix.
+    pub identification: Option<IdentifyReport>,
+}
+
+/// Per-chunk log-probabilities `[N × K]` of `chunks`, in batches.
+pub fn chunk_log_probs(
+    model: &SpeakerCnn,
+    chunks: &ChunkSet,
+    batch: usize,
+    device: &Device,
+) -> Result<Matrix> {
+    let k = model.classes();
+    let mut out = Vec::with_capacity(chunks.len() * k);
+    let idx: Vec<usize> = (0..chunks.len()).collect();
+    for part in idx.chunks(batch.max(1)) {
+        let (x, _) = chunks.batch(part, device)?;
+        let lp = model.forward(&x, None, None)?.log_probs;
+        out.extend(lp.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?);
+    }
+    Ok(Matrix::new(chunks.len(), k, out)?)
+}
+
+/// Decides each utterance by the mean of its chunks' log-probabilities; returns per-utterance
+/// predictions (utterances without chunks are skipped) and the chunk accuracy.
+pub fn decide(
+    log_probs: &Matrix,
+    chunk_labels: &[u32],
+    chunk_utterance: &[usize],
+    utterance_labels: &[u32],
+) -> (Vec<Option<u32>>, f64) {
+    let k = log_probs.cols;
+    let mut sums = vec![vec![0f64; k]; utterance_labels.len()];
+    let mut counts = vec![0usize; utterance_labels.len()];
+    let mut correct = 0usize;
+    for (c, (&label, &u)) in chunk_labels.iter().zip(chunk_utterance).enumerate() {
+        let row = log_probs.row(c);
+        if argmax(row.iter().map(|&v| f64::from(v))) == label as usize {
+            correct += 1;
+        }
+        for (s, &v) in sums[u].iter_mut().zip(row) {
+            *s += f64::from(v);
+        }
+        counts[u] += 1;
+    }
+    let decisions = sums
+        .iter()
+        .zip(&counts)
+        .map(|(s, &n)| (n > 0).then(|| argmax(s.iter().copied()) as u32))
+        .collect();
+    (decisions, correct as f64 / chunk_labels.len().max(1) as f64)
+}
+
+fn argmax(values: impl Iterator<Item = f64>) -> usize {
+    let mut best = (0, f64::NEG_INFINITY);
+    for (i, v) in values.enumerate() {
+        if v > best.1 {
+            best = (i, v);
+        }
+    }
+    best.0
+}
+
+/// Utterance predictions → identification report (accuracy, per speaker, confusion).
+pub fn report(
+    audio: &[LabeledAudio],
+    decisions: &[Option<u32>],
+    speakers: &[String],
+) -> Result<Option<IdentifyReport>> {
+    let predictions: Vec<Prediction> = audio
+        .iter()
+        .zip(decisions)
+        .filter_map(|(u, d)| {
+            d.map(|d| Prediction {
+                id: u.id.clone(),
+                reference: u.speaker.clone(),
+                predicted: speakers[d as usize].clone(),
+            })
+        })
+        .collect();
+    if predictions.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(identify(&predictions)?))
+}
+
+/// Evaluates `trained` on `test` under `condition`.
+pub fn evaluate(
+    trained: &TrainedCnn,
+    test: &[LabeledAudio],
+    condition: Condition,
+    device: &Device,
+) -> Result<Evaluation> {
+    let cfg = &trained.meta.config;
+    let log = cfg.features.is_log();
+    let labels = known_labels(test, &trained.meta.speakers)?;
+    let features = compute_features(&cfg.features.frontend, log, test, condition)?;
+    let chunks = ChunkSet::build(
+        &features,
+        &labels,
+        &trained.meta.normalizer,
+        cfg.features.chunk_frames,
+        cfg.features.chunk_hop,
+    )?;
+    if chunks.is_empty() {
+        return Err(Error::Empty {
+            what: "test chunks",
+            hint: format!(
+                "every test utterance is shorter than {} frames",
+                cfg.features.chunk_frames
+            ),
+        });
+    }
+    let step = CnnStep {
+        model: trained.model.clone(),
+        regularizer: cfg.regularizer.clone(),
+        norm: &trained.meta.normalizer,
+        log_features: log,
+        validation: None,
+        batch_size: cfg.batch_size.max(64),
+        device: device.clone(),
+    };
+    let ChunkScores { loss, r, .. } = step.score(&chunks)?;
+    let lp = chunk_log_probs(&trained.model, &chunks, cfg.batch_size.max(64), device)?;
+    let (decisions, chunk_accuracy) = decide(&lp, &chunks.labels, &chunks.utterance, &labels);
+    let decided = decisions.iter().filter(|d| d.is_some()).count();
+    let correct = decisions
+        .iter()
+        .zip(&labels)
+        .filter(|(d, &l)| **d == Some(l))
+        .count();
+    let identification = report(test, &decisions, &trained.meta.speakers)?;
+    Ok(Evaluation {
+        condition,
+        chunks: chunks.len(),
+        chunk_accuracy,
+        chunk_loss: loss,
+        r,
+        utterances: decided,
+        skipped_utterances: test.len() - decided,
+        utterance_accuracy: correct as f64 / decided.max(1) as f64,
+        identification,
+    })
+}
+
+/// Tensor helper for tests and benches: a seeded random batch `[B, bins, frames]`.
+pub fn random_batch(
+    b: usize,
+    bins: usize,
+    frames: usize,
+    seed: u64,
+    device: &Device,
+) -> Result<Tensor> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let v: Vec<f32> = (0..b * bins * frames)
+        .map(|_| rng.random_range(-1.0f32..1.0))
+        .collect();
+    Ok(Tensor::from_vec(v, (b, bins, frames), device)?)
+}

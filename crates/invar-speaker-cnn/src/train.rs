@@ -1,0 +1,195 @@
+//! Training on invar-train's loop: a shuffled chunk source and the CE + λR step.
+
+use candle_core::{Device, Tensor};
+use candle_nn::VarMap;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+
+use invar_train::{BatchSource, Metrics, StepContext, StepOutput, TrainStep};
+
+use crate::{
+    cross_entropy, input_tangent, regularizer, ChunkSet, Normalizer, RegularizerConfig, SpeakerCnn,
+};
+
+/// Shuffled minibatches of a [`ChunkSet`]; the order of each epoch comes from the loop's RNG.
+#[derive(Debug)]
+pub struct ChunkBatches<'a> {
+    chunks: &'a ChunkSet,
+    batch_size: usize,
+    order: Vec<usize>,
+    device: Device,
+}
+
+impl<'a> ChunkBatches<'a> {
+    /// Batches of `batch_size` chunks on `device`.
+    pub fn new(chunks: &'a ChunkSet, batch_size: usize, device: Device) -> Self {
+        Self {
+            chunks,
+            batch_size: batch_size.max(1),
+            order: (0..chunks.len()).collect(),
+            device,
+        }
+    }
+}
+
+/// Inputs `[B, bins, frames]` and labels `[B]`.
+#[derive(Debug)]
+pub struct ChunkBatch {
+    pub x: Tensor,
+    pub y: Tensor,
+}
+
+impl BatchSource for ChunkBatches<'_> {
+    type Batch = ChunkBatch;
+
+    fn start_epoch(&mut self, _epoch: usize, rng: &mut ChaCha8Rng) -> invar_train::Result<usize> {
+        self.order = (0..self.chunks.len()).collect();
+        self.order.shuffle(rng);
+        Ok(self.chunks.len().div_ceil(self.batch_size))
+    }
+
+    fn batch(&mut self, index: usize) -> invar_train::Result<ChunkBatch> {
+        let start = index * self.batch_size;
+        let end = (start + self.batch_size).min(self.order.len());
+        let idx = self.order.get(start..end).ok_or_else(|| {
+            invar_train::Error::method(
+                "speaker chunk batches",
+                format!("batch {index} is past the end of the epoch"),
+            )
+        })?;
+        let (x, y) = self
+            .chunks
+            .batch(idx, &self.device)
+            .map_err(|e| invar_train::Error::method("speaker chunk batches", e))?;
+        Ok(ChunkBatch { x, y })
+    }
+}
+
+/// Loss, accuracy and regulariser of a set of chunks, without dropout.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ChunkScores {
+    pub loss: f64,
+    pub accuracy: f64,
+    /// R along the configured nuisance (0 for none).
+    pub r: f64,
+}
+
+/// The method's step: L = CE + λR.
+#[derive(Debug)]
+pub struct CnnStep<'a> {
+    pub model: SpeakerCnn,
+    pub regularizer: RegularizerConfig,
+    pub norm: &'a Normalizer,
+    pub log_features: bool,
+    pub validation: Option<&'a ChunkSet>,
+    pub batch_size: usize,
+    pub device: Device,
+}
+
+impl CnnStep<'_> {
+    /// Loss, R and correct count on one batch (no dropout); the loss tensors keep their graph.
+    fn loss(
+        &self,
+        x: &Tensor,
+        y: &Tensor,
+        rng: Option<&mut ChaCha8Rng>,
+    ) -> crate::Result<(Tensor, Tensor, Option<Tensor>, f64)> {
+        let t = input_tangent(self.regularizer.nuisance, x, self.norm, self.log_features)?;
+        let out = self.model.forward(x, t.as_ref(), rng)?;
+        let ce = cross_entropy(&out.log_probs, y)?;
+        let r = match &out.prob_tangent {
+            Some(pt) => Some(regularizer(pt, y, self.regularizer.all_classes)?),
+            None => None,
+        };
+        let loss = match &r {
+            Some(r) if self.regularizer.lambda > 0.0 => (&ce + (r * self.regularizer.lambda)?)?,
+            _ => ce.clone(),
+        };
+        let correct = out
+            .log_probs
+            .argmax(1)?
+            .eq(y)?
+            .to_dtype(candle_core::DType::F32)?
+            .sum_all()?
+            .to_scalar::<f32>()?;
+        Ok((loss, ce, r, f64::from(correct)))
+    }
+
+    /// Mean cross-entropy, accuracy and R over `chunks`, in batches, without dropout.
+    pub fn score(&self, chunks: &ChunkSet) -> crate::Result<ChunkScores> {
+        let (mut ce_sum, mut r_sum, mut correct) = (0.0, 0.0, 0.0);
+        let n = chunks.len();
+        let idx: Vec<usize> = (0..n).collect();
+        for part in idx.chunks(self.batch_size.max(1)) {
+            let (x, y) = chunks.batch(part, &self.device)?;
+            let (_, ce, r, c) = self.loss(&x, &y, None)?;
+            let w = part.len() as f64;
+            ce_sum += f64::from(ce.to_scalar::<f32>()?) * w;
+            if let Some(r) = r {
+                r_sum += f64::from(r.to_scalar::<f32>()?) * w;
+            }
+            correct += c;
+        }
+        let n = n.max(1) as f64;
+        Ok(ChunkScores {
+            loss: ce_sum / n,
+            accuracy: correct / n,
+            r: r_sum / n,
+        })
+    }
+}
+
+impl TrainStep<ChunkBatch> for CnnStep<'_> {
+    fn step(
+        &mut self,
+        batch: &ChunkBatch,
+        ctx: &mut StepContext<'_>,
+    ) -> invar_train::Result<StepOutput> {
+        let wrap = |e: crate::Error| invar_train::Error::method("speaker cnn step", e);
+        let (loss, ce, r, correct) = self.loss(&batch.x, &batch.y, Some(ctx.rng)).map_err(wrap)?;
+        let n = batch.y.elem_count();
+        let mut out = StepOutput::new(loss, n);
+        out.metrics
+            .insert("ce".into(), f64::from(ce.to_scalar::<f32>()?));
+        if let Some(r) = r {
+            out.metrics
+                .insert("r".into(), f64::from(r.to_scalar::<f32>()?));
+        }
+        out.metrics.insert("acc".into(), correct / n.max(1) as f64);
+        Ok(out)
+    }
+
+    fn validate(&mut self) -> invar_train::Result<Metrics> {
+        let Some(val) = self.validation else {
+            return Ok(Metrics::new());
+        };
+        let s = self
+            .score(val)
+            .map_err(|e| invar_train::Error::method("speaker cnn validation", e))?;
+        Ok(Metrics::from([
+            ("loss".to_string(), s.loss),
+            ("acc".to_string(), s.accuracy),
+            ("r".to_string(), s.r),
+        ]))
+    }
+}
+
+/// A fresh varmap and network for `chunks`' shape.
+pub fn new_model(
+    config: &crate::SpeakerCnnConfig,
+    bins: usize,
+    classes: usize,
+    device: &Device,
+) -> crate::Result<(VarMap, SpeakerCnn)> {
+    let varmap = VarMap::new();
+    let model = SpeakerCnn::seeded(
+        &varmap,
+        &config.model,
+        bins,
+        config.features.chunk_frames,
+        classes,
+        config.init_seed,
+        device,
+    )?;
+    Ok((varmap, model))
+}
