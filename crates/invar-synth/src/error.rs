@@ -15,14 +15,6 @@ pub enum Error {
         /// The value that was given.
         found: String,
     },
-    /// The chosen layout cannot name this many utterances or speakers.
-    #[error("{layout} layout cannot hold this corpus: {problem}")]
-    Layout {
-        /// Which layout.
-        layout: &'static str,
-        /// What does not fit, and what to change.
-        problem: String,
-    },
     /// A file or folder could not be created or written.
     #[error("cannot write {path}: {source}")]
     Io {

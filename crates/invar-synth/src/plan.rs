@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::articulate::{articulate, Segment};
 use crate::channel::{self, ChannelDraw};
 use crate::config::SynthConfig;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::lexicon::{lexicon, sentence_pool, Sentence, Word};
 use crate::speaker::{sample_population, Speaker};
 
@@ -182,10 +182,8 @@ impl CorpusPlan {
                 test_speaker[s] = true;
             }
         }
+        // ELSDSR names training recordings Sa..Sg: beyond seven, the rest are test sentences.
         let elsdsr_test = split_count(n_utt).max(n_utt.saturating_sub(ELSDSR_TRAIN_MAX));
-        if layout == Layout::Elsdsr && n_utt - elsdsr_test > ELSDSR_TRAIN_MAX {
-            return Err(Error::Layout { layout: "ELSDSR", problem: format!("{} training utterances per speaker, but ELSDSR names at most {ELSDSR_TRAIN_MAX} (Sa..Sg)", n_utt - elsdsr_test) });
-        }
 
         let mut utterances = Vec::with_capacity(n_spk * n_utt);
         for (s, spk) in speakers.iter().enumerate() {
@@ -300,5 +298,86 @@ impl CorpusPlan {
             text: self.text(u.sentence),
             channel: draw,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_follow_each_layout() -> anyhow::Result<()> {
+        let cfg = SynthConfig {
+            speakers: 10,
+            utterances: 10,
+            ..SynthConfig::quick()
+        };
+        let timit = CorpusPlan::new(&cfg, Layout::Timit)?;
+        // TIMIT: 3 of 10 speakers, all their utterances, in TEST.
+        for s in 0..10 {
+            let splits: Vec<Split> = timit
+                .utterances
+                .iter()
+                .filter(|u| u.speaker == s)
+                .map(|u| u.split)
+                .collect();
+            assert_eq!(splits.len(), 10);
+            assert!(splits.iter().all(|x| *x == splits[0]));
+        }
+        assert_eq!(
+            timit
+                .utterances
+                .iter()
+                .filter(|u| u.split == Split::Test)
+                .count(),
+            30
+        );
+        // Every speaker reads SA1 and SA2 first, then distinct pool sentences.
+        for s in 0..10 {
+            let mine: Vec<usize> = timit
+                .utterances
+                .iter()
+                .filter(|u| u.speaker == s)
+                .map(|u| u.sentence)
+                .collect();
+            assert_eq!(&mine[..2], &[0, 1]);
+            let mut uniq = mine.clone();
+            uniq.sort_unstable();
+            uniq.dedup();
+            assert_eq!(uniq.len(), mine.len());
+        }
+        // ELSDSR: every speaker in both splits, 7 train + 3 test.
+        let elsdsr = CorpusPlan::new(&cfg, Layout::Elsdsr)?;
+        for s in 0..10 {
+            let test = elsdsr
+                .utterances
+                .iter()
+                .filter(|u| u.speaker == s && u.split == Split::Test)
+                .count();
+            assert_eq!(test, 3);
+        }
+        // Ids are unique.
+        let mut ids: Vec<&str> = timit.utterances.iter().map(|u| u.id.as_str()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 100);
+        // More utterances than the pool: the pool grows, no speaker repeats a sentence.
+        let big = CorpusPlan::new(
+            &SynthConfig {
+                speakers: 2,
+                utterances: 30,
+                ..SynthConfig::quick()
+            },
+            Layout::Timit,
+        )?;
+        assert!(big.sentences.len() >= 30);
+        Ok(())
+    }
+
+    #[test]
+    fn layout_parses() {
+        assert_eq!("TIMIT".parse::<Layout>(), Ok(Layout::Timit));
+        assert_eq!("elsdsr".parse::<Layout>(), Ok(Layout::Elsdsr));
+        assert!("list".parse::<Layout>().is_err());
     }
 }
