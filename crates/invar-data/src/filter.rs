@@ -84,6 +84,27 @@ impl SpeakerFilter {
     }
 }
 
+/// Each utterance's length in samples at `rate` Hz, from its header alone (probed in parallel):
+/// a file at another rate counts as it will after resampling (`frames · rate / file rate`, rounded).
+/// Feeds [`SpeakerFilter::apply`]. The first unreadable file is an error naming it.
+pub fn utterance_samples(utterances: &[Utterance], rate: u32) -> Result<Vec<u64>> {
+    use rayon::prelude::*;
+    utterances
+        .par_iter()
+        .map(|u| {
+            let info = invar_audio::probe(&u.path)?;
+            Ok(rescale(info.frames, info.sample_rate, rate))
+        })
+        .collect()
+}
+
+fn rescale(samples: u64, from: u32, to: u32) -> u64 {
+    if from == to || from == 0 {
+        return samples;
+    }
+    ((u128::from(samples) * u128::from(to) + u128::from(from) / 2) / u128::from(from)) as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +132,32 @@ mod tests {
         // 300 frames need 256 + 299·128 = 38 528 samples (2.408 s at 16 kHz).
         assert_eq!(f.frames(38_528), 300);
         assert_eq!(f.frames(38_527), 299);
+    }
+
+    #[test]
+    fn lengths_come_from_headers_at_the_pipeline_rate() {
+        assert_eq!(rescale(8_000, 8_000, 16_000), 16_000);
+        assert_eq!(rescale(3, 44_100, 16_000), 1); // 1.088… rounds to 1
+        let dir = tempfile::tempdir().unwrap();
+        let mut utts = Vec::new();
+        for (i, (n, rate)) in [(16_000usize, 16_000u32), (4_000, 8_000)]
+            .into_iter()
+            .enumerate()
+        {
+            let path = dir.path().join(format!("{i}.wav"));
+            let audio = invar_audio::Audio {
+                samples: vec![0.0; n],
+                sample_rate: rate,
+            };
+            invar_audio::write_wav(&path, &audio).unwrap();
+            utts.push(Utterance {
+                path,
+                ..utt(i, "a")
+            });
+        }
+        assert_eq!(utterance_samples(&utts, 16_000).unwrap(), [16_000, 8_000]);
+        utts[1].path = dir.path().join("missing.wav");
+        assert!(utterance_samples(&utts, 16_000).is_err());
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub use featureset::{
     merge_shards, read_manifest, FeatureEntry, FeatureSet, FeatureSetWriter, Shard, CONFIG,
     MANIFEST,
 };
-pub use filter::SpeakerFilter;
+pub use filter::{utterance_samples, SpeakerFilter};
 pub use frames::FrameGeometry;
 pub use list::read_list;
 pub use segments::{parse_segments, parse_transcript, read_phn, read_txt, read_wrd, SegmentOrder};
