@@ -209,3 +209,142 @@ fn agrees_with_brute_force_python_reference() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Naive ABX straight from the definition (every triplet, DTW per pair through `FrameDistance::eval`),
+/// to check the blocked, mirrored, parallel implementation under asymmetric and symmetric distances.
+fn naive_abx(ds: &AbxDataset, mode: AbxMode, conv: Convention, dist: FrameDistance) -> f64 {
+    let mut dtw = invar_ops::Dtw::new();
+    let frames = |i: usize| {
+        let it = &ds.items[i];
+        ds.frame_rows(it.start..it.start + it.len)
+    };
+    let mut d = |x: usize, y: usize| {
+        let (fx, fy) = (frames(x), frames(y));
+        let (n, m) = (ds.items[x].len, ds.items[y].len);
+        let mut costs = Vec::with_capacity(n * m);
+        for i in 0..n {
+            for j in 0..m {
+                costs.push(dist.eval(
+                    &fx[i * ds.dim..(i + 1) * ds.dim],
+                    &fy[j * ds.dim..(j + 1) * ds.dim],
+                ));
+            }
+        }
+        let c = dtw.cost(&costs, n, m).expect("shapes match");
+        if conv == Convention::Fastabx {
+            c.sum / c.path_len as f32
+        } else {
+            c.sum
+        }
+    };
+    let n = ds.items.len();
+    let mut cells: std::collections::BTreeMap<(u32, u32, u32, u32, u32), (f64, f64)> =
+        Default::default();
+    for a in 0..n {
+        for b in 0..n {
+            let (ia, ib) = (ds.items[a], ds.items[b]);
+            if ib.context != ia.context || ib.speaker != ia.speaker || ib.phone == ia.phone {
+                continue;
+            }
+            for x in 0..n {
+                let ix = ds.items[x];
+                if ix.context != ia.context || ix.phone != ia.phone {
+                    continue;
+                }
+                let ok = match mode {
+                    AbxMode::Within => ix.speaker == ia.speaker && x != a,
+                    AbxMode::Across => ix.speaker != ia.speaker,
+                };
+                if !ok {
+                    continue;
+                }
+                let (da, db) = (d(x, a), d(x, b));
+                let s = if da < db {
+                    1.0
+                } else if da == db {
+                    0.5
+                } else {
+                    0.0
+                };
+                let e = cells
+                    .entry((ia.context, ia.phone, ib.phone, ia.speaker, ix.speaker))
+                    .or_default();
+                e.0 += s;
+                e.1 += 1.0;
+            }
+        }
+    }
+    let mut lvl1: std::collections::BTreeMap<(u32, u32, u32), Vec<f64>> = Default::default();
+    for ((c, pa, pb, sa, _), (s, t)) in cells {
+        let inner = if conv == Convention::Zs2015 { c } else { sa };
+        lvl1.entry((pa, pb, inner)).or_default().push(1.0 - s / t);
+    }
+    let mut lvl2: std::collections::BTreeMap<(u32, u32), Vec<f64>> = Default::default();
+    for ((pa, pb, _), v) in lvl1 {
+        lvl2.entry((pa, pb))
+            .or_default()
+            .push(v.iter().sum::<f64>() / v.len() as f64);
+    }
+    lvl2.values()
+        .map(|v| v.iter().sum::<f64>() / v.len() as f64)
+        .sum::<f64>()
+        / lvl2.len() as f64
+}
+
+#[test]
+fn blocked_implementation_equals_naive_definition_on_posteriorgrams() -> anyhow::Result<()> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+    let dim = 5;
+    let mut item = String::from("#file onset offset #phone prev next speaker\n");
+    let mut files: Vec<(String, Vec<f32>)> = Vec::new();
+    for s in 0..3 {
+        let mut frames: Vec<f32> = Vec::new();
+        for k in 0..40 {
+            let len = rng.random_range(1..5usize);
+            let start = frames.len() / dim;
+            let phone = rng.random_range(0..3usize);
+            for _ in 0..len {
+                // Smoothed posteriorgram frames leaning towards the phone's component.
+                let mut p: Vec<f32> = (0..dim).map(|_| rng.random_range(0.05f32..1.0)).collect();
+                p[phone] += 1.5;
+                let z: f32 = p.iter().sum();
+                frames.extend(p.iter().map(|v| v / z));
+            }
+            item.push_str(&format!(
+                "f{s} {start} {} p{phone} c{} d s{s}\n",
+                start + len,
+                k % 2
+            ));
+        }
+        files.push((format!("f{s}"), frames));
+    }
+    let items = parse_items(&item, Path::new("post.item"))?;
+    let ds = AbxDataset::build(&items, &SECONDS, |f| {
+        let v = &files.iter().find(|(n, _)| n == f).expect("file exists").1;
+        Ok(Matrix::new(v.len() / dim, dim, v.clone())?)
+    })?;
+    for dist in [
+        FrameDistance::Kl,
+        FrameDistance::SymmetricKl,
+        FrameDistance::Js,
+    ] {
+        for conv in [Convention::Zs2015, Convention::Fastabx] {
+            for mode in [AbxMode::Within, AbxMode::Across] {
+                let config = AbxConfig {
+                    mode,
+                    convention: conv,
+                    distance: dist,
+                    timing: SECONDS,
+                };
+                let fast = evaluate(&ds, &config, &|| {})?.error;
+                let naive = naive_abx(&ds, mode, conv, dist);
+                assert!(
+                    (fast - naive).abs() < 1e-9,
+                    "{dist} {conv} {mode}: {fast} vs {naive}"
+                );
+            }
+        }
+    }
+    Ok(())
+}
