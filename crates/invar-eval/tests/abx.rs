@@ -238,8 +238,9 @@ fn naive_abx(ds: &AbxDataset, mode: AbxMode, conv: Convention, dist: FrameDistan
         }
     };
     let n = ds.items.len();
-    let mut cells: std::collections::BTreeMap<(u32, u32, u32, u32, u32), (f64, f64)> =
-        Default::default();
+    // (context, phone A, phone B, talker A, talker X) → (correct, triplets)
+    type CellKey = (u32, u32, u32, u32, u32);
+    let mut cells: std::collections::BTreeMap<CellKey, (f64, f64)> = Default::default();
     for a in 0..n {
         for b in 0..n {
             let (ia, ib) = (ds.items[a], ds.items[b]);
