@@ -29,7 +29,7 @@ pub trait FrameSource: Sync {
     }
 }
 
-impl FrameSource for [Matrix] {
+impl FrameSource for &[Matrix] {
     fn len(&self) -> usize {
         <[Matrix]>::len(self)
     }
@@ -45,7 +45,9 @@ impl FrameSource for Vec<Matrix> {
         <[Matrix]>::len(self)
     }
     fn frames(&self, index: usize) -> std::result::Result<Cow<'_, Matrix>, SourceError> {
-        self.as_slice().frames(index)
+        self.get(index)
+            .map(Cow::Borrowed)
+            .ok_or_else(|| format!("no utterance {index}").into())
     }
 }
 

@@ -184,7 +184,7 @@ fn shard_statistics_add_up_to_the_whole() {
     let dir = tempfile::tempdir().unwrap();
     let mut merged = GmmStats::zeros(3, 2, StatsOrder::Second);
     for (k, shard) in utts.chunks(7).enumerate() {
-        let st = accumulate_source(&g, &shard.to_vec(), StatsOrder::Second).unwrap();
+        let st = accumulate_source(&g, &shard, StatsOrder::Second).unwrap();
         let p = dir.path().join(format!("shard{k}.safetensors"));
         st.save(&p).unwrap();
         merged.add(&GmmStats::load(&p).unwrap()).unwrap();

@@ -87,7 +87,7 @@ fn ivectors_cluster_by_speaker_and_em_objective_rises() {
 #[test]
 fn extractor_and_ubm_round_trip_through_files() {
     let (utts, _, ubm) = setup();
-    let stats = baum_welch_source(&ubm, &utts[..10].to_vec()).unwrap();
+    let stats = baum_welch_source(&ubm, &&utts[..10]).unwrap();
     let cfg = IvectorConfig {
         rank: 6,
         iters: 2,
