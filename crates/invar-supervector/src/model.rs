@@ -2,13 +2,17 @@
 //! `i` (mapping `d_{i+1} → d_i`) for `i ≥ 1` reuses the encoder weight `enc.i.weight` transposed —
 //! one parameter tensor per tied pair — with its own bias `dec.i.bias`; the outermost decoder layer
 //! (`d1 → d0`) has its own weight `dec.0.weight` ("tie all but the extreme weights").
+//!
+//! Weights are stored `[in, out]` (the transpose of candle's `Linear`), so the two big outermost
+//! products `x · W` run on contiguous operands forwards and backwards; only the small tied inner
+//! decoder layers multiply by a transposed view.
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Init, VarBuilder, VarMap};
 
 use crate::{Activation, Error, ModelConfig, Result};
 
-/// One weight and bias in candle's `[out, in]` layout.
+/// One weight `[in, out]` and bias `[out]`.
 #[derive(Debug, Clone)]
 struct Layer {
     weight: Tensor,
@@ -21,11 +25,11 @@ pub struct TiedAutoencoder {
     sizes: Vec<usize>,
     activation: Activation,
     code_activation: bool,
-    /// `enc[i]`: `[d_{i+1}, d_i]` weight, `[d_{i+1}]` bias.
+    /// `enc[i]`: `[d_i, d_{i+1}]` weight, `[d_{i+1}]` bias.
     enc: Vec<Layer>,
     /// `dec_bias[i]`: `[d_i]`, the bias of decoder layer `d_{i+1} → d_i`.
     dec_bias: Vec<Tensor>,
-    /// The untied outermost decoder weight `[d_0, d_1]`.
+    /// The untied outermost decoder weight `[d_1, d_0]`.
     dec_out: Tensor,
 }
 
@@ -54,7 +58,7 @@ impl TiedAutoencoder {
             let (din, dout) = (sizes[i], sizes[i + 1]);
             let v = vb.pp(format!("enc.{i}"));
             enc.push(Layer {
-                weight: v.get_with_hints((dout, din), "weight", glorot(din, dout))?,
+                weight: v.get_with_hints((din, dout), "weight", glorot(din, dout))?,
                 bias: v.get_with_hints(dout, "bias", Init::Const(0.0))?,
             });
             dec_bias.push(vb.pp(format!("dec.{i}")).get_with_hints(
@@ -64,7 +68,7 @@ impl TiedAutoencoder {
             )?);
         }
         let dec_out = vb.pp("dec.0").get_with_hints(
-            (sizes[0], sizes[1]),
+            (sizes[1], sizes[0]),
             "weight",
             glorot(sizes[1], sizes[0]),
         )?;
@@ -136,7 +140,7 @@ impl TiedAutoencoder {
         let mut h = x.clone();
         for (i, l) in self.enc.iter().enumerate() {
             // [B, d_i] · [d_i, d_{i+1}] + [d_{i+1}]
-            h = h.matmul(&l.weight.t()?)?.broadcast_add(&l.bias)?;
+            h = h.matmul(&l.weight)?.broadcast_add(&l.bias)?;
             if i < last || self.code_activation {
                 h = self.act(&h)?;
             }
@@ -148,15 +152,14 @@ impl TiedAutoencoder {
     pub fn decode(&self, z: &Tensor) -> Result<Tensor> {
         let mut h = z.clone();
         for i in (1..self.enc.len()).rev() {
-            // tied: [B, d_{i+1}] · enc.i.weight [d_{i+1}, d_i] + dec.i.bias [d_i]
+            // tied: [B, d_{i+1}] · enc.i.weightᵀ [d_{i+1}, d_i] + dec.i.bias [d_i]
             h = h
-                .matmul(&self.enc[i].weight)?
+                .matmul(&self.enc[i].weight.t()?)?
                 .broadcast_add(&self.dec_bias[i])?;
             h = self.act(&h)?;
         }
         // untied outermost: [B, d_1] · [d_1, d_0] + [d_0], linear output
-        Ok(h.matmul(&self.dec_out.t()?)?
-            .broadcast_add(&self.dec_bias[0])?)
+        Ok(h.matmul(&self.dec_out)?.broadcast_add(&self.dec_bias[0])?)
     }
 
     /// Encode then decode: `[B, d_0]` → (`[B, d_0]` reconstruction, `[B, d_L]` code).
@@ -203,11 +206,11 @@ mod tests {
         assert_eq!(z.dims(), [7, 2]);
         assert_eq!(y.dims(), [7, 6]);
 
-        // Decoder layer 1 maps 4 → 5 through enc.1.weight ([4, 5]) transposed.
+        // Decoder layer 1 maps 4 → 5 through enc.1.weight ([5, 4]) transposed.
         let w1_before = m.enc[1].weight.to_vec2::<f32>().unwrap();
         let h = Tensor::rand(-1f32, 1f32, (3, 4), &Device::Cpu).unwrap();
         let dec_before = h
-            .matmul(&m.enc[1].weight)
+            .matmul(&m.enc[1].weight.t().unwrap())
             .unwrap()
             .to_vec2::<f32>()
             .unwrap();
@@ -233,17 +236,17 @@ mod tests {
         let w1_after = m.enc[1].weight.to_vec2::<f32>().unwrap();
         assert_ne!(w1_before, w1_after, "the encoder view changed");
         let dec_after = h
-            .matmul(&m.enc[1].weight)
+            .matmul(&m.enc[1].weight.t().unwrap())
             .unwrap()
             .to_vec2::<f32>()
             .unwrap();
         assert_ne!(dec_before, dec_after, "the decoder view changed with it");
-        // The encoder layer computes x·Wᵀ, the decoder h·W with the same storage: check the
-        // identity (h·W)ᵢⱼ = Σₖ hᵢₖ Wₖⱼ against the updated values by hand.
+        // The encoder layer computes x·W, the decoder h·Wᵀ with the same storage: check the
+        // identity (h·Wᵀ)ᵢⱼ = Σₖ hᵢₖ Wⱼₖ against the updated values by hand.
         let hv = h.to_vec2::<f32>().unwrap();
         for (i, row) in dec_after.iter().enumerate() {
             for (j, &v) in row.iter().enumerate() {
-                let want: f32 = (0..4).map(|k| hv[i][k] * w1_after[k][j]).sum();
+                let want: f32 = (0..4).map(|k| hv[i][k] * w1_after[j][k]).sum();
                 assert!((v - want).abs() < 1e-5);
             }
         }
