@@ -1,0 +1,528 @@
+//! `invar demo`: all three methods end to end on a generated corpus, one results table, a report.
+//!
+//! The demo is a driver, not a method: it runs the same `invar` subcommands a user would (each as a
+//! child process, output in `OUT/logs/`), writes them to `OUT/commands.sh`, and gathers the numbers
+//! they wrote into `OUT/results.json` and `OUT/report.md`.
+
+mod config;
+mod stages;
+mod summary;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::Args;
+
+pub use config::DemoConfig;
+use stages::{Runner, Stage};
+use summary::{DemoSummary, Section};
+
+/// Run all three methods end to end on a generated corpus.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Output folder (created; must be absent or empty): report.md, results.json, config.json,
+    /// commands.sh, logs/, and one folder per stage.
+    #[arg(long, default_value = "invar-demo")]
+    pub out: PathBuf,
+    /// Seed of every random choice (default: the config's, 0).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Test-sized run (smaller corpus, UBM and training; well under 2 minutes).
+    #[arg(long)]
+    pub quick: bool,
+    /// Start from this config (TOML or JSON, a `DemoConfig`; missing fields take the defaults,
+    /// or the quick values with --quick).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Also write results.json here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+fn resolve_config(args: &DemoArgs) -> anyhow::Result<DemoConfig> {
+    let base = if args.quick {
+        DemoConfig::quick()
+    } else {
+        DemoConfig::default()
+    };
+    let mut cfg = match &args.config {
+        None => base,
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the demo config {}", path.display()))?;
+            // Start from `base` so a partial file keeps the --quick values it does not name.
+            let mut value = serde_json::to_value(&base)?;
+            let overrides: serde_json::Value = if path
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+            {
+                serde_json::from_str(&text)
+                    .with_context(|| format!("{} is not valid JSON", path.display()))?
+            } else {
+                let t: toml::Value = toml::from_str(&text)
+                    .with_context(|| format!("{} is not valid TOML", path.display()))?;
+                serde_json::to_value(t)?
+            };
+            let (Some(obj), serde_json::Value::Object(over)) = (value.as_object_mut(), overrides)
+            else {
+                anyhow::bail!("{} must be a table of demo settings", path.display());
+            };
+            obj.extend(over);
+            serde_json::from_value(value)
+                .with_context(|| format!("{} is not a valid demo config", path.display()))?
+        }
+    };
+    if let Some(seed) = args.seed {
+        cfg.seed = seed;
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+fn prepare_out(out: &Path) -> anyhow::Result<()> {
+    if out.exists() {
+        let mut entries = std::fs::read_dir(out)
+            .with_context(|| format!("cannot read the output folder {}", out.display()))?;
+        anyhow::ensure!(
+            entries.next().is_none(),
+            "the output folder {} is not empty; give a new --out (the demo never overwrites a run)",
+            out.display()
+        );
+    }
+    std::fs::create_dir_all(out)
+        .with_context(|| format!("cannot create the output folder {}", out.display()))
+}
+
+/// The stages, in order, grouped by the section their failure affects.
+struct Plan {
+    shared: Vec<Stage>,
+    partition: Vec<Stage>,
+    supervector: Vec<Stage>,
+}
+
+fn plan(cfg: &DemoConfig, out: &Path) -> Plan {
+    let p = |name: &str| out.join(name);
+    let seed = cfg.seed;
+    let corpus = p("corpus");
+    let mfcc = p("mfcc");
+    let ubm = p("ubm").join("ubm.safetensors");
+    let post = p("posteriors");
+    let item = corpus.join("test.item");
+
+    let mut synth = Stage::new(
+        "synth",
+        &[
+            &"synth",
+            &"--out",
+            &corpus,
+            &"--speakers",
+            &cfg.speakers,
+            &"--utterances",
+            &cfg.utterances,
+            &"--seed",
+            &seed,
+        ],
+    );
+    if cfg.quick_corpus {
+        synth.args.push("--quick".to_owned());
+    }
+    let shared = vec![
+        synth,
+        Stage::new(
+            "corpus info",
+            &[
+                &"corpus",
+                &"info",
+                &"--layout",
+                &"timit",
+                &corpus,
+                &"--json",
+                &p("corpus-info.json"),
+            ],
+        ),
+        Stage::new(
+            "features",
+            &[
+                &"features",
+                &"--layout",
+                &"timit",
+                &corpus,
+                &"--kind",
+                &"mfcc",
+                &"--config",
+                &p("frontend.json"),
+                &"--out",
+                &mfcc,
+            ],
+        ),
+        Stage::new(
+            "gmm train",
+            &[
+                &"gmm",
+                &"train",
+                &"--features",
+                &mfcc,
+                &"--out",
+                &p("ubm"),
+                &"--components",
+                &cfg.components,
+                &"--iters",
+                &cfg.ubm_iters,
+                &"--seed",
+                &seed,
+            ],
+        ),
+    ];
+
+    let abx = |name: &str, features: &PathBuf, distance: &str| {
+        Stage::new(
+            &format!("abx {name}"),
+            &[
+                &"eval",
+                &"abx",
+                &"--item",
+                &item,
+                &"--features",
+                features,
+                &"--out",
+                &out.join("abx").join(name),
+                &"--distance",
+                &distance,
+            ],
+        )
+    };
+    let soft = p("partition").join("soft");
+    let binary = p("partition").join("binary");
+    let partition = vec![
+        Stage::new(
+            "gmm posteriors",
+            &[
+                &"gmm",
+                &"posteriors",
+                &"--ubm",
+                &ubm,
+                &"--features",
+                &mfcc,
+                &"--out",
+                &post,
+            ],
+        ),
+        abx("mfcc", &mfcc, "angular"),
+        abx("posteriors", &post, "symmetric-kl"),
+        Stage::new(
+            "partition train",
+            &[
+                &"partition",
+                &"train",
+                &"--posteriors",
+                &post,
+                &"--gold-corpus",
+                &corpus,
+                &"--out",
+                &p("partition"),
+                &"--outputs",
+                &cfg.partition_outputs,
+                &"--epochs",
+                &cfg.partition_epochs,
+                &"--seed",
+                &seed,
+            ],
+        ),
+        Stage::new(
+            "partition apply soft",
+            &[
+                &"partition",
+                &"apply",
+                &"--model",
+                &p("partition"),
+                &"--posteriors",
+                &post,
+                &"--out",
+                &soft,
+            ],
+        ),
+        Stage::new(
+            "partition apply binary",
+            &[
+                &"partition",
+                &"apply",
+                &"--model",
+                &p("partition"),
+                &"--posteriors",
+                &post,
+                &"--out",
+                &binary,
+                &"--hard",
+            ],
+        ),
+        abx("soft", &soft, "symmetric-kl"),
+        abx("binary", &binary, "symmetric-kl"),
+    ];
+
+    let supervectors = p("supervectors");
+    let ivectors = p("ivectors");
+    let supervector = vec![
+        Stage::new(
+            "gmm supervectors",
+            &[
+                &"gmm",
+                &"supervectors",
+                &"--ubm",
+                &ubm,
+                &"--features",
+                &mfcc,
+                &"--out",
+                &supervectors,
+            ],
+        ),
+        Stage::new(
+            "ivector train",
+            &[
+                &"ivector",
+                &"train",
+                &"--ubm",
+                &ubm,
+                &"--features",
+                &mfcc,
+                &"--out",
+                &p("ivector"),
+                &"--rank",
+                &cfg.ivector_rank,
+                &"--iters",
+                &cfg.ivector_iters,
+                &"--seed",
+                &seed,
+            ],
+        ),
+        Stage::new(
+            "ivector extract",
+            &[
+                &"ivector",
+                &"extract",
+                &"--ubm",
+                &ubm,
+                &"--extractor",
+                &p("ivector").join("ivector.safetensors"),
+                &"--features",
+                &mfcc,
+                &"--out",
+                &ivectors,
+            ],
+        ),
+        Stage::new(
+            "supervector train",
+            &[
+                &"supervector",
+                &"train",
+                &"--supervectors",
+                &supervectors,
+                &"--ivectors",
+                &ivectors.join("ivectors.npy"),
+                &"--out",
+                &p("autoencoder"),
+                &"--sizes",
+                &cfg.autoencoder_sizes(),
+                &"--epochs",
+                &cfg.autoencoder_epochs,
+                &"--seed",
+                &seed,
+            ],
+        ),
+    ];
+    Plan {
+        shared,
+        partition,
+        supervector,
+    }
+}
+
+/// The MFCC front-end of the demo: 13 cepstra with Δ and ΔΔ, per-utterance mean and variance
+/// normalisation (which removes most of the generated channel's gain and EQ).
+fn frontend() -> invar_audio::FrontendConfig {
+    let mut fe = invar_audio::FrontendConfig {
+        kind: invar_audio::FeatureKind::Mfcc,
+        ..Default::default()
+    };
+    fe.deltas.order = 2;
+    fe.cmvn.mean = true;
+    fe.cmvn.variance = true;
+    fe
+}
+
+fn run_section<T>(
+    runner: &mut Runner,
+    stages: &[Stage],
+    gather: impl FnOnce() -> anyhow::Result<T>,
+) -> Section<T> {
+    for (i, stage) in stages.iter().enumerate() {
+        if let Err(e) = runner.run(stage) {
+            tracing::error!("{e:#}");
+            runner.skip(stages.len() - i - 1);
+            return Section::Failed {
+                error: format!("{e:#}"),
+            };
+        }
+    }
+    match gather() {
+        Ok(v) => Section::Done(v),
+        Err(e) => Section::Failed {
+            error: format!("{e:#}"),
+        },
+    }
+}
+
+pub fn run(args: DemoArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let cfg = resolve_config(&args)?;
+    let out = args.out.clone();
+    prepare_out(&out)?;
+    invar_io::write_json(out.join("config.json"), &cfg)?;
+    let fe = frontend();
+    invar_io::write_json(out.join("frontend.json"), &fe)?;
+
+    let plan = plan(&cfg, &out);
+    let all: Vec<&Stage> = plan
+        .shared
+        .iter()
+        .chain(&plan.partition)
+        .chain(&plan.supervector)
+        .collect();
+    let script: String = std::iter::once(
+        "#!/bin/sh\n# The stages of this `invar demo` run, in order.\nset -e\n".to_owned(),
+    )
+    .chain(all.iter().map(|s| format!("{}\n", s.command_line())))
+    .collect();
+    invar_io::write_text(out.join("commands.sh"), &script)?;
+    tracing::info!(
+        "invar demo: {} stages into {} (seed {})",
+        all.len(),
+        out.display(),
+        cfg.seed
+    );
+
+    let mut runner = Runner::new(&out.join("logs"), all.len())?;
+    for stage in &plan.shared {
+        runner.run(stage)?;
+    }
+    let corpus = summary::read_corpus(&out.join("corpus").join("results.json"))?;
+    let m = cfg.components;
+    let d = cfg.partition_outputs;
+    let abx_dir = out.join("abx");
+    let partition = run_section(&mut runner, &plan.partition, || {
+        Ok(summary::PartitionSection {
+            abx: vec![
+                summary::read_abx(
+                    &abx_dir.join("mfcc"),
+                    "MFCC+Δ+ΔΔ (CMVN)",
+                    3 * fe.mfcc.num_ceps,
+                )?,
+                summary::read_abx(&abx_dir.join("posteriors"), "UBM posteriorgram", m)?,
+                summary::read_abx(&abx_dir.join("soft"), "partition, soft", d)?,
+                summary::read_abx(&abx_dir.join("binary"), "partition, binary", d)?,
+            ],
+            partition: summary::read_partition(&out.join("partition"))?,
+        })
+    });
+    let supervector = run_section(&mut runner, &plan.supervector, || {
+        summary::read_supervector(&out.join("autoencoder"))
+    });
+    runner.finish();
+
+    let summary = DemoSummary {
+        config: cfg,
+        corpus,
+        partition,
+        speaker_cnn: Section::NotAvailable {
+            reason: "method 001 (invar-speaker-cnn) has no `invar speaker` command in this build"
+                .to_owned(),
+        },
+        supervector,
+        stages: runner.records.clone(),
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    invar_io::write_json(out.join("results.json"), &summary)?;
+    if let Some(json) = &args.json {
+        invar_io::write_json(json, &summary)?;
+    }
+    invar_io::write_text(
+        out.join("report.md"),
+        &summary::report_markdown(&summary, &out),
+    )?;
+    print!("{}", summary::table(&summary));
+    println!("report: {}", out.join("report.md").display());
+    let failed = matches!(summary.partition, Section::Failed { .. })
+        || matches!(summary.supervector, Section::Failed { .. });
+    anyhow::ensure!(
+        !failed,
+        "some demo stages failed; see the table above and {}",
+        out.join("logs").display()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(quick: bool, config: Option<PathBuf>, seed: Option<u64>) -> DemoArgs {
+        DemoArgs {
+            out: PathBuf::from("unused"),
+            seed,
+            quick,
+            config,
+            json: None,
+        }
+    }
+
+    #[test]
+    fn quick_config_file_and_seed_layer_in_that_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("demo.toml");
+        std::fs::write(&path, "speakers = 9\nseed = 5\n").unwrap();
+        let cfg = resolve_config(&args(true, Some(path.clone()), None)).unwrap();
+        assert_eq!(cfg.speakers, 9);
+        assert_eq!(cfg.seed, 5);
+        assert_eq!(cfg.components, DemoConfig::quick().components);
+        let cfg = resolve_config(&args(true, Some(path), Some(7))).unwrap();
+        assert_eq!(cfg.seed, 7);
+    }
+
+    #[test]
+    fn bad_config_files_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("demo.toml");
+        std::fs::write(&path, "speakerz = 9\n").unwrap();
+        assert!(resolve_config(&args(false, Some(path.clone()), None)).is_err());
+        std::fs::write(&path, "components = 8\npartition_outputs = 16\n").unwrap();
+        assert!(resolve_config(&args(false, Some(path), None)).is_err());
+    }
+
+    #[test]
+    fn plan_wires_each_stage_to_the_previous_outputs() {
+        let cfg = DemoConfig::quick();
+        let out = Path::new("/o");
+        let plan = plan(&cfg, out);
+        assert!(plan.shared[0].args.contains(&"--quick".to_owned()));
+        let lines: Vec<String> = plan
+            .shared
+            .iter()
+            .chain(&plan.partition)
+            .chain(&plan.supervector)
+            .map(Stage::command_line)
+            .collect();
+        assert!(lines.iter().any(|l| l
+            == "invar partition apply --model /o/partition --posteriors /o/posteriors --out /o/partition/binary --hard"));
+        assert!(lines.iter().any(|l| l.starts_with(
+            "invar supervector train --supervectors /o/supervectors --ivectors /o/ivectors/ivectors.npy"
+        ) && l.contains("--sizes 0,200,40")));
+    }
+
+    #[test]
+    fn a_non_empty_output_folder_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        prepare_out(dir.path()).unwrap();
+        std::fs::write(dir.path().join("x"), "1").unwrap();
+        assert!(prepare_out(dir.path()).is_err());
+    }
+}

@@ -1,0 +1,464 @@
+//! Gathers the numbers the demo's stages wrote (their `results.json`) into one summary, and renders
+//! it as the terminal table and as `report.md`. Nothing here computes a metric: every number is
+//! read from a stage's output.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use invar_eval::{AbxMode, AbxResult};
+use invar_supervector::ComparisonRow;
+use serde::{Deserialize, Serialize};
+
+use super::config::DemoConfig;
+use super::stages::StageRecord;
+
+/// One split of the generated corpus, as `invar synth` reported it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SplitSize {
+    pub speakers: usize,
+    pub utterances: usize,
+    pub hours: f64,
+}
+
+/// The part of `invar synth`'s results.json the demo reports.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CorpusSummary {
+    pub splits: BTreeMap<String, SplitSize>,
+}
+
+/// One representation's ABX error (method 000's table).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AbxRow {
+    pub representation: String,
+    pub dim: usize,
+    pub distance: String,
+    /// Error rates in [0, 1].
+    pub within: f64,
+    pub across: f64,
+    /// The stage folder holding the per-pair results and plots.
+    pub folder: PathBuf,
+}
+
+/// What the partition stage reported about its training (from its results.json).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PartitionFacts {
+    pub inputs: usize,
+    pub outputs: usize,
+    pub outputs_in_use: usize,
+    pub epochs: usize,
+    pub pairs: PairFacts,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PairFacts {
+    pub classes_used: usize,
+    pub fragments: usize,
+    pub same_frame_pairs: usize,
+    pub diff_frame_pairs: usize,
+}
+
+/// The state of one method's section.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Section<T> {
+    Done(T),
+    /// A stage failed; the message says which and quotes its log.
+    Failed {
+        error: String,
+    },
+    /// The method is not part of this build.
+    NotAvailable {
+        reason: String,
+    },
+}
+
+/// Method 000's numbers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PartitionSection {
+    pub abx: Vec<AbxRow>,
+    pub partition: PartitionFacts,
+}
+
+/// Method 002's numbers: invar-supervector's comparison rows (raw, i-vector, AE; closed/open).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SupervectorSection {
+    pub split: serde_json::Value,
+    pub table: Vec<ComparisonRow>,
+}
+
+/// Everything `results.json` holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DemoSummary {
+    pub config: DemoConfig,
+    pub corpus: CorpusSummary,
+    pub partition: Section<PartitionSection>,
+    pub speaker_cnn: Section<serde_json::Value>,
+    pub supervector: Section<SupervectorSection>,
+    pub stages: Vec<StageRecord>,
+    pub seconds: f64,
+}
+
+fn read<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
+    invar_io::read_json(path)
+        .with_context(|| format!("reading the stage results {}", path.display()))
+}
+
+/// The corpus summary written by `invar synth`.
+pub fn read_corpus(results: &Path) -> anyhow::Result<CorpusSummary> {
+    read(results)
+}
+
+/// One ABX row from an `invar eval abx --mode both` folder.
+pub fn read_abx(folder: &Path, representation: &str, dim: usize) -> anyhow::Result<AbxRow> {
+    let results: Vec<AbxResult> = read(&folder.join("results.json"))?;
+    let pick = |mode: AbxMode| {
+        results
+            .iter()
+            .find(|r| r.mode == mode)
+            .with_context(|| format!("{} has no {mode:?} result", folder.display()))
+    };
+    let within = pick(AbxMode::Within)?;
+    let across = pick(AbxMode::Across)?;
+    Ok(AbxRow {
+        representation: representation.to_owned(),
+        dim,
+        distance: within.distance.to_string(),
+        within: within.error,
+        across: across.error,
+        folder: folder.to_owned(),
+    })
+}
+
+pub fn read_partition(folder: &Path) -> anyhow::Result<PartitionFacts> {
+    read(&folder.join("results.json"))
+}
+
+#[derive(Deserialize)]
+struct SupervectorResults {
+    split: serde_json::Value,
+    table: Vec<ComparisonRow>,
+}
+
+pub fn read_supervector(folder: &Path) -> anyhow::Result<SupervectorSection> {
+    let r: SupervectorResults = read(&folder.join("results.json"))?;
+    anyhow::ensure!(
+        !r.table.is_empty(),
+        "{} has an empty comparison table",
+        folder.display()
+    );
+    Ok(SupervectorSection {
+        split: r.split,
+        table: r.table,
+    })
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.2}", 100.0 * x)
+}
+
+fn corpus_line(s: &DemoSummary) -> String {
+    let speakers: usize = s.corpus.splits.values().map(|x| x.speakers).sum();
+    let utterances: usize = s.corpus.splits.values().map(|x| x.utterances).sum();
+    let hours: f64 = s.corpus.splits.values().map(|x| x.hours).sum();
+    format!(
+        "generated corpus (seed {}): {speakers} speakers, {utterances} utterances, {:.1} min of audio; demo took {:.1} s",
+        s.config.seed,
+        hours * 60.0,
+        s.seconds
+    )
+}
+
+fn min_dcf(row: &ComparisonRow) -> String {
+    row.min_dcf
+        .first()
+        .map(|(p, v)| format!("{v:.3}@{p}"))
+        .unwrap_or_else(|| "-".to_owned())
+}
+
+/// The one results table printed at the end of the demo.
+pub fn table(s: &DemoSummary) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", corpus_line(s));
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "(000) posteriorgram partitioning — ABX error % on the test speakers' .item (zs2015)"
+    );
+    match &s.partition {
+        Section::Done(p) => {
+            let _ = writeln!(
+                out,
+                "  {:<28} {:>4}  {:<13} {:>8} {:>8}",
+                "representation", "dim", "distance", "within", "across"
+            );
+            for r in &p.abx {
+                let _ = writeln!(
+                    out,
+                    "  {:<28} {:>4}  {:<13} {:>8} {:>8}",
+                    r.representation,
+                    r.dim,
+                    r.distance,
+                    pct(r.within),
+                    pct(r.across)
+                );
+            }
+            let _ = writeln!(
+                out,
+                "  partition: {} of {} outputs in use, {} same / {} different frame pairs from {} gold word classes",
+                p.partition.outputs_in_use,
+                p.partition.outputs,
+                p.partition.pairs.same_frame_pairs,
+                p.partition.pairs.diff_frame_pairs,
+                p.partition.pairs.classes_used
+            );
+        }
+        other => {
+            let _ = writeln!(out, "  {}", section_note(other));
+        }
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "(001) speaker CNN with invariance regularisers — accuracy clean and under gain shifts"
+    );
+    let _ = writeln!(out, "  {}", section_note(&s.speaker_cnn));
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "(002) supervector autoencoder — speaker verification (all pairs of the test rows)"
+    );
+    match &s.supervector {
+        Section::Done(v) => {
+            let _ = writeln!(
+                out,
+                "  {:<8} {:<10} {:>5}  {:<10} {:>18}  {:>7}  {:>10}",
+                "protocol", "repr.", "dim", "distance", "threshold count", "EER %", "minDCF"
+            );
+            for r in &v.table {
+                let _ = writeln!(
+                    out,
+                    "  {:<8} {:<10} {:>5}  {:<10} {:>8}/{:<9}  {:>7}  {:>10}",
+                    r.protocol.to_string(),
+                    r.representation,
+                    r.dim,
+                    r.metric.to_string(),
+                    r.threshold_count,
+                    r.nontarget_trials,
+                    pct(r.eer),
+                    min_dcf(r)
+                );
+            }
+        }
+        other => {
+            let _ = writeln!(out, "  {}", section_note(other));
+        }
+    }
+    out
+}
+
+fn section_note<T>(section: &Section<T>) -> String {
+    match section {
+        Section::Done(_) => "done".to_owned(),
+        Section::Failed { error } => {
+            format!("FAILED: {}", error.lines().next().unwrap_or_default())
+        }
+        Section::NotAvailable { reason } => format!("not available in this build: {reason}"),
+    }
+}
+
+fn rel(path: &Path, root: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+/// `report.md`: the same numbers as the table, with what they mean and where the plots are.
+pub fn report_markdown(s: &DemoSummary, root: &Path) -> String {
+    let mut md = String::from("# invar demo report\n\n");
+    let _ = writeln!(md, "{}.\n", corpus_line(s));
+    let _ = writeln!(
+        md,
+        "Every number below was computed by an ordinary `invar` subcommand; `commands.sh` lists them \
+         in order and `logs/` holds each one's output. The resolved configuration is `config.json`.\n"
+    );
+
+    md.push_str("## (000) Posteriorgram partitioning: phone identity without the speaker\n\n");
+    match &s.partition {
+        Section::Done(p) => {
+            md.push_str(
+                "ABX error (%) on the test speakers' `.item` file, zs2015 convention. Lower is better; \
+                 *across* (A and B from one speaker, X from another) is the speaker-invariance test.\n\n",
+            );
+            md.push_str("| representation | dim | distance | within | across |\n| --- | ---: | --- | ---: | ---: |\n");
+            for r in &p.abx {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {} | {} |",
+                    r.representation,
+                    r.dim,
+                    r.distance,
+                    pct(r.within),
+                    pct(r.across)
+                );
+            }
+            let _ = writeln!(
+                md,
+                "\nThe partition maps {} UBM classes to {} outputs ({} in use), trained for {} epochs on \
+                 {} same / {} different frame pairs aligned by DTW inside {} gold word classes. Gold \
+                 words are a topline: the pairs come from the true word alignments of every utterance, \
+                 where a real run would use term discovery.\n",
+                p.partition.inputs,
+                p.partition.outputs,
+                p.partition.outputs_in_use,
+                p.partition.epochs,
+                p.partition.pairs.same_frame_pairs,
+                p.partition.pairs.diff_frame_pairs,
+                p.partition.pairs.classes_used
+            );
+            md.push_str("Plots: ");
+            let mut plots: Vec<String> = p
+                .abx
+                .iter()
+                .map(|r| {
+                    format!(
+                        "[{0}]({1}/abx-across.svg)",
+                        r.representation,
+                        rel(&r.folder, root)
+                    )
+                })
+                .collect();
+            plots.push("[W heat map](partition/W.svg)".to_owned());
+            md.push_str(&plots.join(", "));
+            md.push_str(".\n\n");
+        }
+        other => {
+            let _ = writeln!(md, "{}\n", section_note(other));
+        }
+    }
+
+    md.push_str("## (001) Speaker CNN with invariance regularisers\n\n");
+    let _ = writeln!(md, "{}\n", section_note(&s.speaker_cnn));
+
+    md.push_str("## (002) Supervector autoencoder: the speaker without what was said\n\n");
+    match &s.supervector {
+        Section::Done(v) => {
+            md.push_str(
+                "Raw MAP supervectors, i-vectors and the autoencoder's code, scored on every pair of \
+                 held-out rows. *closed*: unseen utterances of the training speakers; *open*: unseen \
+                 speakers. The threshold count is the seed's measure: different-speaker pairs closer \
+                 than the farthest same-speaker pair (lower is better; it hangs on one outlier, hence \
+                 EER and minDCF beside it).\n\n",
+            );
+            md.push_str("| protocol | representation | dim | distance | threshold count | EER % | minDCF |\n| --- | --- | ---: | --- | ---: | ---: | ---: |\n");
+            for r in &v.table {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {} | {} / {} | {} | {} |",
+                    r.protocol,
+                    r.representation,
+                    r.dim,
+                    r.metric,
+                    r.threshold_count,
+                    r.nontarget_trials,
+                    pct(r.eer),
+                    min_dcf(r)
+                );
+            }
+            md.push_str("\nPlots: [autoencoder training curves](autoencoder/curves.svg).\n\n");
+        }
+        other => {
+            let _ = writeln!(md, "{}\n", section_note(other));
+        }
+    }
+
+    md.push_str("## Stages\n\n| stage | seconds | ok |\n| --- | ---: | --- |\n");
+    for st in &s.stages {
+        let _ = writeln!(
+            md,
+            "| `{}` | {:.1} | {} |",
+            st.name,
+            st.seconds,
+            if st.ok { "yes" } else { "no" }
+        );
+    }
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary() -> DemoSummary {
+        let mut splits = BTreeMap::new();
+        splits.insert(
+            "train".to_owned(),
+            SplitSize {
+                speakers: 6,
+                utterances: 60,
+                hours: 0.05,
+            },
+        );
+        splits.insert(
+            "test".to_owned(),
+            SplitSize {
+                speakers: 2,
+                utterances: 20,
+                hours: 0.01,
+            },
+        );
+        DemoSummary {
+            config: DemoConfig::default(),
+            corpus: CorpusSummary { splits },
+            partition: Section::Failed {
+                error: "stage `partition train` failed\nmore".to_owned(),
+            },
+            speaker_cnn: Section::NotAvailable {
+                reason: "no crate".to_owned(),
+            },
+            supervector: Section::NotAvailable {
+                reason: "x".to_owned(),
+            },
+            stages: Vec::new(),
+            seconds: 1.0,
+        }
+    }
+
+    #[test]
+    fn table_sums_the_splits_and_names_missing_sections() {
+        let t = table(&summary());
+        assert!(t.contains("8 speakers, 80 utterances, 3.6 min"), "{t}");
+        assert!(t.contains("FAILED: stage `partition train` failed"), "{t}");
+        assert!(!t.contains("more"), "only the first error line: {t}");
+        assert!(t.contains("not available in this build: no crate"), "{t}");
+    }
+
+    #[test]
+    fn sections_serialise_with_a_status_tag() {
+        let s: Section<serde_json::Value> = Section::NotAvailable {
+            reason: "r".to_owned(),
+        };
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["status"], "not_available");
+        assert_eq!(v["reason"], "r");
+    }
+
+    #[test]
+    fn abx_rows_are_read_from_eval_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let json = r#"[
+          {"mode":"within","convention":"zs2015","distance":"angular","error":0.25,"items":4,
+           "empty_items":[],"cells":1,"triplets":2,"pairs":[],"cell_scores":[]},
+          {"mode":"across","convention":"zs2015","distance":"angular","error":0.5,"items":4,
+           "empty_items":[],"cells":1,"triplets":2,"pairs":[],"cell_scores":[]}]"#;
+        std::fs::write(dir.path().join("results.json"), json).unwrap();
+        let row = read_abx(dir.path(), "mfcc", 39).unwrap();
+        assert_eq!(row.within, 0.25);
+        assert_eq!(row.across, 0.5);
+        assert_eq!(row.distance, "angular");
+        std::fs::write(dir.path().join("results.json"), "[]").unwrap();
+        assert!(read_abx(dir.path(), "mfcc", 39).is_err());
+    }
+}
