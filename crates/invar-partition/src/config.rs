@@ -117,6 +117,9 @@ pub struct OptimConfig {
     pub epochs: usize,
     /// Stop after this many epochs without a validation improvement (the paper: 15).
     pub patience: usize,
+    /// An improvement must lower the validation loss by more than this (the loss lies in [0, 1+λ]);
+    /// without it, gains of 1e-6 an epoch keep a converged run going for hundreds of epochs.
+    pub min_delta: f64,
     /// Fraction of the pairs held out for validation (the paper: 0.3).
     pub validation_fraction: f64,
 }
@@ -128,6 +131,7 @@ impl Default for OptimConfig {
             lr: 0.002,
             epochs: 500,
             patience: 15,
+            min_delta: 1e-4,
             validation_fraction: 0.3,
         }
     }
@@ -194,6 +198,12 @@ impl PartitionConfig {
             return Err(Error::config("optim.batch_size", "must be at least 1"));
         }
         positive("optim.lr", self.optim.lr)?;
+        if !(self.optim.min_delta.is_finite() && self.optim.min_delta >= 0.0) {
+            return Err(Error::config(
+                "optim.min_delta",
+                format!("must be finite and ≥ 0, got {}", self.optim.min_delta),
+            ));
+        }
         if self.optim.epochs == 0 {
             return Err(Error::config("optim.epochs", "must be at least 1"));
         }

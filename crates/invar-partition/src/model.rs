@@ -81,8 +81,11 @@ impl Partition {
         Self { w: weights_f32(v) }
     }
 
-    /// A uniformly random hard partition of `m` inputs into `d` outputs (the control of the README).
-    pub fn random_hard(m: usize, d: usize, rng: &mut impl rand::Rng) -> Self {
+    /// A uniformly random hard partition of `m` inputs into `d` outputs, drawn from `seed` (the
+    /// control of the README: same size as a learned one, no learned grouping).
+    pub fn random_hard(m: usize, d: usize, seed: u64) -> Self {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         let mut w = Matrix::zeros(m, d);
         for i in 0..m {
             let k = rng.random_range(0..d.max(1));

@@ -154,6 +154,9 @@ pub fn build_pairs(
     for &(ia, ib) in &frag_pairs {
         let (a, b) = (frags[ia], frags[ib]);
         let want_same = speaker_of(&a) == speaker_of(&b);
+        // Which of the pair meets the other class's fragment alternates at random; it is chosen
+        // before the draw, so that the speaker relation holds for the fragment actually used.
+        let a = if rng.random::<bool>() { a } else { b };
         same_speaker += usize::from(want_same);
         let pool: &[usize] = if want_same {
             by_speaker.get(speaker_of(&a)).map_or(&[], Vec::as_slice)
@@ -172,8 +175,6 @@ pub fn build_pairs(
             continue;
         };
         let c = frags[ic];
-        // Which of the pair is compared with the other class's fragment alternates at random.
-        let a = if rng.random::<bool>() { a } else { b };
         let n = a.len.min(c.len);
         pairs
             .diff

@@ -190,9 +190,14 @@ pub fn train_config(cfg: &PartitionConfig, validate: bool) -> TrainConfig {
             monitor: monitor.into(),
             gl_monitor: monitor.into(),
             patience: Some(cfg.optim.patience),
+            min_delta: cfg.optim.min_delta,
             ..EarlyStoppingConfig::default()
         },
-        checkpoint: CheckpointConfig::default(),
+        // Epochs take well under a second: a checkpoint every 10 (and at every new best) is plenty.
+        checkpoint: CheckpointConfig {
+            every: 10,
+            ..CheckpointConfig::default()
+        },
         restore_best: true,
         ..TrainConfig::default()
     }
@@ -299,5 +304,7 @@ fn split(pairs: &FramePairs, fraction: f64, seed: u64) -> (Vec<Pair>, Vec<Pair>)
             }
         }
     }
+    // Validation batches are fixed chunks: mix same and different pairs so each holds both.
+    val.shuffle(&mut rng);
     (train, val)
 }

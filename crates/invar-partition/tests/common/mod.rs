@@ -39,8 +39,9 @@ pub fn span(first: usize, n: usize) -> (f64, f64) {
     (c0 - 0.003, c1 + 0.003)
 }
 
-/// `peak` on the realised pseudo-class, `confusion` on the other allophone of the same phone spoken by
-/// this speaker's neighbour, the rest spread at random over all classes.
+/// Frames put 0.75 on the pseudo-class that realises their phone for their speaker (allophone
+/// `speaker mod allophones`), the rest spread at random over all classes: speakers with different
+/// allophones share no peak, so across-speaker ABX triplets between them are ties on the input.
 pub fn generate(
     speakers: usize,
     utterances: usize,
@@ -76,10 +77,7 @@ pub fn generate(
                         for x in &mut row {
                             *x *= 0.25 / sum;
                         }
-                        let own = p * allophones + s % allophones;
-                        let other = p * allophones + (s + 1) % allophones;
-                        row[own] += 0.6;
-                        row[other] += 0.15;
+                        row[p * allophones + s % allophones] += 0.75;
                         frames.extend(row);
                         t += 1;
                     }
@@ -87,7 +85,11 @@ pub fn generate(
                 wr.push((w, w0, t - w0));
             }
             let id = format!("s{s:02}u{u:02}");
-            parts.push((id, format!("spk{s:02}"), Matrix::new(t, m, frames).expect("shape")));
+            parts.push((
+                id,
+                format!("spk{s:02}"),
+                Matrix::new(t, m, frames).expect("shape"),
+            ));
             phone_runs.push(pr);
             word_runs.push(wr);
         }
@@ -104,7 +106,14 @@ pub fn generate(
 impl Corpus {
     /// Gold classes: one per word type, every token a fragment.
     pub fn word_classes(&self) -> Vec<Class> {
-        let words = self.word_runs.iter().flatten().map(|r| r.0).max().unwrap_or(0) + 1;
+        let words = self
+            .word_runs
+            .iter()
+            .flatten()
+            .map(|r| r.0)
+            .max()
+            .unwrap_or(0)
+            + 1;
         let mut classes: Vec<Class> = (0..words)
             .map(|w| Class {
                 id: w as u64 + 1,

@@ -1,0 +1,141 @@
+//! Pair building on the synthetic corpus: same pairs lie inside two tokens of one word and follow a
+//! monotone DTW path; different pairs join tokens of different words frame by frame, keep the
+//! same-speaker ratio of the same pairs, and the per-class cap holds. Gold classes from word segments.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
+
+mod common;
+
+use invar_data::{Segment, Split, Utterance};
+use invar_partition::{build_pairs, gold_classes, PairConfig};
+
+fn word_of_frame(c: &common::Corpus) -> Vec<Option<usize>> {
+    let mut w = vec![None; c.post.frames.rows];
+    for (u, runs) in c.word_runs.iter().enumerate() {
+        for &(word, first, n) in runs {
+            for f in first..first + n {
+                w[c.post.offsets[u] + f] = Some(word);
+            }
+        }
+    }
+    w
+}
+
+#[test]
+fn pairs_respect_classes_speakers_and_the_cap() {
+    let c = common::generate(4, 6, 5, 2, 8, 21);
+    let classes = c.word_classes();
+    let cfg = PairConfig {
+        timing: common::timing(),
+        max_fragment_pairs_per_class: None,
+        ..PairConfig::default()
+    };
+    let (pairs, stats) = build_pairs(&c.post, &classes, &cfg, 3).unwrap();
+    let word = word_of_frame(&c);
+    assert!(!pairs.same.is_empty() && !pairs.diff.is_empty());
+    for p in &pairs.same {
+        let (a, b) = (word[p[0] as usize], word[p[1] as usize]);
+        assert!(
+            a.is_some() && a == b,
+            "same pair {p:?} joins words {a:?} and {b:?}"
+        );
+    }
+    for p in &pairs.diff {
+        let (a, b) = (word[p[0] as usize], word[p[1] as usize]);
+        assert!(
+            a.is_some() && b.is_some() && a != b,
+            "different pair {p:?} within word {a:?}"
+        );
+    }
+    // Every fragment pair of every class was aligned: Σ n(n−1)/2.
+    let expected: usize = classes
+        .iter()
+        .map(|k| k.fragments.len() * (k.fragments.len() - 1) / 2)
+        .sum();
+    assert_eq!(stats.fragment_pairs, expected);
+    assert_eq!(stats.unmatched, 0);
+    assert_eq!(stats.same_frame_pairs, pairs.same.len());
+
+    // The speaker relation of different pairs follows the same pairs' ratio (one per fragment pair,
+    // so exactly, fragment by fragment: count fragment-level different pairs by their first frame run).
+    let speaker = |f: u32| {
+        let u = c.post.offsets.partition_point(|&o| o <= f as usize) - 1;
+        c.post.speakers[u].clone()
+    };
+    let mut runs = Vec::new();
+    let mut last: Option<[u32; 2]> = None;
+    for p in &pairs.diff {
+        if last.is_none_or(|l| p[0] != l[0] + 1 || p[1] != l[1] + 1) {
+            runs.push(*p);
+        }
+        last = Some(*p);
+    }
+    let same_spk = runs
+        .iter()
+        .filter(|p| speaker(p[0]) == speaker(p[1]))
+        .count();
+    let frac = same_spk as f64 / runs.len() as f64;
+    assert!(
+        (frac - stats.same_speaker_fraction).abs() < 0.05,
+        "different pairs same-speaker fraction {frac} vs same pairs {}",
+        stats.same_speaker_fraction
+    );
+
+    // The cap: at most K fragment pairs per class, and the result is seeded.
+    let capped = PairConfig {
+        max_fragment_pairs_per_class: Some(3),
+        ..cfg.clone()
+    };
+    let (p1, s1) = build_pairs(&c.post, &classes, &capped, 3).unwrap();
+    let (p2, _) = build_pairs(&c.post, &classes, &capped, 3).unwrap();
+    assert_eq!(p1, p2);
+    let bound: usize = classes
+        .iter()
+        .map(|k| (k.fragments.len() * (k.fragments.len() - 1) / 2).min(3))
+        .sum();
+    assert_eq!(s1.fragment_pairs, bound);
+}
+
+#[test]
+fn unknown_files_are_errors_naming_the_class() {
+    let c = common::generate(2, 2, 3, 2, 3, 1);
+    let mut classes = c.word_classes();
+    classes[0].fragments[0].file = "nope".into();
+    let err = build_pairs(&c.post, &classes, &PairConfig::default(), 0).unwrap_err();
+    assert!(err.to_string().contains("`nope`"), "{err}");
+}
+
+#[test]
+fn gold_classes_group_word_tokens_and_skip_silence_and_singletons() {
+    let seg = |s: u64, e: u64, l: &str| Segment {
+        start: s,
+        end: e,
+        label: l.into(),
+    };
+    let utt = |id: &str, words: Vec<Segment>| Utterance {
+        id: id.into(),
+        speaker: "s".into(),
+        sex: None,
+        path: "x.wav".into(),
+        split: Split::Train,
+        phones: None,
+        words: Some(words),
+    };
+    let utts = vec![
+        utt(
+            "a",
+            vec![
+                seg(0, 1600, "h#"),
+                seg(1600, 8000, "The"),
+                seg(8000, 16000, "cat"),
+            ],
+        ),
+        utt("b", vec![seg(0, 3200, "the"), seg(3200, 4800, "dog")]),
+    ];
+    let classes = gold_classes(&utts, 16000.0, &["h#"]);
+    assert_eq!(classes.len(), 1);
+    let f = &classes[0].fragments;
+    assert_eq!(f.len(), 2);
+    assert_eq!((f[0].file.as_str(), f[0].start, f[0].end), ("a", 0.1, 0.5));
+    assert_eq!((f[1].file.as_str(), f[1].start, f[1].end), ("b", 0.0, 0.2));
+}
