@@ -1,0 +1,268 @@
+//! Settings of every stage, with defaults that work on invar's generated corpus, and their checks.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// All settings of a term-discovery run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UtdConfig {
+    pub lsh: LshConfig,
+    pub search: SearchConfig,
+    pub lines: LineConfig,
+    pub refine: RefineConfig,
+    pub cluster: ClusterConfig,
+    /// Frame timing used to write fragment times in seconds.
+    pub timing: Timing,
+    /// Seed of the random hyperplanes and the bit permutations (default 0).
+    pub seed: u64,
+}
+
+/// Random-projection signatures (ZRTools `-S`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LshConfig {
+    /// Signature bits, 1 to 64: `cos θ ≈ cos(π · hamming / bits)`.
+    pub bits: usize,
+}
+
+impl Default for LshConfig {
+    fn default() -> Self {
+        Self { bits: 64 }
+    }
+}
+
+/// Approximate nearest-neighbour search over sorted permuted signatures (ZRTools `-P`, `-B`, `-T`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SearchConfig {
+    /// Random bit permutations; each sorts all frames once.
+    pub permutations: usize,
+    /// Neighbours in sorted order each frame is compared with, per permutation.
+    pub beam: usize,
+    /// Cosine similarity a frame pair needs to enter the sparse similarity matrix.
+    pub threshold: f32,
+    /// Also search within each utterance (pairs at least `min_gap` frames apart).
+    pub within: bool,
+    /// Smallest `|i − j|` of a within-utterance frame pair.
+    pub min_gap: usize,
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        Self {
+            permutations: 8,
+            beam: 24,
+            threshold: 0.5,
+            within: false,
+            min_gap: 50,
+        }
+    }
+}
+
+/// Diagonal line search in each utterance pair's sparse similarity matrix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LineConfig {
+    /// Diagonals `j − i` within this many of each other are searched together (tempo slack).
+    pub band: usize,
+    /// Width (odd) of the median filter along a diagonal.
+    pub median: usize,
+    /// A filtered diagonal above this similarity is part of a line.
+    pub threshold: f32,
+    /// Shortest line kept, in frames.
+    pub min_frames: usize,
+    /// Lines found per utterance pair at most (the best by summed similarity).
+    pub max_per_pair: usize,
+}
+
+impl Default for LineConfig {
+    fn default() -> Self {
+        Self {
+            band: 2,
+            median: 7,
+            threshold: 0.5,
+            min_frames: 20,
+            max_per_pair: 4,
+        }
+    }
+}
+
+/// Segmental DTW refinement of each line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RefineConfig {
+    /// Frames added before and after a line on both sides before aligning.
+    pub extend: usize,
+    /// The path is trimmed to its best stretch of `similarity − trim` (maximum subarray).
+    pub trim: f32,
+    /// Mean cosine similarity along the trimmed path a fragment pair needs.
+    pub threshold: f32,
+    /// Shortest fragment kept, in frames (both sides).
+    pub min_frames: usize,
+    /// Longest fragment kept, in frames (ZRTools' maximum duration).
+    pub max_frames: usize,
+}
+
+impl Default for RefineConfig {
+    fn default() -> Self {
+        Self {
+            extend: 10,
+            trim: 0.6,
+            threshold: 0.8,
+            min_frames: 25,
+            max_frames: 300,
+        }
+    }
+}
+
+/// Clustering fragments into classes: connected components (ZRTools' default).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Two fragments of one utterance are the same node when their intersection over union is at
+    /// least this.
+    pub overlap: f64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self { overlap: 0.5 }
+    }
+}
+
+/// Frame `k` covers `[k·hop, k·hop + win)` seconds; fragment times are written from it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Timing {
+    pub hop_s: f64,
+    pub win_s: f64,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            hop_s: 0.010,
+            win_s: 0.025,
+        }
+    }
+}
+
+impl Timing {
+    /// Seconds `[start, end)` of frames `first..last` (the first frame's start to the last one's end).
+    pub fn seconds(&self, first: usize, last: usize) -> (f64, f64) {
+        let start = first as f64 * self.hop_s;
+        let end = if last > first {
+            (last - 1) as f64 * self.hop_s + self.win_s
+        } else {
+            start
+        };
+        (start, end)
+    }
+}
+
+fn bad(field: &'static str, reason: impl Into<String>) -> Error {
+    Error::Config {
+        field,
+        reason: reason.into(),
+    }
+}
+
+fn unit(field: &'static str, v: f32) -> Result<()> {
+    if v.is_finite() && (-1.0..=1.0).contains(&v) {
+        Ok(())
+    } else {
+        Err(bad(
+            field,
+            format!("must be a cosine similarity in [-1, 1], got {v}"),
+        ))
+    }
+}
+
+impl UtdConfig {
+    /// Checks every value before any work starts.
+    pub fn validate(&self) -> Result<()> {
+        if !(1..=64).contains(&self.lsh.bits) {
+            return Err(bad(
+                "lsh.bits",
+                format!("must be 1 to 64, got {}", self.lsh.bits),
+            ));
+        }
+        if self.search.permutations == 0 {
+            return Err(bad("search.permutations", "must be at least 1"));
+        }
+        if self.search.beam == 0 {
+            return Err(bad("search.beam", "must be at least 1"));
+        }
+        unit("search.threshold", self.search.threshold)?;
+        unit("lines.threshold", self.lines.threshold)?;
+        unit("refine.threshold", self.refine.threshold)?;
+        unit("refine.trim", self.refine.trim)?;
+        if self.lines.median == 0 || self.lines.median % 2 == 0 {
+            return Err(bad(
+                "lines.median",
+                format!("must be odd, got {}", self.lines.median),
+            ));
+        }
+        if self.lines.min_frames == 0 {
+            return Err(bad("lines.min_frames", "must be at least 1"));
+        }
+        if self.lines.max_per_pair == 0 {
+            return Err(bad("lines.max_per_pair", "must be at least 1"));
+        }
+        if self.refine.min_frames == 0 || self.refine.max_frames < self.refine.min_frames {
+            return Err(bad(
+                "refine.min_frames/max_frames",
+                format!(
+                    "need 1 <= min_frames <= max_frames, got {} and {}",
+                    self.refine.min_frames, self.refine.max_frames
+                ),
+            ));
+        }
+        if !(self.cluster.overlap > 0.0 && self.cluster.overlap <= 1.0) {
+            return Err(bad(
+                "cluster.overlap",
+                format!("must be in (0, 1], got {}", self.cluster.overlap),
+            ));
+        }
+        let t = &self.timing;
+        if !(t.hop_s.is_finite() && t.hop_s > 0.0 && t.win_s.is_finite() && t.win_s > 0.0) {
+            return Err(bad(
+                "timing",
+                format!(
+                    "hop_s and win_s must be positive, got {} and {}",
+                    t.hop_s, t.win_s
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_bad_values_do_not() {
+        UtdConfig::default().validate().unwrap();
+        let mut c = UtdConfig::default();
+        c.lsh.bits = 65;
+        assert!(c.validate().is_err());
+        let mut c = UtdConfig::default();
+        c.lines.median = 4;
+        assert!(c.validate().is_err());
+        let mut c = UtdConfig::default();
+        c.refine.threshold = 1.5;
+        assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn timing_by_hand() {
+        let t = Timing::default();
+        // Frames 10..20: 0.10 s to frame 19's end 0.19 + 0.025.
+        let (s, e) = t.seconds(10, 20);
+        assert!((s - 0.10).abs() < 1e-12 && (e - 0.215).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,251 @@
+//! The whole discovery run over in-memory features: signatures → sparse similarity matrix → lines →
+//! DTW-refined fragment pairs → classes.
+
+use std::collections::HashSet;
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::cluster;
+use crate::lines::{find_lines, Refined, Refiner};
+use crate::lsh::Hyperplanes;
+use crate::search::{search, Frames, Hit};
+use crate::{Error, Result, UtdConfig};
+
+/// One utterance's frames: `frames` rows of `dims` values (features or posteriorgrams), row-major.
+#[derive(Debug, Clone)]
+pub struct UtteranceFeatures {
+    pub id: String,
+    pub frames: invar_io::Matrix,
+}
+
+/// Frames `start..end` of utterance `utt` (an index into the input).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FragmentRef {
+    pub utt: usize,
+    pub start: usize,
+    pub end: usize,
+}
+
+/// Two fragments found to be the same term, and the mean cosine similarity along their alignment.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FragmentPair {
+    pub a: FragmentRef,
+    pub b: FragmentRef,
+    pub score: f32,
+}
+
+/// Counts of each stage, for the summary and the logs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StageCounts {
+    pub utterances: usize,
+    pub frames: usize,
+    /// Entries of the sparse similarity matrix.
+    pub hits: usize,
+    /// Utterance pairs with at least one hit.
+    pub utterance_pairs: usize,
+    /// Diagonal lines found before refinement.
+    pub lines: usize,
+}
+
+/// What a run found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Discovery {
+    pub pairs: Vec<FragmentPair>,
+    pub classes: Vec<Vec<FragmentRef>>,
+    pub counts: StageCounts,
+}
+
+/// Progress callback: stage name, units done, units in all.
+pub type Progress<'a> = &'a (dyn Fn(&'static str, usize, usize) + Sync);
+
+/// Discovers repeated terms in `utterances` (all with the same frame dimension).
+pub fn discover(utterances: &[UtteranceFeatures], cfg: &UtdConfig) -> Result<Discovery> {
+    discover_with_progress(utterances, cfg, &|_, _, _| {})
+}
+
+/// [`discover`], reporting progress of the line search and refinement over utterance pairs.
+pub fn discover_with_progress(
+    utterances: &[UtteranceFeatures],
+    cfg: &UtdConfig,
+    progress: Progress<'_>,
+) -> Result<Discovery> {
+    cfg.validate()?;
+    let frames = prepare(utterances, cfg)?;
+    let mut counts = StageCounts {
+        utterances: utterances.len(),
+        frames: frames.sigs.len(),
+        ..StageCounts::default()
+    };
+    progress("search", 0, 1);
+    let hits = search(&frames, cfg.lsh.bits, &cfg.search, cfg.seed);
+    progress("search", 1, 1);
+    counts.hits = hits.len();
+    // Utterance-pair groups of the sorted hits.
+    let utt = |g: u32| frames.utt[g as usize] as usize;
+    let mut groups: Vec<(usize, usize, std::ops::Range<usize>)> = Vec::new();
+    let mut s = 0;
+    while s < hits.len() {
+        let key = (utt(hits[s].a), utt(hits[s].b));
+        let mut e = s + 1;
+        while e < hits.len() && (utt(hits[e].a), utt(hits[e].b)) == key {
+            e += 1;
+        }
+        groups.push((key.0, key.1, s..e));
+        s = e;
+    }
+    counts.utterance_pairs = groups.len();
+    tracing::info!(
+        frames = counts.frames,
+        hits = counts.hits,
+        utterance_pairs = counts.utterance_pairs,
+        "sparse similarity matrix"
+    );
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let total = groups.len();
+    let step = (total / 100).max(1);
+    let per_group: Vec<(usize, Vec<FragmentPair>)> = groups
+        .par_iter()
+        .map_init(
+            || (Refiner::default(), Vec::new()),
+            |(refiner, local), (ua, ub, range)| {
+                let r = group_pairs(&frames, *ua, *ub, &hits[range.clone()], cfg, refiner, local);
+                let d = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                if d % step == 0 || d == total {
+                    progress("lines", d, total);
+                }
+                r
+            },
+        )
+        .collect::<Result<_>>()?;
+    counts.lines = per_group.iter().map(|g| g.0).sum();
+    let pairs: Vec<FragmentPair> = per_group.into_iter().flat_map(|g| g.1).collect();
+    let classes = cluster(&pairs, cfg.cluster.overlap);
+    tracing::info!(
+        lines = counts.lines,
+        pairs = pairs.len(),
+        classes = classes.len(),
+        "term discovery done"
+    );
+    Ok(Discovery {
+        pairs,
+        classes,
+        counts,
+    })
+}
+
+/// Lines and refined pairs of one utterance pair: (number of lines, pairs).
+fn group_pairs(
+    frames: &Frames,
+    ua: usize,
+    ub: usize,
+    hits: &[Hit],
+    cfg: &UtdConfig,
+    refiner: &mut Refiner,
+    local: &mut Vec<(usize, usize, f32)>,
+) -> Result<(usize, Vec<FragmentPair>)> {
+    let (oa, ob) = (frames.offsets[ua], frames.offsets[ub]);
+    local.clear();
+    local.extend(
+        hits.iter()
+            .map(|h| (h.a as usize - oa, h.b as usize - ob, h.sim)),
+    );
+    let lines = find_lines(local, &cfg.lines);
+    let mut refined: Vec<Refined> = Vec::with_capacity(lines.len());
+    for line in &lines {
+        if let Some(r) = refiner.refine(frames, ua, ub, line, &cfg.refine)? {
+            refined.push(r);
+        }
+    }
+    // Refinement can pull two lines onto the same fragments: keep the better.
+    refined.sort_by(|x, y| y.score.total_cmp(&x.score));
+    let mut pairs: Vec<FragmentPair> = Vec::with_capacity(refined.len());
+    for r in refined {
+        let p = FragmentPair {
+            a: FragmentRef {
+                utt: ua,
+                start: r.i0,
+                end: r.i1,
+            },
+            b: FragmentRef {
+                utt: ub,
+                start: r.j0,
+                end: r.j1,
+            },
+            score: r.score,
+        };
+        let dup = pairs.iter().any(|q| {
+            crate::cluster::iou(&q.a, &p.a) >= 0.5 && crate::cluster::iou(&q.b, &p.b) >= 0.5
+        });
+        // Within an utterance, a fragment must not overlap its partner.
+        let selfish = ua == ub && p.a.end > p.b.start && p.b.end > p.a.start;
+        if !dup && !selfish {
+            pairs.push(p);
+        }
+    }
+    Ok((lines.len(), pairs))
+}
+
+/// Checks shapes and ids, normalises frames and computes their signatures (in parallel).
+fn prepare(utterances: &[UtteranceFeatures], cfg: &UtdConfig) -> Result<Frames> {
+    let dims = utterances.first().map_or(0, |u| u.frames.cols);
+    let mut seen = HashSet::new();
+    let mut offsets = Vec::with_capacity(utterances.len() + 1);
+    offsets.push(0usize);
+    for u in utterances {
+        if u.frames.cols != dims {
+            return Err(Error::Dims {
+                utterance: u.id.clone(),
+                expected: dims,
+                found: u.frames.cols,
+            });
+        }
+        if u.frames.data.len() != u.frames.rows * u.frames.cols {
+            return Err(Error::Shape {
+                utterance: u.id.clone(),
+                len: u.frames.data.len(),
+                dims,
+            });
+        }
+        if !seen.insert(u.id.as_str()) {
+            return Err(Error::DuplicateId { id: u.id.clone() });
+        }
+        offsets.push(offsets[offsets.len() - 1] + u.frames.rows);
+    }
+    let n = offsets[offsets.len() - 1];
+    if n >= u32::MAX as usize || utterances.len() >= u32::MAX as usize {
+        return Err(Error::TooManyFrames { frames: n });
+    }
+    let mut unit = Vec::with_capacity(n * dims);
+    for u in utterances {
+        unit.extend_from_slice(&u.frames.data);
+    }
+    if dims > 0 {
+        unit.par_chunks_mut(dims).for_each(|f| {
+            let norm = f.iter().map(|x| x * x).sum::<f32>().sqrt();
+            if norm > 0.0 && norm.is_finite() {
+                f.iter_mut().for_each(|x| *x /= norm);
+            } else {
+                f.iter_mut().for_each(|x| *x = 0.0);
+            }
+        });
+    }
+    let planes = Hyperplanes::new(dims, cfg.lsh.bits, cfg.seed);
+    let sigs: Vec<u64> = if dims == 0 {
+        vec![0; n]
+    } else {
+        unit.par_chunks(dims).map(|f| planes.signature(f)).collect()
+    };
+    let utt = utterances
+        .iter()
+        .enumerate()
+        .flat_map(|(k, u)| std::iter::repeat_n(k as u32, u.frames.rows))
+        .collect();
+    Ok(Frames {
+        dims,
+        offsets,
+        utt,
+        unit,
+        sigs,
+    })
+}

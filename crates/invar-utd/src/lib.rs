@@ -1,0 +1,33 @@
+//! invar-utd finds repeated words and phrases in untranscribed speech, as ZRTools does (Jansen &
+//! Van Durme 2011): frames get random-projection LSH signatures; sorting them under random bit
+//! permutations yields approximate nearest-neighbour frame pairs across utterances (not all pairs);
+//! diagonal lines in each utterance pair's sparse similarity matrix are found by median filtering
+//! and thresholding, refined by segmental DTW into fragment pairs with a score, and the fragments are
+//! clustered into classes (connected components) written as a ZRTools class file for method 000.
+//!
+//! It knows nothing of candle tensors or audio; it reads and writes files only in the report
+//! helpers (feature sets in, class file and JSON summary out).
+
+mod cluster;
+mod config;
+mod discover;
+mod error;
+mod lines;
+mod lsh;
+mod report;
+mod search;
+
+pub use cluster::cluster;
+pub use config::{
+    ClusterConfig, LineConfig, LshConfig, RefineConfig, SearchConfig, Timing, UtdConfig,
+};
+pub use discover::{
+    discover, discover_with_progress, Discovery, FragmentPair, FragmentRef, Progress, StageCounts,
+    UtteranceFeatures,
+};
+pub use error::{Error, Result};
+pub use lsh::{hamming_cosine, max_hamming, Hyperplanes};
+pub use report::{
+    gold_words, load_featureset, summarize, to_classes, write_outputs, GoldScores, GoldWord,
+    Summary,
+};

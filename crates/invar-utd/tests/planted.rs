@@ -1,0 +1,179 @@
+//! Planted repeats are found with their boundaries; pure noise yields nothing; classes round-trip
+//! through invar-data's class-file reader.
+
+use invar_utd::{
+    discover, summarize, to_classes, FragmentRef, GoldWord, UtdConfig, UtteranceFeatures,
+};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, StandardNormal};
+
+const DIMS: usize = 16;
+
+/// `len` frames of AR(1) Gaussian noise (`x_t = ρ x_{t−1} + √(1−ρ²) ε`), like slowly varying
+/// speech features when `rho > 0`.
+fn noise(rng: &mut ChaCha8Rng, len: usize, rho: f32) -> Vec<f32> {
+    let mut data = Vec::with_capacity(len * DIMS);
+    let mut prev = [0.0f32; DIMS];
+    let s = (1.0 - rho * rho).sqrt();
+    for t in 0..len {
+        for d in 0..DIMS {
+            let e: f32 = StandardNormal.sample(rng);
+            let x = if t == 0 { e } else { rho * prev[d] + s * e };
+            prev[d] = x;
+            data.push(x);
+        }
+    }
+    data
+}
+
+fn utt(id: &str, data: Vec<f32>) -> UtteranceFeatures {
+    UtteranceFeatures {
+        id: id.to_string(),
+        frames: invar_io::Matrix {
+            rows: data.len() / DIMS,
+            cols: DIMS,
+            data,
+        },
+    }
+}
+
+/// Copies `segment` (frames) into `data` at frame `at`, adding Gaussian noise of std `sigma`.
+fn plant(rng: &mut ChaCha8Rng, data: &mut [f32], segment: &[f32], at: usize, sigma: f32) {
+    for (k, v) in segment.iter().enumerate() {
+        let e: f32 = StandardNormal.sample(rng);
+        data[at * DIMS + k] = v + sigma * e;
+    }
+}
+
+fn planted(seed: u64) -> Vec<UtteranceFeatures> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let word = noise(&mut rng, 40, 0.3);
+    let mut a = noise(&mut rng, 150, 0.3);
+    let mut b = noise(&mut rng, 170, 0.3);
+    plant(&mut rng, &mut a, &word, 30, 0.25);
+    plant(&mut rng, &mut b, &word, 95, 0.25);
+    let mut utts = vec![utt("a", a), utt("b", b)];
+    for k in 0..8 {
+        utts.push(utt(&format!("n{k}"), noise(&mut rng, 160, 0.3)));
+    }
+    utts
+}
+
+#[test]
+fn planted_repeat_is_found_with_its_boundaries() {
+    for seed in 0..3 {
+        let utts = planted(seed);
+        let d = discover(&utts, &UtdConfig::default()).unwrap();
+        assert_eq!(d.pairs.len(), 1, "seed {seed}: {:?}", d.pairs);
+        let p = d.pairs[0];
+        let (a, b) = if p.a.utt == 0 { (p.a, p.b) } else { (p.b, p.a) };
+        assert_eq!((a.utt, b.utt), (0, 1));
+        for (f, start) in [(a, 30usize), (b, 95)] {
+            assert!(
+                f.start.abs_diff(start) <= 3 && f.end.abs_diff(start + 40) <= 3,
+                "seed {seed}: {f:?} should be {start}..{}",
+                start + 40
+            );
+        }
+        assert!(p.score > 0.85, "{p:?}");
+        assert_eq!(d.classes.len(), 1);
+        assert_eq!(d.classes[0].len(), 2);
+    }
+}
+
+#[test]
+fn a_repeat_inside_one_utterance_needs_within() {
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let word = noise(&mut rng, 40, 0.3);
+    let mut a = noise(&mut rng, 300, 0.3);
+    plant(&mut rng, &mut a, &word, 20, 0.25);
+    plant(&mut rng, &mut a, &word, 200, 0.25);
+    let utts = vec![utt("a", a), utt("n", noise(&mut rng, 200, 0.3))];
+    let mut cfg = UtdConfig::default();
+    assert!(discover(&utts, &cfg).unwrap().pairs.is_empty());
+    cfg.search.within = true;
+    let d = discover(&utts, &cfg).unwrap();
+    assert_eq!(d.pairs.len(), 1, "{:?}", d.pairs);
+    let p = d.pairs[0];
+    let (x, y) = if p.a.start < p.b.start {
+        (p.a, p.b)
+    } else {
+        (p.b, p.a)
+    };
+    assert!(
+        x.start.abs_diff(20) <= 3 && x.end.abs_diff(60) <= 3,
+        "{x:?}"
+    );
+    assert!(
+        y.start.abs_diff(200) <= 3 && y.end.abs_diff(240) <= 3,
+        "{y:?}"
+    );
+}
+
+#[test]
+fn pure_noise_gives_no_pairs() {
+    for (seed, rho) in [(1u64, 0.0f32), (2, 0.3), (3, 0.7)] {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let utts: Vec<_> = (0..30)
+            .map(|k| utt(&format!("n{k}"), noise(&mut rng, 200, rho)))
+            .collect();
+        let d = discover(&utts, &UtdConfig::default()).unwrap();
+        assert!(d.pairs.is_empty(), "ρ = {rho}: {:?}", d.pairs);
+        assert!(d.classes.is_empty());
+    }
+}
+
+#[test]
+fn classes_round_trip_through_the_class_file_reader() {
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let word = noise(&mut rng, 40, 0.3);
+    let mut utts = Vec::new();
+    for k in 0..4 {
+        let mut x = noise(&mut rng, 140, 0.3);
+        plant(&mut rng, &mut x, &word, 10 + 20 * k, 0.2);
+        utts.push(utt(&format!("s{k}"), x));
+    }
+    let cfg = UtdConfig::default();
+    let d = discover(&utts, &cfg).unwrap();
+    // Four copies: six pairs (some may be missed), one class holding all four.
+    assert!(d.pairs.len() >= 3, "{:?}", d.pairs);
+    assert_eq!(d.classes.len(), 1, "{:?}", d.classes);
+    assert_eq!(d.classes[0].len(), 4);
+    let classes = to_classes(&d, &utts, &cfg.timing);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("classes.txt");
+    invar_data::write_classes(&path, &classes).unwrap();
+    assert_eq!(invar_data::read_classes(&path).unwrap(), classes);
+    // Gold: each utterance's planted span is the word "w"; pair precision 1, one type covered.
+    let gold = utts
+        .iter()
+        .enumerate()
+        .map(|(k, u)| {
+            let start = (10 + 20 * k) as f64 * 0.01;
+            let words = vec![
+                GoldWord {
+                    start: 0.0,
+                    end: start,
+                    label: format!("pre{k}"),
+                },
+                GoldWord {
+                    start,
+                    end: start + 0.4,
+                    label: "w".into(),
+                },
+            ];
+            (u.id.clone(), words)
+        })
+        .collect();
+    let s = summarize(&d, &utts, &cfg.timing, Some(&gold));
+    let g = s.gold.unwrap();
+    assert_eq!(g.pair_precision, 1.0);
+    assert_eq!(g.word_types_covered, 1);
+    assert_eq!(g.word_types_repeated, 1);
+    assert_eq!(g.class_purity, 1.0);
+    assert_eq!(s.fragments, 4);
+    // Coverage: four fragments of about 40 frames = about 1.6 s.
+    assert!((s.coverage_s - 1.6).abs() < 0.15, "{}", s.coverage_s);
+    let _: &FragmentRef = &d.classes[0][0];
+}
