@@ -193,3 +193,59 @@ pub fn input_tangent(
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizer_and_chunks_by_hand() {
+        // Bin 0: frames 1, 3 (utt 0) and 5, 7 (utt 1) → mean 4, std √5; bin 1 is constant → std 1.
+        let a = Matrix::new(2, 2, vec![1., 2., 3., 2.]).unwrap();
+        let b = Matrix::new(2, 2, vec![5., 2., 7., 2.]).unwrap();
+        let n = Normalizer::fit(&[a.clone(), b.clone()]).unwrap();
+        assert!((n.mean[0] - 4.0).abs() < 1e-6 && (n.std[0] - 5f32.sqrt()).abs() < 1e-6);
+        assert_eq!((n.mean[1], n.std[1]), (2.0, 1.0));
+        // Chunks of 2 frames: one per utterance, stored bins × frames.
+        let c = ChunkSet::build(&[a, b], &[0, 1], &n, 2, 2).unwrap();
+        assert_eq!(c.len(), 2);
+        let s = 5f32.sqrt();
+        let want = [-3.0 / s, -1.0 / s, 0.0, 0.0, 1.0 / s, 3.0 / s, 0.0, 0.0];
+        for (x, w) in c.data.iter().zip(want) {
+            assert!((x - w).abs() < 1e-6, "{:?}", c.data);
+        }
+        assert_eq!(c.utterance, vec![0, 1]);
+        // Too short for 3 frames: no chunks.
+        let short = Matrix::new(2, 2, vec![0.; 4]).unwrap();
+        assert!(ChunkSet::build(&[short], &[0], &n, 3, 3)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn input_tangents_by_hand() {
+        let n = Normalizer {
+            mean: vec![1.0, 2.0],
+            std: vec![2.0, 4.0],
+        };
+        let x = Tensor::from_vec(vec![1f32, 2., 3., 4.], (1, 2, 2), &Device::Cpu).unwrap();
+        let t = |k, log| {
+            input_tangent(k, &x, &n, log)
+                .unwrap()
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
+        };
+        assert_eq!(t(Nuisance::Scale, false), vec![1., 2., 3., 4.]);
+        assert_eq!(t(Nuisance::Offset, false), vec![1., 1., 1., 1.]);
+        // 2(x + μ/σ): μ/σ = 0.5, 0.5.
+        assert_eq!(t(Nuisance::Gain, false), vec![3., 5., 7., 9.]);
+        // 2/σ per bin.
+        assert_eq!(t(Nuisance::Gain, true), vec![1., 1., 0.5, 0.5]);
+        assert!(input_tangent(Nuisance::None, &x, &n, false)
+            .unwrap()
+            .is_none());
+    }
+}

@@ -36,6 +36,8 @@ pub enum Error {
     #[error(transparent)]
     Audio(#[from] invar_audio::Error),
     #[error(transparent)]
+    Data(#[from] invar_data::Error),
+    #[error(transparent)]
     Gmm(#[from] invar_gmm::Error),
     #[error(transparent)]
     Eval(#[from] invar_eval::Error),

@@ -9,20 +9,28 @@
 
 mod baselines;
 mod config;
+mod corpus;
 mod data;
 mod error;
+mod method;
 mod model;
 mod pipeline;
+mod robustness;
 mod train;
 
 pub use baselines::{gmm_baseline, logistic_baseline, BaselineConfig, BaselineResult};
 pub use config::{FeatureConfig, ModelConfig, Nuisance, RegularizerConfig, SpeakerCnnConfig};
+pub use corpus::{load_corpus, CorpusRecipe};
 pub use data::{input_tangent, ChunkSet, Normalizer};
 pub use error::{Error, Result};
+pub use method::{run_method, MethodResults};
 pub use model::{conv1d_valid, cross_entropy, max_pool_time, regularizer, Forward, SpeakerCnn};
 pub use pipeline::{
     chunk_log_probs, compute_features, decide, evaluate, load_cnn, random_batch, report,
     speaker_labels, train_cnn, Condition, Evaluation, LabeledAudio, ModelMeta, TrainedCnn,
     META_FILE,
+};
+pub use robustness::{
+    plot_robustness, robustness, RobustnessConfig, RobustnessReport, RobustnessRow, SummaryRow,
 };
 pub use train::{new_model, ChunkBatch, ChunkBatches, ChunkScores, CnnStep};

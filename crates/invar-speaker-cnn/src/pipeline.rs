@@ -457,3 +457,36 @@ pub fn random_batch(
         .collect();
     Ok(Tensor::from_vec(v, (b, bins, frames), device)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utterances_are_decided_by_mean_log_probability() {
+        // Utterance 0 has chunks [ln .9, ln .1] and [ln .3, ln .7]: chunk 1 is wrong, but the mean
+        // log-probability (−0.655 vs −1.329) picks class 0. Utterance 1 has no chunk.
+        let lp: Vec<f32> = [0.9f32, 0.1, 0.3, 0.7].iter().map(|p| p.ln()).collect();
+        let m = Matrix::new(2, 2, lp).unwrap();
+        let (d, acc) = decide(&m, &[0, 0], &[0, 0], &[0, 1]);
+        assert_eq!(d, vec![Some(0), None]);
+        assert!((acc - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn gains_and_ramps_scale_the_waveform() {
+        let x = vec![1f32; 3];
+        let g = Condition::Gain { db: 20.0 }.apply_waveform(&x);
+        assert!(g.iter().all(|v| (v - 10.0).abs() < 1e-5));
+        let r = Condition::Ramp {
+            from_db: -20.0,
+            to_db: 20.0,
+        }
+        .apply_waveform(&x);
+        assert!(
+            (r[0] - 0.1).abs() < 1e-6 && (r[1] - 1.0).abs() < 1e-6 && (r[2] - 10.0).abs() < 1e-5
+        );
+        assert_eq!(Condition::LogOffset { offset: 1.0 }.apply_waveform(&x), x);
+        assert_eq!(Condition::Gain { db: -10.0 }.label(), "gain-10dB");
+    }
+}

@@ -1,0 +1,71 @@
+//! The whole of method 001 in one call: train, evaluate under every condition, run the baselines.
+
+use std::path::Path;
+
+use candle_core::Device;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    evaluate, gmm_baseline, logistic_baseline, train_cnn, BaselineConfig, BaselineResult,
+    Condition, Evaluation, LabeledAudio, Result, SpeakerCnnConfig,
+};
+
+/// What [`run_method`] returns (and writes as `results.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MethodResults {
+    pub config: SpeakerCnnConfig,
+    pub train_utterances: usize,
+    pub test_utterances: usize,
+    pub epochs: usize,
+    pub best_epoch: Option<usize>,
+    /// One evaluation per condition (the first is the clean test set).
+    pub evaluations: Vec<Evaluation>,
+    /// Both baselines under the same conditions (empty when not asked for).
+    pub baselines: Vec<BaselineResult>,
+}
+
+/// Trains `config` on `train` into `out_dir`, evaluates it on `test` under `conditions`, runs the
+/// baselines when `baselines` is given (into `out_dir/baseline-logistic`), and writes
+/// `out_dir/results.json`.
+pub fn run_method(
+    config: &SpeakerCnnConfig,
+    baselines: Option<&BaselineConfig>,
+    train: &[LabeledAudio],
+    test: &[LabeledAudio],
+    conditions: &[Condition],
+    out_dir: &Path,
+    device: &Device,
+) -> Result<MethodResults> {
+    config.validate()?;
+    if let Some(b) = baselines {
+        b.validate()?;
+    }
+    let trained = train_cnn(config, train, out_dir, device)?;
+    let evaluations = conditions
+        .iter()
+        .map(|&c| evaluate(&trained, test, c, device))
+        .collect::<Result<Vec<_>>>()?;
+    let mut base = Vec::new();
+    if let Some(b) = baselines {
+        base.extend(logistic_baseline(
+            b,
+            train,
+            test,
+            conditions,
+            &out_dir.join("baseline-logistic"),
+            device,
+        )?);
+        base.extend(gmm_baseline(b, train, test, conditions)?);
+    }
+    let results = MethodResults {
+        config: config.clone(),
+        train_utterances: train.len(),
+        test_utterances: test.len(),
+        epochs: trained.summary.as_ref().map_or(0, |s| s.epochs),
+        best_epoch: trained.summary.as_ref().and_then(|s| s.best_epoch),
+        evaluations,
+        baselines: base,
+    };
+    invar_io::write_json(out_dir.join("results.json"), &results)?;
+    Ok(results)
+}

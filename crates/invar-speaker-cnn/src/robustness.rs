@@ -1,0 +1,345 @@
+//! Robustness grid: models trained with each regulariser, with and without unit-L2 scaling, over
+//! seeds, evaluated under waveform gains, gain ramps and log-domain offsets; a table and a plot.
+
+use std::path::Path;
+
+use candle_core::Device;
+use plotters::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    evaluate, train_cnn, Condition, Error, LabeledAudio, Nuisance, Result, SpeakerCnnConfig,
+};
+
+/// Which models to train and which conditions to test them under.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RobustnessConfig {
+    pub nuisances: Vec<Nuisance>,
+    /// λ for every regularised model (the base config's λ when `None`).
+    pub lambda: Option<f64>,
+    /// Train with the unit-L2 signal scaling on, off, or both.
+    pub unit_norm: Vec<bool>,
+    /// Weight/loop seeds (each run uses it for `init_seed` and `train.seed`).
+    pub seeds: Vec<u64>,
+    pub conditions: Vec<Condition>,
+}
+
+impl Default for RobustnessConfig {
+    fn default() -> Self {
+        let mut conditions = vec![Condition::Clean];
+        for db in [-20.0, -10.0, 10.0, 20.0] {
+            conditions.push(Condition::Gain { db });
+        }
+        conditions.push(Condition::Ramp {
+            from_db: -10.0,
+            to_db: 10.0,
+        });
+        for offset in [-1.0, 1.0] {
+            conditions.push(Condition::LogOffset { offset });
+        }
+        Self {
+            nuisances: vec![
+                Nuisance::None,
+                Nuisance::Scale,
+                Nuisance::Offset,
+                Nuisance::Gain,
+            ],
+            lambda: None,
+            unit_norm: vec![true, false],
+            seeds: vec![0],
+            conditions,
+        }
+    }
+}
+
+impl RobustnessConfig {
+    /// Turns empty lists and bad λ into errors before any work starts.
+    pub fn validate(&self) -> Result<()> {
+        if self.nuisances.is_empty() || self.unit_norm.is_empty() || self.seeds.is_empty() {
+            return Err(Error::config(
+                "robustness",
+                "nuisances, unit_norm and seeds must each name at least one value",
+            ));
+        }
+        if self.conditions.is_empty() {
+            return Err(Error::config(
+                "robustness.conditions",
+                "must name at least one condition",
+            ));
+        }
+        if let Some(l) = self.lambda {
+            if !(l.is_finite() && l >= 0.0) {
+                return Err(Error::config(
+                    "robustness.lambda",
+                    format!("must be finite and ≥ 0, got {l}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One model under one condition.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RobustnessRow {
+    pub nuisance: Nuisance,
+    pub lambda: f64,
+    pub unit_norm: bool,
+    pub seed: u64,
+    pub condition: Condition,
+    pub chunk_accuracy: f64,
+    pub utterance_accuracy: f64,
+    /// R along the model's nuisance on these test chunks (0 for none).
+    pub r: f64,
+    pub epochs: usize,
+}
+
+/// The whole grid.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RobustnessReport {
+    pub config: String,
+    pub rows: Vec<RobustnessRow>,
+}
+
+impl RobustnessReport {
+    /// Mean and spread (min, max) over seeds of chunk accuracy for each (nuisance, unit_norm,
+    /// condition), in row order of first appearance.
+    pub fn summary(&self) -> Vec<SummaryRow> {
+        let mut out: Vec<SummaryRow> = Vec::new();
+        for r in &self.rows {
+            let label = r.condition.label();
+            match out.iter_mut().find(|s| {
+                s.nuisance == r.nuisance && s.unit_norm == r.unit_norm && s.condition == label
+            }) {
+                Some(s) => s.values.push((r.chunk_accuracy, r.utterance_accuracy)),
+                None => out.push(SummaryRow {
+                    nuisance: r.nuisance,
+                    unit_norm: r.unit_norm,
+                    condition: label,
+                    values: vec![(r.chunk_accuracy, r.utterance_accuracy)],
+                }),
+            }
+        }
+        out
+    }
+
+    /// A markdown table: one line per (nuisance, unit-L2), one column per condition, cells
+    /// `chunk% (min–max over seeds)`.
+    pub fn markdown(&self) -> String {
+        let summary = self.summary();
+        let mut conditions: Vec<String> = Vec::new();
+        let mut models: Vec<(Nuisance, bool)> = Vec::new();
+        for s in &summary {
+            if !conditions.contains(&s.condition) {
+                conditions.push(s.condition.clone());
+            }
+            if !models.contains(&(s.nuisance, s.unit_norm)) {
+                models.push((s.nuisance, s.unit_norm));
+            }
+        }
+        let mut t = format!("| regulariser | unit-L2 | {} |\n", conditions.join(" | "));
+        t += &format!("|---|---|{}\n", "---|".repeat(conditions.len()));
+        for (n, u) in models {
+            t += &format!("| {n} | {} |", if u { "yes" } else { "no" });
+            for c in &conditions {
+                match summary
+                    .iter()
+                    .find(|s| s.nuisance == n && s.unit_norm == u && &s.condition == c)
+                {
+                    Some(s) => {
+                        let (mean, lo, hi) = s.chunk_stats();
+                        if s.values.len() > 1 {
+                            t += &format!(
+                                " {:.1} ({:.1}–{:.1}) |",
+                                100.0 * mean,
+                                100.0 * lo,
+                                100.0 * hi
+                            );
+                        } else {
+                            t += &format!(" {:.1} |", 100.0 * mean);
+                        }
+                    }
+                    None => t += " – |",
+                }
+            }
+            t += "\n";
+        }
+        t
+    }
+}
+
+/// Accuracies of one (nuisance, unit-L2, condition) over seeds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SummaryRow {
+    pub nuisance: Nuisance,
+    pub unit_norm: bool,
+    pub condition: String,
+    /// (chunk, utterance) accuracy per seed.
+    pub values: Vec<(f64, f64)>,
+}
+
+impl SummaryRow {
+    /// Mean, min and max chunk accuracy.
+    pub fn chunk_stats(&self) -> (f64, f64, f64) {
+        let v: Vec<f64> = self.values.iter().map(|x| x.0).collect();
+        let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (mean, lo, hi)
+    }
+}
+
+/// Trains every model of the grid into `out_dir/<nuisance>-l2<on|off>-seed<s>` and evaluates it
+/// under every condition. `on_run` hears each finished model (for progress).
+pub fn robustness(
+    base: &SpeakerCnnConfig,
+    grid: &RobustnessConfig,
+    train: &[LabeledAudio],
+    test: &[LabeledAudio],
+    out_dir: &Path,
+    device: &Device,
+    on_run: &mut dyn FnMut(&str, usize, usize),
+) -> Result<RobustnessReport> {
+    base.validate()?;
+    grid.validate()?;
+    let total = grid.nuisances.len() * grid.unit_norm.len() * grid.seeds.len();
+    let mut rows = Vec::new();
+    let mut done = 0;
+    for &unit_norm in &grid.unit_norm {
+        for &nuisance in &grid.nuisances {
+            for &seed in &grid.seeds {
+                let mut cfg = base.clone();
+                cfg.features.frontend.frame.unit_norm = unit_norm;
+                cfg.regularizer.nuisance = nuisance;
+                if let Some(l) = grid.lambda {
+                    cfg.regularizer.lambda = l;
+                }
+                cfg.init_seed = seed;
+                cfg.train.seed = seed;
+                let name = format!(
+                    "{nuisance}-l2{}-seed{seed}",
+                    if unit_norm { "on" } else { "off" }
+                );
+                let trained = train_cnn(&cfg, train, &out_dir.join(&name), device)?;
+                let epochs = trained.summary.as_ref().map_or(0, |s| s.epochs);
+                for &condition in &grid.conditions {
+                    let e = evaluate(&trained, test, condition, device)?;
+                    rows.push(RobustnessRow {
+                        nuisance,
+                        lambda: cfg.regularizer.lambda,
+                        unit_norm,
+                        seed,
+                        condition,
+                        chunk_accuracy: e.chunk_accuracy,
+                        utterance_accuracy: e.utterance_accuracy,
+                        r: e.r,
+                        epochs,
+                    });
+                }
+                done += 1;
+                on_run(&name, done, total);
+            }
+        }
+    }
+    Ok(RobustnessReport {
+        config: base.name.clone(),
+        rows,
+    })
+}
+
+/// Chunk accuracy against constant waveform gain (dB), one line per (regulariser, unit-L2), mean
+/// over seeds; written as SVG.
+pub fn plot_robustness(report: &RobustnessReport, path: &Path) -> Result<()> {
+    let perr = |e: String| Error::Plot {
+        path: path.to_path_buf(),
+        reason: e,
+    };
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for s in report.summary() {
+        let rows: Vec<&RobustnessRow> = report
+            .rows
+            .iter()
+            .filter(|r| r.nuisance == s.nuisance && r.unit_norm == s.unit_norm)
+            .collect();
+        let Some(first) = rows.first() else { continue };
+        let key = format!(
+            "{} (unit-L2 {})",
+            first.nuisance,
+            if first.unit_norm { "on" } else { "off" }
+        );
+        if series.iter().any(|(k, _)| *k == key) {
+            continue;
+        }
+        let mut points: Vec<(f64, f64)> = Vec::new();
+        let mut dbs: Vec<f64> = rows
+            .iter()
+            .filter_map(|r| match r.condition {
+                Condition::Clean => Some(0.0),
+                Condition::Gain { db } => Some(f64::from(db)),
+                _ => None,
+            })
+            .collect();
+        dbs.sort_by(f64::total_cmp);
+        dbs.dedup();
+        for db in dbs {
+            let accs: Vec<f64> = rows
+                .iter()
+                .filter(|r| match r.condition {
+                    Condition::Clean => db == 0.0,
+                    Condition::Gain { db: d } => f64::from(d) == db,
+                    _ => false,
+                })
+                .map(|r| r.chunk_accuracy)
+                .collect();
+            points.push((db, accs.iter().sum::<f64>() / accs.len().max(1) as f64));
+        }
+        series.push((key, points));
+    }
+    let (lo, hi) = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|q| q.0))
+        .fold((0f64, 0f64), |(a, b), x| (a.min(x), b.max(x)));
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| perr(e.to_string()))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "speaker CNN `{}`: chunk accuracy under waveform gain",
+                report.config
+            ),
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d((lo - 1.0)..(hi + 1.0), 0f64..1.0)
+        .map_err(|e| perr(e.to_string()))?;
+    chart
+        .configure_mesh()
+        .x_desc("gain (dB)")
+        .y_desc("chunk accuracy")
+        .draw()
+        .map_err(|e| perr(e.to_string()))?;
+    for (i, (name, points)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let style = if name.contains("off") {
+            color.stroke_width(2)
+        } else {
+            color.stroke_width(1)
+        };
+        chart
+            .draw_series(LineSeries::new(points.iter().copied(), style))
+            .map_err(|e| perr(e.to_string()))?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| perr(e.to_string()))?;
+    root.present().map_err(|e| perr(e.to_string()))?;
+    Ok(())
+}
