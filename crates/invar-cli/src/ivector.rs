@@ -25,6 +25,51 @@ pub enum IvectorCommand {
     Train(TrainArgs),
     /// Extract length-normalised i-vectors, one .npy per utterance, stacked once complete.
     Extract(ExtractArgs),
+    /// One shard's T-matrix E-step for distributed training (start from `train --iters 0`).
+    Accumulate(AccumulateArgs),
+    /// The T-matrix M-step of distributed training: sum shard accumulators, write the new T.
+    Update(UpdateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AccumulateArgs {
+    /// The UBM the extractor belongs to.
+    #[arg(long)]
+    pub ubm: PathBuf,
+    /// The current extractor.
+    #[arg(long)]
+    pub extractor: PathBuf,
+    /// Feature set folder.
+    #[arg(long)]
+    pub features: PathBuf,
+    /// Only utterances of this split; default all.
+    #[arg(long)]
+    pub split: Option<Split>,
+    /// Only this shard of the utterances, K/N (1 <= K <= N).
+    #[arg(long)]
+    pub shard: Option<String>,
+    /// Accumulator file to write (safetensors).
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct UpdateArgs {
+    /// The UBM the extractor belongs to.
+    #[arg(long)]
+    pub ubm: PathBuf,
+    /// The extractor the shards were accumulated with.
+    #[arg(long)]
+    pub extractor: PathBuf,
+    /// Accumulator files of all shards.
+    #[arg(long, num_args = 1.., required = true)]
+    pub stats: Vec<PathBuf>,
+    /// Skip the minimum-divergence step.
+    #[arg(long)]
+    pub no_min_divergence: bool,
+    /// Output folder: ivector.safetensors, ivector.json, results.json.
+    #[arg(long)]
+    pub out: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -97,6 +142,8 @@ pub fn run(args: IvectorArgs) -> anyhow::Result<()> {
     match args.command {
         IvectorCommand::Train(a) => train(a),
         IvectorCommand::Extract(a) => extract(a),
+        IvectorCommand::Accumulate(a) => accumulate(a),
+        IvectorCommand::Update(a) => update(a),
     }
 }
 
@@ -177,6 +224,103 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     }
     let json = args.json.unwrap_or_else(|| args.out.join("results.json"));
     invar_io::write_json(&json, &record)?;
+    Ok(())
+}
+
+fn accumulate(args: AccumulateArgs) -> anyhow::Result<()> {
+    let ubm = load_ubm(&args.ubm)?;
+    let model = IvectorExtractor::load(&args.extractor, &ubm)
+        .with_context(|| format!("cannot load the extractor {}", args.extractor.display()))?;
+    let set = FeatureSet::open(&args.features)?;
+    let shard = match &args.shard {
+        Some(s) => invar_data::Shard::parse(s)?,
+        None => invar_data::Shard::ALL,
+    };
+    let source = SetSource::new(&set, args.split)?;
+    let mine: Vec<usize> = (0..source.len()).filter(|&i| shard.contains(i)).collect();
+    let progress = Progress::new(mine.len() as u64, "Baum-Welch statistics");
+    let stats = mine
+        .par_iter()
+        .map(|&i| -> anyhow::Result<_> {
+            let x = source.frames(i).map_err(|e| anyhow::anyhow!(e))?;
+            let bw = baum_welch(&ubm, &x, i)?;
+            progress.inc();
+            Ok(bw)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    progress.finish();
+    let acc = model.accumulate(&stats)?;
+    acc.save(&args.out)?;
+    println!(
+        "T-matrix statistics of shard {}/{} → {}",
+        shard.index + 1,
+        shard.count,
+        args.out.display()
+    );
+    println!("{:<22} {:>14}", "utterances", acc.utterances);
+    println!("{:<22} {:>14}", "frames", acc.frames);
+    println!(
+        "{:<22} {:>14.6}",
+        "objective / frame",
+        acc.objective / acc.frames.max(1) as f64
+    );
+    Ok(())
+}
+
+/// What `ivector update` reports.
+#[derive(Debug, Serialize)]
+struct UpdateRecord<'a> {
+    ubm: &'a Path,
+    extractor: &'a Path,
+    stats: &'a [PathBuf],
+    min_divergence: bool,
+    utterances: u64,
+    frames: u64,
+    objective_per_frame: f64,
+}
+
+fn update(args: UpdateArgs) -> anyhow::Result<()> {
+    let ubm = load_ubm(&args.ubm)?;
+    let model = IvectorExtractor::load(&args.extractor, &ubm)
+        .with_context(|| format!("cannot load the extractor {}", args.extractor.display()))?;
+    let mut total: Option<invar_gmm::TStats> = None;
+    for path in &args.stats {
+        let st = invar_gmm::TStats::load(path)?;
+        match &mut total {
+            Some(t) => t
+                .add(&st)
+                .with_context(|| format!("{} does not match the other shards", path.display()))?,
+            None => total = Some(st),
+        }
+    }
+    let Some(total) = total else {
+        anyhow::bail!("no accumulator files given");
+    };
+    let next = model.m_step(&total, !args.no_min_divergence)?;
+    let record = UpdateRecord {
+        ubm: &args.ubm,
+        extractor: &args.extractor,
+        stats: &args.stats,
+        min_divergence: !args.no_min_divergence,
+        utterances: total.utterances,
+        frames: total.frames,
+        objective_per_frame: total.objective / total.frames.max(1) as f64,
+    };
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    let path = args.out.join("ivector.safetensors");
+    next.save(&path, &record)?;
+    println!(
+        "updated i-vector extractor ({} shards) → {}",
+        args.stats.len(),
+        path.display()
+    );
+    println!("{:<22} {:>14}", "utterances", record.utterances);
+    println!(
+        "{:<22} {:>14.6}",
+        "objective / frame", record.objective_per_frame
+    );
+    invar_io::write_json(args.out.join("results.json"), &record)?;
     Ok(())
 }
 
@@ -377,6 +521,52 @@ mod tests {
         let projection: serde_json::Value =
             invar_io::read_json(out.join("projection.json")).unwrap();
         assert_eq!(projection["fitted_on"], "train");
+
+        // Distributed T-matrix EM: two shards + update equal one in-memory iteration.
+        let extractor = iv_dir.join("ivector.safetensors");
+        let mut files = Vec::new();
+        for k in ["1/2", "2/2"] {
+            let file = root.join(format!("t-{}.safetensors", &k[..1]));
+            run(IvectorArgs {
+                command: IvectorCommand::Accumulate(AccumulateArgs {
+                    ubm: ubm_dir.join("ubm.safetensors"),
+                    extractor: extractor.clone(),
+                    features: root.join("feats"),
+                    split: None,
+                    shard: Some(k.into()),
+                    out: file.clone(),
+                }),
+            })
+            .unwrap();
+            files.push(file);
+        }
+        let next = root.join("next");
+        run(IvectorArgs {
+            command: IvectorCommand::Update(UpdateArgs {
+                ubm: ubm_dir.join("ubm.safetensors"),
+                extractor: extractor.clone(),
+                stats: files,
+                no_min_divergence: false,
+                out: next.clone(),
+            }),
+        })
+        .unwrap();
+        let g = DiagGmm::load(ubm_dir.join("ubm.safetensors")).unwrap();
+        let model = IvectorExtractor::load(&extractor, &g).unwrap();
+        let set = FeatureSet::open(root.join("feats")).unwrap();
+        let all: Vec<_> = set
+            .entries()
+            .iter()
+            .enumerate()
+            .map(|(i, e)| baum_welch(&g, &set.load(e).unwrap(), i).unwrap())
+            .collect();
+        let want = model
+            .m_step(&model.accumulate(&all).unwrap(), true)
+            .unwrap();
+        let got = IvectorExtractor::load(next.join("ivector.safetensors"), &g).unwrap();
+        for (a, b) in got.t().iter().zip(want.t()) {
+            assert!((a - b).abs() < 1e-6 * b.abs().max(1.0), "{a} vs {b}");
+        }
         let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -177,6 +177,67 @@ impl TStats {
     }
 }
 
+impl TStats {
+    /// Writes one shard's accumulators as safetensors (f64), atomically.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let r = self.h.len();
+        let (c, cf) = (self.a.len() / packed_len(r).max(1), self.c.len() / r.max(1));
+        let totals = [self.objective, self.utterances as f64, self.frames as f64];
+        let tensors = [
+            ("a", Dtype::F64, vec![c, packed_len(r)], f64_bytes(&self.a)),
+            ("c", Dtype::F64, vec![cf, r], f64_bytes(&self.c)),
+            ("h", Dtype::F64, vec![r], f64_bytes(&self.h)),
+            ("hh", Dtype::F64, vec![r, r], f64_bytes(&self.hh)),
+            ("totals", Dtype::F64, vec![3], f64_bytes(&totals)),
+        ];
+        let info = HashMap::from([("format".to_string(), "invar-gmm tstats v1".to_string())]);
+        write_safetensors(path, &tensors, info)
+    }
+
+    /// Reads accumulators written by [`TStats::save`].
+    pub fn load(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| Error::File {
+            path: path.to_path_buf(),
+            reason: format!("cannot read: {e}"),
+        })?;
+        let st =
+            safetensors::SafeTensors::deserialize(&bytes).map_err(|source| Error::Safetensors {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let (a, a_shape) = read_f64(&st, path, "a")?;
+        let (c, c_shape) = read_f64(&st, path, "c")?;
+        let (h, _) = read_f64(&st, path, "h")?;
+        let (hh, _) = read_f64(&st, path, "hh")?;
+        let (totals, _) = read_f64(&st, path, "totals")?;
+        let r = h.len();
+        if a_shape.get(1) != Some(&packed_len(r))
+            || c_shape.get(1) != Some(&r)
+            || hh.len() != r * r
+            || totals.len() != 3
+        {
+            return Err(Error::File {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "inconsistent shapes: a {a_shape:?}, c {c_shape:?}, rank {r}, hh {}",
+                    hh.len()
+                ),
+            });
+        }
+        Ok(TStats {
+            a,
+            c,
+            h,
+            hh,
+            objective: totals[0],
+            utterances: totals[1] as u64,
+            frames: totals[2] as u64,
+        })
+    }
+}
+
 /// One T-matrix EM iteration's report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IvectorIteration {
@@ -556,6 +617,59 @@ pub fn length_normalize(m: &mut Matrix) {
             for v in row.iter_mut() {
                 *v = (*v as f64 / norm) as f32;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tstats_round_trip_and_shards_add_up() {
+        let ubm = DiagGmm::new(
+            vec![0.5, 0.5],
+            Matrix::new(2, 2, vec![-1.0, 0.0, 1.0, 0.5]).unwrap(),
+            Matrix::new(2, 2, vec![1.0, 0.5, 0.8, 1.2]).unwrap(),
+        )
+        .unwrap();
+        let utts: Vec<Matrix> = (0..6)
+            .map(|u| {
+                let data = (0..40)
+                    .map(|i| ((i * 13 + u * 7) % 17) as f32 / 5.0 - 1.6)
+                    .collect();
+                Matrix::new(20, 2, data).unwrap()
+            })
+            .collect();
+        let stats = baum_welch_source(&ubm, &utts).unwrap();
+        let cfg = IvectorConfig {
+            rank: 3,
+            ..IvectorConfig::default()
+        };
+        let model = IvectorExtractor::random(&ubm, &cfg).unwrap();
+        let whole = model.accumulate(&stats).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut sum: Option<TStats> = None;
+        for (k, shard) in stats.chunks(4).enumerate() {
+            let p = dir.path().join(format!("t{k}.safetensors"));
+            model.accumulate(shard).unwrap().save(&p).unwrap();
+            let back = TStats::load(&p).unwrap();
+            match &mut sum {
+                Some(s) => s.add(&back).unwrap(),
+                None => sum = Some(back),
+            }
+        }
+        let sum = sum.unwrap();
+        assert_eq!(sum.utterances, whole.utterances);
+        assert_eq!(sum.frames, whole.frames);
+        assert!((sum.objective - whole.objective).abs() < 1e-9 * whole.objective.abs().max(1.0));
+        for (a, b) in sum.c.iter().zip(&whole.c).chain(sum.a.iter().zip(&whole.a)) {
+            assert!((a - b).abs() < 1e-9 * b.abs().max(1.0));
+        }
+        let m1 = model.m_step(&sum, true).unwrap();
+        let m2 = model.m_step(&whole, true).unwrap();
+        for (a, b) in m1.t().iter().zip(m2.t()) {
+            assert!((a - b).abs() < 1e-9 * b.abs().max(1.0));
         }
     }
 }
