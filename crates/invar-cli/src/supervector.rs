@@ -358,3 +358,93 @@ fn embed(args: EmbedArgs) -> anyhow::Result<()> {
     invar_io::write_json(&json, &results)?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use invar_supervector::{synthetic_supervectors, SyntheticConfig};
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("invar-cli-sv-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn input(dir: &Path) -> InputArgs {
+        InputArgs {
+            supervectors: Some(dir.to_path_buf()),
+            matrix: None,
+            tensor: None,
+            labels: None,
+            ids: None,
+        }
+    }
+
+    #[test]
+    fn train_then_embed_end_to_end() {
+        let root = scratch("e2e");
+        let sv = root.join("sv");
+        std::fs::create_dir_all(&sv).unwrap();
+        let set = synthetic_supervectors(&SyntheticConfig {
+            speakers: 12,
+            utterances: 6,
+            dim: 24,
+            ..SyntheticConfig::default()
+        })
+        .unwrap();
+        set.save(&sv.join("supervectors.npy"), &sv.join("speakers.txt"))
+            .unwrap();
+        let ids: Vec<String> = (0..set.vectors.rows).map(|i| format!("utt{i}")).collect();
+        invar_io::write_text(sv.join("ids.txt"), &(ids.join("\n") + "\n")).unwrap();
+        let ivectors = root.join("iv.npy");
+        invar_io::write_npy(&ivectors, &set.vectors).unwrap();
+
+        let run = root.join("run");
+        train(TrainArgs {
+            input: input(&sv),
+            ivectors: Some(ivectors),
+            out: run.clone(),
+            config: None,
+            sizes: Some(vec![0, 16, 8, 4]),
+            activation: None,
+            epochs: Some(3),
+            batch_size: Some(16),
+            max_pairs_per_speaker: Some(5),
+            noise: Some(0.05),
+            different_weight: None,
+            seed: Some(2),
+            all_rows: false,
+            resume: false,
+            device: "cpu".into(),
+            json: None,
+        })
+        .unwrap();
+        let results: serde_json::Value = invar_io::read_json(run.join("results.json")).unwrap();
+        // 2 protocols × raw / ivector / ae × angular / Euclidean
+        assert_eq!(results["table"].as_array().unwrap().len(), 12);
+        assert_eq!(results["split"]["open_speakers"], 2);
+        let codes = invar_io::read_npy(run.join("codes.npy")).unwrap();
+        assert_eq!((codes.rows, codes.cols), (72, 4));
+        let written = std::fs::read_to_string(run.join("ids.txt")).unwrap();
+        assert_eq!(written.lines().nth(5), Some("utt5"));
+
+        let out = root.join("codes");
+        embed(EmbedArgs {
+            model: run.clone(),
+            input: input(&sv),
+            out: out.clone(),
+            device: "cpu".into(),
+            json: None,
+        })
+        .unwrap();
+        let again = invar_io::read_npy(out.join("codes.npy")).unwrap();
+        let worst = codes
+            .data
+            .iter()
+            .zip(&again.data)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(worst < 1e-5, "embed reproduces train's codes ({worst})");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}
