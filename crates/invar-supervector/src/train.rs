@@ -256,3 +256,65 @@ impl TrainedModel {
         Ok(Matrix::new(matrix.rows, code, out)?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn loss_is_mse_plus_the_weighted_hinge() {
+        let mut config = SupervectorConfig::default();
+        config.model.sizes = vec![5, 4, 3];
+        config.pairs.different_weight = 0.5;
+        config.pairs.different_margin = 2.0;
+        let (model, _vm) = TiedAutoencoder::seeded(&config.model, 0, &Device::Cpu).unwrap();
+        let x = Tensor::rand(-1f32, 1f32, (4, 5), &Device::Cpu).unwrap();
+        let y = Tensor::rand(-1f32, 1f32, (4, 5), &Device::Cpu).unwrap();
+        // `other` equal to the input: every code distance is 0, so the hinge is the margin, 2.
+        let batch = PairBatch {
+            x: x.clone(),
+            y: y.clone(),
+            other: Some(x.clone()),
+        };
+        let step = PairStep::new(&model, &config);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+        let (loss, m) = step.loss(&batch, &mut rng).unwrap();
+        let (recon, _) = model.forward(&x).unwrap();
+        let mse: f32 = recon
+            .sub(&y)
+            .unwrap()
+            .sqr()
+            .unwrap()
+            .mean_all()
+            .unwrap()
+            .to_scalar()
+            .unwrap();
+        assert!((m["mse"] - f64::from(mse)).abs() < 1e-6);
+        assert!((m["different"] - 2.0).abs() < 1e-6);
+        let l: f32 = loss.to_scalar().unwrap();
+        assert!((l - (mse + 0.5 * 2.0)).abs() < 1e-5, "{l} vs {mse} + 1");
+
+        // With the term off (the seed's method) the loss is the MSE alone, whatever `other` holds.
+        config.pairs.different_weight = 0.0;
+        let (loss, m) = PairStep::new(&model, &config)
+            .loss(&batch, &mut rng)
+            .unwrap();
+        assert!(!m.contains_key("different"));
+        assert!((loss.to_scalar::<f32>().unwrap() - mse).abs() < 1e-6);
+
+        // Input noise changes the reconstruction, and is reproducible from the generator.
+        config.pairs.input_noise = 0.5;
+        let noisy = PairStep::new(&model, &config);
+        let a = noisy
+            .loss(&batch, &mut rand_chacha::ChaCha8Rng::seed_from_u64(7))
+            .unwrap()
+            .1["mse"];
+        let b = noisy
+            .loss(&batch, &mut rand_chacha::ChaCha8Rng::seed_from_u64(7))
+            .unwrap()
+            .1["mse"];
+        assert_eq!(a, b);
+        assert!((a - f64::from(mse)).abs() > 1e-6);
+    }
+}
