@@ -1,4 +1,8 @@
-//! `cargo xtask`: the project's automation, one function per task, no dependencies beyond anyhow.
+//! `cargo xtask`: the project's automation, one module per task, few dependencies.
+
+mod bench;
+mod ci;
+mod test;
 
 use std::process::Command;
 
@@ -9,14 +13,16 @@ const USAGE: &str = "usage: cargo xtask <task>
 tasks:
   ci      cargo fmt --check, clippy -D warnings, then the whole test suite
   test    the whole test suite only (what CI runs after the lints)
-  bench   run the criterion benches of every crate";
+  bench   run the criterion benches of every crate and write BENCHMARKS.md
+          (cargo xtask bench [-p CRATE]... [--out FILE] [-- CRITERION-ARGS...];
+           e.g. `-- --warm-up-time 1 --measurement-time 3` for a shorter run)";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
-        Some("ci") => ci(),
-        Some("test") => test(),
-        Some("bench") => bench(&args[1..]),
+        Some("ci") => ci::run(),
+        Some("test") => test::run(),
+        Some("bench") => bench::run(&args[1..]),
         Some("-h" | "--help" | "help") | None => {
             println!("{USAGE}");
             Ok(())
@@ -27,10 +33,16 @@ fn main() -> Result<()> {
 
 /// Runs `cargo ARGS` from the workspace root and fails if it fails.
 fn cargo(args: &[&str]) -> Result<()> {
+    cargo_with_env(args, &[])
+}
+
+/// Runs `cargo ARGS` from the workspace root with extra environment variables.
+fn cargo_with_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     eprintln!("$ cargo {}", args.join(" "));
     let status = Command::new(&cargo)
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(workspace_root())
         .status()
         .with_context(|| format!("could not start `{cargo}`"))?;
@@ -43,27 +55,4 @@ fn cargo(args: &[&str]) -> Result<()> {
 fn workspace_root() -> std::path::PathBuf {
     let manifest = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     manifest.parent().map(ToOwned::to_owned).unwrap_or(manifest)
-}
-
-fn ci() -> Result<()> {
-    cargo(&["fmt", "--all", "--check"])?;
-    cargo(&[
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ])?;
-    test()
-}
-
-fn test() -> Result<()> {
-    cargo(&["test", "--workspace", "--all-targets"])
-}
-
-fn bench(rest: &[String]) -> Result<()> {
-    let mut args = vec!["bench", "--workspace"];
-    args.extend(rest.iter().map(String::as_str));
-    cargo(&args)
 }

@@ -1,0 +1,18 @@
+//! `cargo xtask ci`: formatting, lints with warnings denied, then the test suite.
+
+use anyhow::Result;
+
+use crate::cargo;
+
+pub fn run() -> Result<()> {
+    cargo(&["fmt", "--all", "--check"])?;
+    cargo(&[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
+    crate::test::run()
+}
