@@ -1,0 +1,190 @@
+//! `invar utd`: unsupervised term discovery over a feature set through invar-utd, writing a ZRTools
+//! class file and a JSON summary.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use anyhow::Context;
+use clap::Args;
+use invar_data::{FeatureSet, Layout};
+use invar_utd::{Cmvn, Timing, UtdConfig};
+
+use crate::features::Progress;
+
+/// Find repeated words and phrases (ZRTools-style LSH + segmental DTW) and write their classes.
+#[derive(Debug, Args)]
+pub struct UtdArgs {
+    /// Feature set (manifest.tsv + one .npy per utterance): MFCC from `invar features` or
+    /// posteriorgrams from `invar gmm posteriors` (then pass --cmvn off).
+    #[arg(long)]
+    pub features: PathBuf,
+    /// Class file to write (ZRTools format: `Class N` blocks of `file start end` in seconds).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Summary JSON (default: OUT with the extension .json); the resolved config goes beside it as
+    /// OUT.config.json.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Configuration as JSON (a `UtdConfig`; missing fields take the defaults).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Per-utterance normalisation: mean-variance, mean or off.
+    #[arg(long)]
+    pub cmvn: Option<String>,
+    /// Also search within utterances.
+    #[arg(long)]
+    pub within: bool,
+    /// Cosine similarity a frame pair needs to enter the similarity matrix (search.threshold).
+    #[arg(long)]
+    pub frame_threshold: Option<f32>,
+    /// Mean cosine similarity a refined fragment pair needs (refine.threshold).
+    #[arg(long)]
+    pub pair_threshold: Option<f32>,
+    /// Shortest fragment in frames (refine.min_frames).
+    #[arg(long)]
+    pub min_frames: Option<usize>,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Corpus with word alignments, to score pair precision, word types covered and purity.
+    #[arg(long)]
+    pub gold_corpus: Option<PathBuf>,
+    /// Layout of --gold-corpus: timit, elsdsr or list.
+    #[arg(long, default_value = "timit")]
+    pub layout: Layout,
+    /// Sample rate the word alignments count in.
+    #[arg(long, default_value_t = 16000.0)]
+    pub sample_rate: f64,
+}
+
+pub fn run(args: UtdArgs) -> anyhow::Result<()> {
+    let set = FeatureSet::open(&args.features)
+        .with_context(|| format!("opening feature set {}", args.features.display()))?;
+    let mut cfg: UtdConfig = match &args.config {
+        Some(path) => invar_io::read_json(path)?,
+        None => {
+            let mut cfg = UtdConfig::default();
+            if let Some(t) = set
+                .config()
+                .ok()
+                .as_ref()
+                .and_then(Timing::from_feature_config)
+            {
+                cfg.timing = t;
+            }
+            cfg
+        }
+    };
+    if let Some(c) = &args.cmvn {
+        cfg.cmvn = match c.as_str() {
+            "mean-variance" => Cmvn::MeanVariance,
+            "mean" => Cmvn::Mean,
+            "off" => Cmvn::Off,
+            other => anyhow::bail!("--cmvn {other:?}: expected mean-variance, mean or off"),
+        };
+    }
+    cfg.search.within |= args.within;
+    if let Some(v) = args.frame_threshold {
+        cfg.search.threshold = v;
+    }
+    if let Some(v) = args.pair_threshold {
+        cfg.refine.threshold = v;
+    }
+    if let Some(v) = args.min_frames {
+        cfg.refine.min_frames = v;
+    }
+    if let Some(v) = args.seed {
+        cfg.seed = v;
+    }
+    cfg.validate()?;
+    let json = args
+        .json
+        .clone()
+        .unwrap_or_else(|| args.out.with_extension("json"));
+    let gold = match &args.gold_corpus {
+        Some(dir) => {
+            let corpus = invar_data::read_corpus(args.layout, dir)?;
+            Some(invar_utd::gold_words(&corpus.utterances, args.sample_rate))
+        }
+        None => None,
+    };
+
+    tracing::info!(
+        utterances = set.entries().len(),
+        "loading {}",
+        args.features.display()
+    );
+    let utts = invar_utd::load_featureset(&set)?;
+    let started = std::time::Instant::now();
+    let bar: OnceLock<Progress> = OnceLock::new();
+    let discovery = invar_utd::discover_with_progress(&utts, &cfg, &|stage, _done, total| {
+        if stage == "lines" {
+            bar.get_or_init(|| Progress::new(total as u64, "utd: utterance pairs"))
+                .inc();
+        } else {
+            tracing::info!("utd: {stage}");
+        }
+    })?;
+    if let Some(bar) = bar.get() {
+        bar.finish();
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let classes = invar_utd::to_classes(&discovery, &utts, &cfg.timing);
+    let summary = invar_utd::summarize(&discovery, &utts, &cfg.timing, gold.as_ref());
+    invar_utd::write_outputs(&args.out, &json, &classes, &summary)?;
+    let config_path = args.out.with_extension("config.json");
+    invar_io::write_json(&config_path, &cfg)?;
+
+    let c = &summary.counts;
+    println!(
+        "term discovery: {} ({:.1} s)",
+        args.features.display(),
+        seconds
+    );
+    println!("  {:<28} {:>12}", "utterances", c.utterances);
+    println!("  {:<28} {:>12}", "frames", c.frames);
+    println!("  {:<28} {:>12}", "similar frame pairs (LSH)", c.hits);
+    println!(
+        "  {:<28} {:>12}",
+        "utterance pairs with hits", c.utterance_pairs
+    );
+    println!("  {:<28} {:>12}", "diagonal lines", c.lines);
+    println!("  {:<28} {:>12}", "fragment pairs", summary.pairs);
+    println!(
+        "  {:<28} {:>12.3}",
+        "mean pair score (cosine)", summary.mean_pair_score
+    );
+    println!("  {:<28} {:>12}", "classes", summary.classes);
+    println!(
+        "  {:<28} {:>12.2}",
+        "mean class size", summary.mean_class_size
+    );
+    println!(
+        "  {:<28} {:>12}",
+        "coverage",
+        format!(
+            "{:.1} s / {:.1} s ({:.1}%)",
+            summary.coverage_s,
+            summary.corpus_s,
+            100.0 * summary.coverage_fraction
+        )
+    );
+    if let Some(g) = &summary.gold {
+        println!(
+            "  {:<28} {:>12.3}",
+            "pair precision (same word)", g.pair_precision
+        );
+        println!("  {:<28} {:>12}", "pairs scored", g.pairs_scored);
+        println!(
+            "  {:<28} {:>12}",
+            "word types covered",
+            format!(
+                "{} of {} ({} repeated)",
+                g.word_types_covered, g.word_types, g.word_types_repeated
+            )
+        );
+        println!("  {:<28} {:>12.3}", "class purity", g.class_purity);
+    }
+    println!("classes: {}", args.out.display());
+    println!("summary: {}", json.display());
+    Ok(())
+}
