@@ -13,6 +13,7 @@ mod gmm;
 mod ivector;
 mod supervector;
 mod synth;
+mod utd;
 // </modules>
 
 /// invar: speech representations invariant to a nuisance (speaker, gain, content).
@@ -40,6 +41,8 @@ enum Command {
     Synth(synth::SynthArgs),
     /// Method 002: tied autoencoder on same-speaker supervector pairs (train, embed, comparison).
     Supervector(supervector::SupervectorArgs),
+    /// Unsupervised term discovery (LSH + segmental DTW, as ZRTools): a class file for method 000.
+    Utd(utd::UtdArgs),
     // </variants>
 }
 
@@ -55,6 +58,7 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Eval(args)) => eval::run(args),
         Some(Command::Synth(args)) => synth::run(args),
         Some(Command::Supervector(args)) => supervector::run(args),
+        Some(Command::Utd(args)) => utd::run(args),
         // </arms>
         None => {
             use clap::CommandFactory;
