@@ -64,6 +64,7 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let home = root.join("target").join("xtask-bench");
     let mut figures = Vec::new();
+    let mut failed = Vec::new();
     for krate in &crates {
         let dir = home.join(krate);
         if dir.exists() {
@@ -72,7 +73,11 @@ pub fn run(args: &[String]) -> Result<()> {
         }
         let mut cargo_args = vec!["bench", "-p", krate.as_str(), "--benches", "--"];
         cargo_args.extend(opts.criterion.iter().map(String::as_str));
-        cargo_with_env(&cargo_args, &[("CRITERION_HOME", dir.as_os_str())])?;
+        if let Err(e) = cargo_with_env(&cargo_args, &[("CRITERION_HOME", dir.as_os_str())]) {
+            eprintln!("error: {e:#}; going on with the other crates");
+            failed.push(krate.clone());
+            continue;
+        }
         let mut found = collect(&dir, krate)?;
         if found.is_empty() {
             eprintln!("note: {krate} reported no criterion figures");
@@ -80,11 +85,14 @@ pub fn run(args: &[String]) -> Result<()> {
         figures.append(&mut found);
     }
     let out = opts.out.unwrap_or_else(|| root.join("BENCHMARKS.md"));
-    let text = render(&figures, &machine(&root), &opts.criterion);
+    let text = render(&figures, &failed, &machine(&root), &opts.criterion);
     let tmp = out.with_extension("md.tmp");
     std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::rename(&tmp, &out).with_context(|| format!("cannot write {}", out.display()))?;
     eprintln!("{} figures written to {}", figures.len(), out.display());
+    if !failed.is_empty() {
+        bail!("the benches of {} failed (see above)", failed.join(", "));
+    }
     Ok(())
 }
 
@@ -210,7 +218,12 @@ fn rate(kind: &str, per_iter: f64, mean_ns: f64) -> String {
     format!("{v:.2} {prefix}{unit}")
 }
 
-fn render(figures: &[Figure], machine: &[(String, String)], criterion_args: &[String]) -> String {
+fn render(
+    figures: &[Figure],
+    failed: &[String],
+    machine: &[(String, String)],
+    criterion_args: &[String],
+) -> String {
     let mut md = String::from("# Benchmarks\n\n");
     md.push_str(
         "Written by `cargo xtask bench` from the criterion benches in `crates/*/benches/`. \
@@ -223,6 +236,13 @@ fn render(figures: &[Figure], machine: &[(String, String)], criterion_args: &[St
     }
     if !criterion_args.is_empty() {
         let _ = writeln!(md, "- criterion arguments: `{}`", criterion_args.join(" "));
+    }
+    if !failed.is_empty() {
+        let _ = writeln!(
+            md,
+            "- not measured (their benches failed to build or run): {}",
+            failed.join(", ")
+        );
     }
     md.push('\n');
     let mut current = "";
@@ -353,7 +373,13 @@ mod tests {
         assert_eq!((f.mean_ns, f.low_ns, f.high_ns), (2000.0, 1900.0, 2100.0));
         assert_eq!(f.throughput, Some(("Elements".to_owned(), 10000.0)));
         // 10 000 elements in 2 µs = 5·10⁹ per second.
-        let md = render(&figs, &[("CPU".to_owned(), "test".to_owned())], &[]);
+        let md = render(
+            &figs,
+            &["invar-x".to_owned()],
+            &[("CPU".to_owned(), "test".to_owned())],
+            &[],
+        );
+        assert!(md.contains("not measured (their benches failed to build or run): invar-x"));
         assert!(md.contains("## invar-ops"), "{md}");
         assert!(
             md.contains("| `dtw/euclidean/100` | 2.00 µs | 1.90 µs – 2.10 µs | 5.00 Gelem/s |"),
