@@ -8,6 +8,9 @@ use crate::{Error, Result};
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct UtdConfig {
+    /// Per-utterance mean and variance normalisation of each dimension before the cosine (on for
+    /// MFCC-like features, whose energy coefficient would otherwise dominate; off for posteriorgrams).
+    pub cmvn: Cmvn,
     pub lsh: LshConfig,
     pub search: SearchConfig,
     pub lines: LineConfig,
@@ -17,6 +20,19 @@ pub struct UtdConfig {
     pub timing: Timing,
     /// Seed of the random hyperplanes and the bit permutations (default 0).
     pub seed: u64,
+}
+
+/// Whether to normalise each utterance's features per dimension.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Cmvn {
+    /// Mean and variance (the default).
+    #[default]
+    MeanVariance,
+    /// Mean only.
+    Mean,
+    /// None: posteriorgrams and already-normalised features.
+    Off,
 }
 
 /// Random-projection signatures (ZRTools `-S`).
@@ -150,6 +166,18 @@ impl Default for Timing {
 }
 
 impl Timing {
+    /// The timing in a feature set's `config.json` (`frontend.frame.shift_ms`, `length_ms`), if
+    /// it records one.
+    pub fn from_feature_config(config: &serde_json::Value) -> Option<Timing> {
+        let frame = config.get("frontend")?.get("frame")?;
+        let hop = frame.get("shift_ms")?.as_f64()?;
+        let win = frame.get("length_ms")?.as_f64()?;
+        (hop > 0.0 && win > 0.0).then(|| Timing {
+            hop_s: hop / 1000.0,
+            win_s: win / 1000.0,
+        })
+    }
+
     /// Seconds `[start, end)` of frames `first..last` (the first frame's start to the last one's end).
     pub fn seconds(&self, first: usize, last: usize) -> (f64, f64) {
         let start = first as f64 * self.hop_s;

@@ -10,7 +10,7 @@ use crate::cluster::cluster;
 use crate::lines::{find_lines, Refined, Refiner};
 use crate::lsh::Hyperplanes;
 use crate::search::{search, Frames, Hit};
-use crate::{Error, Result, UtdConfig};
+use crate::{Cmvn, Error, Result, UtdConfig};
 
 /// One utterance's frames: `frames` rows of `dims` values (features or posteriorgrams), row-major.
 #[derive(Debug, Clone)]
@@ -103,7 +103,6 @@ pub fn discover_with_progress(
     );
     let done = std::sync::atomic::AtomicUsize::new(0);
     let total = groups.len();
-    let step = (total / 100).max(1);
     let per_group: Vec<(usize, Vec<FragmentPair>)> = groups
         .par_iter()
         .map_init(
@@ -111,9 +110,7 @@ pub fn discover_with_progress(
             |(refiner, local), (ua, ub, range)| {
                 let r = group_pairs(&frames, *ua, *ub, &hits[range.clone()], cfg, refiner, local);
                 let d = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                if d % step == 0 || d == total {
-                    progress("lines", d, total);
-                }
+                progress("lines", d, total);
                 r
             },
         )
@@ -220,6 +217,12 @@ fn prepare(utterances: &[UtteranceFeatures], cfg: &UtdConfig) -> Result<Frames> 
     for u in utterances {
         unit.extend_from_slice(&u.frames.data);
     }
+    if dims > 0 && cfg.cmvn != Cmvn::Off {
+        let spans: Vec<&mut [f32]> = split_by(&mut unit, &offsets, dims);
+        spans
+            .into_par_iter()
+            .for_each(|x| normalize(x, dims, cfg.cmvn == Cmvn::MeanVariance));
+    }
     if dims > 0 {
         unit.par_chunks_mut(dims).for_each(|f| {
             let norm = f.iter().map(|x| x * x).sum::<f32>().sqrt();
@@ -248,4 +251,70 @@ fn prepare(utterances: &[UtteranceFeatures], cfg: &UtdConfig) -> Result<Frames> 
         unit,
         sigs,
     })
+}
+
+/// Each utterance's slice of the concatenated frames.
+fn split_by<'a>(mut data: &'a mut [f32], offsets: &[usize], dims: usize) -> Vec<&'a mut [f32]> {
+    let mut out = Vec::with_capacity(offsets.len().saturating_sub(1));
+    for w in offsets.windows(2) {
+        let (head, tail) = std::mem::take(&mut data).split_at_mut((w[1] - w[0]) * dims);
+        out.push(head);
+        data = tail;
+    }
+    out
+}
+
+/// Per-dimension mean (and variance) normalisation of one utterance's frames, in f64 sums.
+fn normalize(x: &mut [f32], dims: usize, variance: bool) {
+    let n = x.len() / dims;
+    if n == 0 {
+        return;
+    }
+    let mut mean = vec![0f64; dims];
+    let mut sq = vec![0f64; dims];
+    for f in x.chunks_exact(dims) {
+        for d in 0..dims {
+            mean[d] += f64::from(f[d]);
+            sq[d] += f64::from(f[d]) * f64::from(f[d]);
+        }
+    }
+    let scale: Vec<f64> = (0..dims)
+        .map(|d| {
+            mean[d] /= n as f64;
+            let var = (sq[d] / n as f64 - mean[d] * mean[d]).max(0.0);
+            if variance && var > 1e-10 {
+                1.0 / var.sqrt()
+            } else {
+                1.0
+            }
+        })
+        .collect();
+    for f in x.chunks_exact_mut(dims) {
+        for d in 0..dims {
+            f[d] = ((f64::from(f[d]) - mean[d]) * scale[d]) as f32;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cmvn_by_hand() {
+        // Two dims over three frames: (1, 10), (2, 10), (3, 10) → (−√1.5, 0), (0, 0), (√1.5, 0)
+        // (population variance 2/3 in dim 0; dim 1 is constant and only centred).
+        let mut x = vec![1.0, 10.0, 2.0, 10.0, 3.0, 10.0];
+        normalize(&mut x, 2, true);
+        let r = 1.5f32.sqrt();
+        for (g, w) in x.iter().zip([-r, 0.0, 0.0, 0.0, r, 0.0]) {
+            assert!((g - w).abs() < 1e-6, "{x:?}");
+        }
+        let mut data = vec![0.0; 10];
+        let parts = split_by(&mut data, &[0, 2, 5], 2);
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            vec![4, 6]
+        );
+    }
 }

@@ -19,7 +19,7 @@ mod search;
 
 pub use cluster::cluster;
 pub use config::{
-    ClusterConfig, LineConfig, LshConfig, RefineConfig, SearchConfig, Timing, UtdConfig,
+    ClusterConfig, Cmvn, LineConfig, LshConfig, RefineConfig, SearchConfig, Timing, UtdConfig,
 };
 pub use discover::{
     discover, discover_with_progress, Discovery, FragmentPair, FragmentRef, Progress, StageCounts,
