@@ -108,7 +108,7 @@ fn plan(cfg: &DemoConfig, out: &Path) -> Plan {
     let mfcc = p("mfcc");
     let ubm = p("ubm").join("ubm.safetensors");
     let post = p("posteriors");
-    let item = corpus.join("test.item");
+    let item = out.join("all.item");
 
     let mut synth = Stage::new(
         "synth",
@@ -350,6 +350,37 @@ fn frontend() -> invar_audio::FrontendConfig {
     fe
 }
 
+/// Writes one `.item` file holding the items of `parts` (every speaker of the corpus: the test
+/// split alone has too few ABX cells on a small corpus). The header line is kept once.
+fn merge_items(parts: &[PathBuf], merged: &Path) -> anyhow::Result<()> {
+    let mut header: Option<String> = None;
+    let mut body = String::new();
+    for part in parts {
+        let text = std::fs::read_to_string(part)
+            .with_context(|| format!("cannot read the item file {}", part.display()))?;
+        let mut lines = text.lines();
+        let first = lines
+            .next()
+            .with_context(|| format!("the item file {} is empty", part.display()))?;
+        match &header {
+            None => header = Some(first.to_owned()),
+            Some(h) => anyhow::ensure!(
+                h == first,
+                "{} has the header `{first}`, but {} has `{h}`",
+                part.display(),
+                parts[0].display()
+            ),
+        }
+        for line in lines.filter(|l| !l.trim().is_empty()) {
+            body.push_str(line);
+            body.push('\n');
+        }
+    }
+    let header = header.context("no item files to merge")?;
+    invar_io::write_text(merged, &format!("{header}\n{body}"))?;
+    Ok(())
+}
+
 fn run_section<T>(
     runner: &mut Runner,
     stages: &[Stage],
@@ -406,6 +437,13 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         runner.run(stage)?;
     }
     let corpus = summary::read_corpus(&out.join("corpus").join("results.json"))?;
+    merge_items(
+        &[
+            out.join("corpus").join("train.item"),
+            out.join("corpus").join("test.item"),
+        ],
+        &out.join("all.item"),
+    )?;
     let m = cfg.components;
     let d = cfg.partition_outputs;
     let abx_dir = out.join("abx");
@@ -503,7 +541,14 @@ mod tests {
         let cfg = DemoConfig::quick();
         let out = Path::new("/o");
         let plan = plan(&cfg, out);
-        assert!(plan.shared[0].args.contains(&"--quick".to_owned()));
+        assert!(!plan.shared[0].args.contains(&"--quick".to_owned()));
+        let quick_corpus = DemoConfig {
+            quick_corpus: true,
+            ..DemoConfig::quick()
+        };
+        assert!(super::plan(&quick_corpus, out).shared[0]
+            .args
+            .contains(&"--quick".to_owned()));
         let lines: Vec<String> = plan
             .shared
             .iter()
@@ -516,6 +561,33 @@ mod tests {
         assert!(lines.iter().any(|l| l.starts_with(
             "invar supervector train --supervectors /o/supervectors --ivectors /o/ivectors/ivectors.npy"
         ) && l.contains("--sizes 0,200,40")));
+    }
+
+    #[test]
+    fn item_files_merge_under_one_header() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, m) = (
+            dir.path().join("a.item"),
+            dir.path().join("b.item"),
+            dir.path().join("m.item"),
+        );
+        std::fs::write(
+            &a,
+            "#file onset offset #phone prev next speaker\nu1 0.1 0.2 a b c S1\n",
+        )
+        .unwrap();
+        std::fs::write(
+            &b,
+            "#file onset offset #phone prev next speaker\nu2 0.1 0.2 a b c S2\n\n",
+        )
+        .unwrap();
+        merge_items(&[a.clone(), b.clone()], &m).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&m).unwrap(),
+            "#file onset offset #phone prev next speaker\nu1 0.1 0.2 a b c S1\nu2 0.1 0.2 a b c S2\n"
+        );
+        std::fs::write(&b, "#file onset offset #phone speaker\nu2 0.1 0.2 a S2\n").unwrap();
+        assert!(merge_items(&[a, b], &m).is_err());
     }
 
     #[test]

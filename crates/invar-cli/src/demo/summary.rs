@@ -184,7 +184,7 @@ pub fn table(s: &DemoSummary) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "(000) posteriorgram partitioning — ABX error % on the test speakers' .item (zs2015)"
+        "(000) posteriorgram partitioning — ABX error % over all speakers' items (zs2015)"
     );
     match &s.partition {
         Section::Done(p) => {
@@ -289,7 +289,7 @@ pub fn report_markdown(s: &DemoSummary, root: &Path) -> String {
     match &s.partition {
         Section::Done(p) => {
             md.push_str(
-                "ABX error (%) on the test speakers' `.item` file, zs2015 convention. Lower is better; \
+                "ABX error (%) over the items of every speaker (`all.item`: the corpus's train and test `.item` files), zs2015 convention. Lower is better; \
                  *across* (A and B from one speaker, X from another) is the speaker-invariance test.\n\n",
             );
             md.push_str("| representation | dim | distance | within | across |\n| --- | ---: | --- | ---: | ---: |\n");

@@ -1,0 +1,318 @@
+//! End-to-end tests: drive the built `invar` binary through each stage's command on a small
+//! generated corpus, and through `invar demo --quick`, checking that outputs exist and that their
+//! numbers are sane (error rates are rates, the methods' sections completed).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// Runs `invar ARGS`, failing the test with the command's output if it fails.
+fn invar(args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_invar"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("the invar binary starts");
+    assert!(
+        out.status.success(),
+        "`invar {}` failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("temporary paths are UTF-8")
+}
+
+fn rate(v: &Value, what: &str) -> f64 {
+    let x = v
+        .as_f64()
+        .unwrap_or_else(|| panic!("{what} is not a number: {v}"));
+    assert!(x.is_finite() && (0.0..=1.0).contains(&x), "{what} = {x}");
+    x
+}
+
+/// synth → corpus info → features → gmm train/posteriors/supervectors → eval abx/verify.
+#[test]
+fn stage_commands_chain_on_a_generated_corpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let corpus = d.join("corpus");
+    invar(&[
+        "synth",
+        "--out",
+        s(&corpus),
+        "--quick",
+        "--speakers",
+        "8",
+        "--utterances",
+        "6",
+        "--seed",
+        "3",
+    ]);
+    for f in ["results.json", "train.item", "test.item"] {
+        assert!(corpus.join(f).is_file(), "synth wrote no {f}");
+    }
+
+    let info = d.join("info.json");
+    invar(&[
+        "corpus",
+        "info",
+        "--layout",
+        "timit",
+        s(&corpus),
+        "--json",
+        s(&info),
+    ]);
+    let info_text = std::fs::read_to_string(&info).unwrap();
+    assert!(
+        info_text.contains('8') && info_text.contains("48"),
+        "{info_text}"
+    );
+
+    let mfcc = d.join("mfcc");
+    invar(&[
+        "features",
+        "--layout",
+        "timit",
+        s(&corpus),
+        "--kind",
+        "mfcc",
+        "--out",
+        s(&mfcc),
+    ]);
+    let manifest = std::fs::read_to_string(mfcc.join("manifest.tsv")).unwrap();
+    let npys = std::fs::read_dir(&mfcc)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "npy"))
+        })
+        .count();
+    assert_eq!(npys, 48, "one .npy per utterance");
+    assert!(manifest.lines().count() >= 48, "{manifest}");
+
+    let ubm = d.join("ubm");
+    invar(&[
+        "gmm",
+        "train",
+        "--features",
+        s(&mfcc),
+        "--out",
+        s(&ubm),
+        "--components",
+        "16",
+        "--iters",
+        "4",
+        "--seed",
+        "3",
+    ]);
+    let history = json(&ubm.join("results.json"))["history"].clone();
+    let ll: Vec<f64> = history
+        .as_array()
+        .expect("EM history")
+        .iter()
+        .map(|h| h["mean_log_likelihood"].as_f64().expect("log-likelihood"))
+        .collect();
+    assert!(!ll.is_empty());
+    assert!(
+        ll.last().unwrap() >= ll.first().unwrap(),
+        "EM lowered the likelihood: {ll:?}"
+    );
+
+    let model = ubm.join("ubm.safetensors");
+    let post = d.join("post");
+    invar(&[
+        "gmm",
+        "posteriors",
+        "--ubm",
+        s(&model),
+        "--features",
+        s(&mfcc),
+        "--out",
+        s(&post),
+    ]);
+    assert_eq!(json(&post.join("results.json"))["dims"], 16);
+    let sv = d.join("sv");
+    invar(&[
+        "gmm",
+        "supervectors",
+        "--ubm",
+        s(&model),
+        "--features",
+        s(&mfcc),
+        "--out",
+        s(&sv),
+    ]);
+    assert_eq!(json(&sv.join("results.json"))["dims"], 16 * 13);
+    for f in ["supervectors.npy", "speakers.txt", "ids.txt"] {
+        assert!(sv.join(f).is_file(), "gmm supervectors wrote no {f}");
+    }
+
+    let abx = d.join("abx");
+    let out = invar(&[
+        "eval",
+        "abx",
+        "--item",
+        s(&corpus.join("train.item")),
+        "--features",
+        s(&post),
+        "--out",
+        s(&abx),
+        "--distance",
+        "symmetric-kl",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("across"));
+    let results = json(&abx.join("results.json"));
+    let results = results.as_array().expect("one result per mode");
+    assert_eq!(results.len(), 2);
+    for r in results {
+        let e = rate(&r["error"], "ABX error");
+        assert!(e < 0.5, "ABX error {e} is no better than chance: {r}");
+        assert!(r["triplets"].as_u64().unwrap() > 0);
+    }
+    let across = results.iter().find(|r| r["mode"] == "across").unwrap();
+    assert!(
+        rate(&across["error"], "across") > 0.0,
+        "a perfect across-speaker ABX on GMM posteriors would be suspicious"
+    );
+    assert!(abx.join("abx-across.svg").is_file());
+
+    let ver = d.join("verify");
+    invar(&[
+        "eval",
+        "verify",
+        "--embeddings",
+        s(&sv.join("supervectors.npy")),
+        "--speakers",
+        s(&sv.join("speakers.txt")),
+        "--out",
+        s(&ver),
+    ]);
+    let v = json(&ver.join("results.json"));
+    assert_eq!(v["embeddings"], 48);
+    // 8 speakers × 6 utterances: 8·C(6,2) = 120 target and C(48,2) − 120 = 1008 non-target trials.
+    for r in v["reports"].as_array().expect("one report per metric") {
+        assert_eq!(r["target_trials"], 120);
+        assert_eq!(r["nontarget_trials"], 1008);
+        rate(&r["eer"], "EER");
+        assert!(r["eer"].as_f64().unwrap() <= 0.5, "{r}");
+    }
+    assert!(ver.join("det.svg").is_file());
+}
+
+#[test]
+fn demo_quick_writes_report_results_and_sane_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("demo");
+    let run = invar(&["demo", "--quick", "--out", s(&out), "--seed", "2"]);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    for heading in ["(000)", "(001)", "(002)", "partition, binary", "ae"] {
+        assert!(stdout.contains(heading), "table lacks {heading}:\n{stdout}");
+    }
+    for f in [
+        "report.md",
+        "results.json",
+        "config.json",
+        "commands.sh",
+        "frontend.json",
+        "partition/W.svg",
+        "abx/binary/abx-across.svg",
+        "autoencoder/curves.svg",
+    ] {
+        assert!(out.join(f).is_file(), "demo wrote no {f}");
+    }
+    let config = json(&out.join("config.json"));
+    assert_eq!(config["seed"], 2);
+    assert_eq!(config["speakers"], 10);
+
+    let r = json(&out.join("results.json"));
+    assert_eq!(r["config"], config);
+    let p = &r["partition"];
+    assert_eq!(p["status"], "done", "{p}");
+    let rows = p["abx"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    for row in rows {
+        for mode in ["within", "across"] {
+            let e = rate(&row[mode], mode);
+            assert!(e < 0.5, "{mode} ABX error {e} at or above chance: {row}");
+        }
+    }
+    let outputs = config["partition_outputs"].as_u64().unwrap();
+    let in_use = p["partition"]["outputs_in_use"].as_u64().unwrap();
+    assert!((1..=outputs).contains(&in_use));
+
+    let v = &r["supervector"];
+    assert_eq!(v["status"], "done", "{v}");
+    let table = v["table"].as_array().unwrap();
+    for repr in ["raw", "ivector", "ae"] {
+        assert!(
+            table.iter().any(|t| t["representation"] == repr),
+            "no {repr} row"
+        );
+    }
+    for t in table {
+        let eer = rate(&t["eer"], "EER");
+        assert!(eer <= 0.5, "{t}");
+        assert!(t["threshold_count"].as_u64().unwrap() <= t["nontarget_trials"].as_u64().unwrap());
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("| partition, binary | "), "{report}");
+    // Every command the demo ran is in commands.sh, and each has its log.
+    let commands = std::fs::read_to_string(out.join("commands.sh")).unwrap();
+    let stages = r["stages"].as_array().unwrap();
+    assert!(stages.len() >= 16);
+    for st in stages {
+        assert_eq!(st["ok"], true);
+        assert!(commands.contains(st["command"].as_str().unwrap()));
+        assert!(Path::new(st["log"].as_str().unwrap()).is_file());
+    }
+}
+
+#[test]
+fn demo_refuses_a_used_folder_and_a_bad_config() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("keep.txt"), "mine").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_invar"))
+        .args(["demo", "--quick", "--out", s(dir.path())])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not empty"));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("keep.txt")).unwrap(),
+        "mine"
+    );
+
+    let cfg = dir.path().join("demo.toml");
+    std::fs::write(&cfg, "components = 8\npartition_outputs = 12\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_invar"))
+        .args([
+            "demo",
+            "--quick",
+            "--config",
+            s(&cfg),
+            "--out",
+            s(&dir.path().join("o")),
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("partition_outputs"), "{err}");
+    assert!(
+        !dir.path().join("o").exists(),
+        "nothing is written for a bad config"
+    );
+}
