@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 // <modules> one line per subcommand module, kept sorted
 mod corpus;
+mod demo;
 mod eval;
 mod features;
 mod gmm;
@@ -43,6 +44,8 @@ enum Command {
     Supervector(supervector::SupervectorArgs),
     /// Unsupervised term discovery (LSH + segmental DTW, as ZRTools): a class file for method 000.
     Utd(utd::UtdArgs),
+    /// All three methods end to end on a generated corpus: one results table, report.md, plots.
+    Demo(demo::DemoArgs),
     // </variants>
 }
 
@@ -59,6 +62,7 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Synth(args)) => synth::run(args),
         Some(Command::Supervector(args)) => supervector::run(args),
         Some(Command::Utd(args)) => utd::run(args),
+        Some(Command::Demo(args)) => demo::run(args),
         // </arms>
         None => {
             use clap::CommandFactory;
