@@ -38,7 +38,8 @@ pub enum Condition {
         from_db: f32,
         to_db: f32,
     },
-    /// `offset` added to natural-log features (a linear-spectrogram input is multiplied by e^offset).
+    /// `offset` added to natural-log features (a linear-spectrogram input is multiplied by e^offset;
+    /// MFCC input gets the waveform gain e^{offset/2} that shifts its log spectrum by `offset`).
     LogOffset {
         offset: f32,
     },
@@ -89,13 +90,22 @@ pub fn compute_features(
     audio
         .par_iter()
         .map(|u| {
-            let samples = condition.apply_waveform(&u.audio.samples);
+            // Cepstra are not log spectra: there a log offset c is applied as the waveform gain
+            // that causes it (amplitude × e^{c/2}).
+            let cepstral = frontend.kind == invar_audio::FeatureKind::Mfcc;
+            let samples = match condition {
+                Condition::LogOffset { offset } if cepstral => {
+                    let g = (offset / 2.0).exp();
+                    u.audio.samples.iter().map(|s| s * g).collect()
+                }
+                _ => condition.apply_waveform(&u.audio.samples),
+            };
             let a = Audio {
                 samples,
                 sample_rate: u.audio.sample_rate,
             };
             let mut m = fe.compute(&a)?;
-            if let Condition::LogOffset { offset } = condition {
+            if let (Condition::LogOffset { offset }, false) = (condition, cepstral) {
                 if log_features {
                     m.data.iter_mut().for_each(|v| *v += offset);
                 } else {
