@@ -83,7 +83,8 @@ pub struct PairConfig {
     pub input_noise: f32,
     /// Weight of the optional different-speaker term on the codes (0: off, the seed's method).
     pub different_weight: f64,
-    /// Margin of that term: `mean(relu(margin − ‖z_a − z_b‖²))` over different-speaker pairs.
+    /// Margin of that term: `mean(relu(margin − ‖z_a − z_b‖² / d_L))` over different-speaker
+    /// pairs (per code dimension, so the margin does not grow with the code width).
     pub different_margin: f64,
     /// Centre the supervectors on the training mean and divide by their RMS (one global scale).
     pub normalize: bool,

@@ -24,7 +24,7 @@ pub struct ModelMeta {
 }
 
 /// The loss of method 002: `MSE(decode(encode(x + noise)), y)` plus, when weighted, the
-/// different-speaker hinge `mean(relu(margin − ‖z_x − z_other‖²))` on the codes.
+/// different-speaker hinge `mean(relu(margin − ‖z_x − z_other‖² / d_L))` on the codes.
 #[derive(Debug)]
 pub struct PairStep<'m> {
     model: &'m TiedAutoencoder,
@@ -66,7 +66,8 @@ impl<'m> PairStep<'m> {
         let loss = match (&batch.other, self.different_weight > 0.0) {
             (Some(other), true) => {
                 let zo = self.model.encode(other)?; // [B, d_L]
-                let d2 = (z - zo)?.sqr()?.sum(1)?; // [B]
+                                                    // mean squared difference per code dimension: a margin independent of d_L
+                let d2 = (z - zo)?.sqr()?.mean(1)?; // [B]
                 let hinge = (d2.affine(-1.0, self.different_margin)?)
                     .relu()?
                     .mean_all()?;
