@@ -12,6 +12,7 @@ mod eval;
 mod features;
 mod gmm;
 mod ivector;
+mod speaker;
 mod supervector;
 mod synth;
 mod utd;
@@ -46,6 +47,8 @@ enum Command {
     Utd(utd::UtdArgs),
     /// All three methods end to end on a generated corpus: one results table, report.md, plots.
     Demo(demo::DemoArgs),
+    /// Method 001: speaker CNN with scale/offset/gain invariance regularisers (train, eval, robustness).
+    Speaker(speaker::SpeakerArgs),
     // </variants>
 }
 
@@ -63,6 +66,7 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Supervector(args)) => supervector::run(args),
         Some(Command::Utd(args)) => utd::run(args),
         Some(Command::Demo(args)) => demo::run(args),
+        Some(Command::Speaker(args)) => speaker::run(args),
         // </arms>
         None => {
             use clap::CommandFactory;

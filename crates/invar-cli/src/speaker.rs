@@ -1,0 +1,330 @@
+//! `invar speaker train | eval | robustness`: method 001 (speaker CNN with invariance
+//! regularisers) through invar-speaker-cnn.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand};
+use invar_data::Layout;
+use invar_speaker_cnn::{
+    BaselineConfig, CorpusRecipe, Evaluation, Nuisance, RobustnessConfig, SpeakerCnnConfig,
+};
+use invar_train::OptimizerConfig;
+
+/// Method 001: the speaker CNN.
+#[derive(Debug, Args)]
+pub struct SpeakerArgs {
+    #[command(subcommand)]
+    pub command: SpeakerCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SpeakerCommand {
+    /// Train on a corpus's training split; evaluate on its test split under gain/offset changes.
+    Train(TrainArgs),
+    /// Evaluate a trained model on a corpus's test split under gain/offset changes.
+    Eval(EvalArgs),
+    /// Train none/scale/offset/gain-regularised models with and without unit-L2 scaling, over
+    /// seeds, and tabulate their accuracy under gain changes (table, JSON, SVG plot).
+    Robustness(RobustnessArgs),
+}
+
+/// Which corpus, how it is split.
+#[derive(Debug, Args)]
+pub struct CorpusArgs {
+    /// Corpus root folder.
+    #[arg(long)]
+    pub corpus: PathBuf,
+    /// timit (filtered to speakers with ≥ 10 long utterances, split 80/20 within speaker) or
+    /// elsdsr (its own train/test).
+    #[arg(long, default_value = "elsdsr")]
+    pub layout: Layout,
+}
+
+impl CorpusArgs {
+    fn load(
+        &self,
+    ) -> anyhow::Result<(
+        Vec<invar_speaker_cnn::LabeledAudio>,
+        Vec<invar_speaker_cnn::LabeledAudio>,
+    )> {
+        let recipe = CorpusRecipe::for_layout(self.layout);
+        let (train, test) = invar_speaker_cnn::load_corpus(self.layout, &self.corpus, &recipe)?;
+        tracing::info!(
+            train = train.len(),
+            test = test.len(),
+            "loaded {}",
+            self.corpus.display()
+        );
+        Ok((train, test))
+    }
+}
+
+/// The model's configuration: a named config or a file, with a few overrides.
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    /// original (the 001 network) or logmel (the stronger variant).
+    #[arg(long, default_value = "original", conflicts_with = "config_file")]
+    pub config: String,
+    /// A JSON config file (a `SpeakerCnnConfig`; missing fields take the original's values).
+    #[arg(long)]
+    pub config_file: Option<PathBuf>,
+    /// Regulariser: none, scale, offset or gain.
+    #[arg(long)]
+    pub nuisance: Option<Nuisance>,
+    /// λ of the regulariser.
+    #[arg(long)]
+    pub lambda: Option<f64>,
+    /// Sum the regulariser over all classes instead of the true one.
+    #[arg(long)]
+    pub all_classes: bool,
+    /// Turn off the unit-L2 scaling of each signal.
+    #[arg(long)]
+    pub no_unit_norm: bool,
+    /// Learning rate.
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Maximum epochs.
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    /// Seed of the weights and of the loop.
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+impl ConfigArgs {
+    fn resolve(&self) -> anyhow::Result<SpeakerCnnConfig> {
+        let mut cfg = match &self.config_file {
+            Some(p) => invar_io::read_json::<SpeakerCnnConfig>(p)?,
+            None => SpeakerCnnConfig::named(&self.config)?,
+        };
+        if let Some(n) = self.nuisance {
+            cfg.regularizer.nuisance = n;
+        }
+        if let Some(l) = self.lambda {
+            cfg.regularizer.lambda = l;
+        }
+        cfg.regularizer.all_classes |= self.all_classes;
+        if self.no_unit_norm {
+            cfg.features.frontend.frame.unit_norm = false;
+        }
+        if let Some(lr) = self.lr {
+            match &mut cfg.train.optimizer {
+                OptimizerConfig::Sgd(c) => c.lr = lr,
+                OptimizerConfig::Adam(c) => c.lr = lr,
+                OptimizerConfig::AdamW(c) => c.lr = lr,
+                OptimizerConfig::AdaMax(c) => c.lr = lr,
+            }
+        }
+        if let Some(e) = self.epochs {
+            cfg.train.epochs = e;
+        }
+        if let Some(s) = self.seed {
+            cfg.init_seed = s;
+            cfg.train.seed = s;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    #[command(flatten)]
+    pub corpus: CorpusArgs,
+    #[command(flatten)]
+    pub model: ConfigArgs,
+    /// Also run the baselines (logistic regression on the mean log spectrum, GMM per speaker on MFCC).
+    #[arg(long)]
+    pub baselines: bool,
+    /// Output folder: checkpoints, model.safetensors, speaker_cnn.json, results.json.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    pub corpus: CorpusArgs,
+    /// The output folder of `invar speaker train`.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Results JSON (default MODEL/eval.json).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RobustnessArgs {
+    #[command(flatten)]
+    pub corpus: CorpusArgs,
+    #[command(flatten)]
+    pub model: ConfigArgs,
+    /// Seeds (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    pub seeds: Vec<u64>,
+    /// Regularisers to compare (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "none,scale,offset,gain")]
+    pub nuisances: Vec<Nuisance>,
+    /// Only train with the unit-L2 scaling off (default: both on and off).
+    #[arg(long)]
+    pub only_without_unit_norm: bool,
+    /// Output folder: one run per model, robustness.json, robustness.md, robustness.svg.
+    #[arg(long)]
+    pub out: PathBuf,
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+}
+
+pub fn run(args: SpeakerArgs) -> anyhow::Result<()> {
+    match args.command {
+        SpeakerCommand::Train(a) => train(a),
+        SpeakerCommand::Eval(a) => eval(a),
+        SpeakerCommand::Robustness(a) => robustness(a),
+    }
+}
+
+fn print_evaluations(evals: &[Evaluation]) {
+    println!(
+        "{:<18} {:>7} {:>10} {:>9} {:>10} {:>10}",
+        "condition", "chunks", "chunk acc", "utts", "utt acc", "R"
+    );
+    for e in evals {
+        println!(
+            "{:<18} {:>7} {:>9.1}% {:>9} {:>9.1}% {:>10.3e}",
+            e.condition.label(),
+            e.chunks,
+            100.0 * e.chunk_accuracy,
+            e.utterances,
+            100.0 * e.utterance_accuracy,
+            e.r
+        );
+    }
+}
+
+fn train(args: TrainArgs) -> anyhow::Result<()> {
+    let cfg = args.model.resolve()?;
+    let device = invar_ops::device(&args.device)?;
+    let (train, test) = args.corpus.load()?;
+    let conditions = RobustnessConfig::default().conditions;
+    let baselines = args.baselines.then(BaselineConfig::default);
+    let results = invar_speaker_cnn::run_method(
+        &cfg,
+        baselines.as_ref(),
+        &train,
+        &test,
+        &conditions,
+        &args.out,
+        &device,
+    )?;
+    println!(
+        "speaker CNN `{}` ({} regulariser, λ = {}): {} epochs (best {:?})",
+        cfg.name,
+        cfg.regularizer.nuisance,
+        cfg.regularizer.lambda,
+        results.epochs,
+        results.best_epoch
+    );
+    print_evaluations(&results.evaluations);
+    if !results.baselines.is_empty() {
+        println!(
+            "\n{:<24} {:<18} {:>10} {:>10}",
+            "baseline", "condition", "chunk acc", "utt acc"
+        );
+        for b in &results.baselines {
+            println!(
+                "{:<24} {:<18} {:>9.1}% {:>9.1}%",
+                b.method,
+                b.condition.label(),
+                100.0 * b.chunk_accuracy,
+                100.0 * b.utterance_accuracy
+            );
+        }
+    }
+    println!("results: {}", args.out.join("results.json").display());
+    Ok(())
+}
+
+fn eval(args: EvalArgs) -> anyhow::Result<()> {
+    let device = invar_ops::device(&args.device)?;
+    let trained = invar_speaker_cnn::load_cnn(&args.model, &device)?;
+    let (_, test) = args.corpus.load()?;
+    let evals = RobustnessConfig::default()
+        .conditions
+        .iter()
+        .map(|&c| invar_speaker_cnn::evaluate(&trained, &test, c, &device))
+        .collect::<Result<Vec<_>, _>>()?;
+    print_evaluations(&evals);
+    if let Some(id) = evals.first().and_then(|e| e.identification.as_ref()) {
+        println!("\nconfusion (clean, utterances; rows reference, columns predicted):");
+        println!(
+            "{:>10} {}",
+            "",
+            id.labels
+                .iter()
+                .map(|l| format!("{l:>6}"))
+                .collect::<String>()
+        );
+        for (l, row) in id.labels.iter().zip(&id.confusion) {
+            println!(
+                "{l:>10} {}",
+                row.iter().map(|c| format!("{c:>6}")).collect::<String>()
+            );
+        }
+    }
+    let json = args.json.unwrap_or_else(|| args.model.join("eval.json"));
+    invar_io::write_json(&json, &evals)?;
+    println!("results: {}", json.display());
+    Ok(())
+}
+
+fn robustness(args: RobustnessArgs) -> anyhow::Result<()> {
+    let cfg = args.model.resolve()?;
+    let device = invar_ops::device(&args.device)?;
+    let (train, test) = args.corpus.load()?;
+    let grid = RobustnessConfig {
+        nuisances: args.nuisances.clone(),
+        lambda: args.model.lambda,
+        unit_norm: if args.only_without_unit_norm {
+            vec![false]
+        } else {
+            vec![true, false]
+        },
+        seeds: args.seeds.clone(),
+        ..RobustnessConfig::default()
+    };
+    let report = invar_speaker_cnn::robustness(
+        &cfg,
+        &grid,
+        &train,
+        &test,
+        &args.out,
+        &device,
+        &mut |name, done, total| {
+            tracing::info!("model {done}/{total} trained and evaluated: {name}");
+        },
+    )?;
+    let table = report.markdown();
+    println!(
+        "chunk accuracy (%) of `{}`, mean (min–max) over seeds {:?}:\n{table}",
+        cfg.name, grid.seeds
+    );
+    write_outputs(&args.out, &report, &table)?;
+    Ok(())
+}
+
+fn write_outputs(
+    out: &Path,
+    report: &invar_speaker_cnn::RobustnessReport,
+    table: &str,
+) -> anyhow::Result<()> {
+    invar_io::write_json(out.join("robustness.json"), report)?;
+    invar_io::write_text(out.join("robustness.md"), table)?;
+    invar_speaker_cnn::plot_robustness(report, &out.join("robustness.svg"))?;
+    println!("results: {}/robustness.{{json,md,svg}}", out.display());
+    Ok(())
+}
