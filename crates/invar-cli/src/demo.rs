@@ -99,6 +99,7 @@ struct Plan {
     shared: Vec<Stage>,
     partition: Vec<Stage>,
     supervector: Vec<Stage>,
+    speaker: Vec<Stage>,
 }
 
 fn plan(cfg: &DemoConfig, out: &Path) -> Plan {
@@ -330,10 +331,52 @@ fn plan(cfg: &DemoConfig, out: &Path) -> Plan {
             ],
         ),
     ];
+    let elsdsr = p("corpus-elsdsr");
+    let mut robustness = Stage::new(
+        "speaker robustness",
+        &[
+            &"speaker",
+            &"robustness",
+            &"--corpus",
+            &elsdsr,
+            &"--layout",
+            &"elsdsr",
+            &"--epochs",
+            &cfg.speaker_epochs,
+            &"--seeds",
+            &seed,
+            &"--out",
+            &p("speaker"),
+        ],
+    );
+    if cfg.speaker_only_without_unit_norm {
+        robustness.args.push("--only-without-unit-norm".to_owned());
+    }
+    let mut synth_elsdsr = Stage::new(
+        "synth elsdsr",
+        &[
+            &"synth",
+            &"--out",
+            &elsdsr,
+            &"--layout",
+            &"elsdsr",
+            &"--speakers",
+            &cfg.speakers,
+            &"--utterances",
+            &cfg.utterances,
+            &"--seed",
+            &seed,
+        ],
+    );
+    if cfg.quick_corpus {
+        synth_elsdsr.args.push("--quick".to_owned());
+    }
+    let speaker = vec![synth_elsdsr, robustness];
     Plan {
         shared,
         partition,
         supervector,
+        speaker,
     }
 }
 
@@ -381,6 +424,13 @@ fn merge_items(parts: &[PathBuf], merged: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn not_available<T>(method: &str, krate: &str, command: &str) -> Section<T> {
+    tracing::warn!("method {method}: this build has no `invar {command}`; its section is skipped");
+    Section::NotAvailable {
+        reason: format!("method {method} ({krate}) has no `invar {command}` command in this build"),
+    }
+}
+
 fn run_section<T>(
     runner: &mut Runner,
     stages: &[Stage],
@@ -418,6 +468,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         .iter()
         .chain(&plan.partition)
         .chain(&plan.supervector)
+        .chain(&plan.speaker)
         .collect();
     let script: String = std::iter::once(
         "#!/bin/sh\n# The stages of this `invar demo` run, in order.\nset -e\n".to_owned(),
@@ -447,34 +498,44 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let m = cfg.components;
     let d = cfg.partition_outputs;
     let abx_dir = out.join("abx");
-    let partition = run_section(&mut runner, &plan.partition, || {
-        Ok(summary::PartitionSection {
-            abx: vec![
-                summary::read_abx(
-                    &abx_dir.join("mfcc"),
-                    "MFCC+Δ+ΔΔ (CMVN)",
-                    3 * fe.mfcc.num_ceps,
-                )?,
-                summary::read_abx(&abx_dir.join("posteriors"), "UBM posteriorgram", m)?,
-                summary::read_abx(&abx_dir.join("soft"), "partition, soft", d)?,
-                summary::read_abx(&abx_dir.join("binary"), "partition, binary", d)?,
-            ],
-            partition: summary::read_partition(&out.join("partition"))?,
+    let partition = if !runner.has_command("partition") {
+        runner.skip(plan.partition.len());
+        not_available("000", "invar-partition", "partition")
+    } else {
+        run_section(&mut runner, &plan.partition, || {
+            Ok(summary::PartitionSection {
+                abx: vec![
+                    summary::read_abx(
+                        &abx_dir.join("mfcc"),
+                        "MFCC+Δ+ΔΔ (CMVN)",
+                        3 * fe.mfcc.num_ceps,
+                    )?,
+                    summary::read_abx(&abx_dir.join("posteriors"), "UBM posteriorgram", m)?,
+                    summary::read_abx(&abx_dir.join("soft"), "partition, soft", d)?,
+                    summary::read_abx(&abx_dir.join("binary"), "partition, binary", d)?,
+                ],
+                partition: summary::read_partition(&out.join("partition"))?,
+            })
         })
-    });
+    };
     let supervector = run_section(&mut runner, &plan.supervector, || {
         summary::read_supervector(&out.join("autoencoder"))
     });
+    let speaker_cnn = if !runner.has_command("speaker") {
+        runner.skip(plan.speaker.len());
+        not_available("001", "invar-speaker-cnn", "speaker")
+    } else {
+        run_section(&mut runner, &plan.speaker, || {
+            summary::read_speaker(&out.join("speaker"))
+        })
+    };
     runner.finish();
 
     let summary = DemoSummary {
         config: cfg,
         corpus,
         partition,
-        speaker_cnn: Section::NotAvailable {
-            reason: "method 001 (invar-speaker-cnn) has no `invar speaker` command in this build"
-                .to_owned(),
-        },
+        speaker_cnn,
         supervector,
         stages: runner.records.clone(),
         seconds: started.elapsed().as_secs_f64(),
@@ -490,6 +551,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     print!("{}", summary::table(&summary));
     println!("report: {}", out.join("report.md").display());
     let failed = matches!(summary.partition, Section::Failed { .. })
+        || matches!(summary.speaker_cnn, Section::Failed { .. })
         || matches!(summary.supervector, Section::Failed { .. });
     anyhow::ensure!(
         !failed,
@@ -554,6 +616,7 @@ mod tests {
             .iter()
             .chain(&plan.partition)
             .chain(&plan.supervector)
+            .chain(&plan.speaker)
             .map(Stage::command_line)
             .collect();
         assert!(lines.iter().any(|l| l

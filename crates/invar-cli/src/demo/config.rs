@@ -31,6 +31,11 @@ pub struct DemoConfig {
     pub autoencoder_widths: Vec<usize>,
     /// Method 002: training epochs.
     pub autoencoder_epochs: usize,
+    /// Method 001: training epochs of each CNN (one per regulariser, with and without unit-L2
+    /// scaling unless `speaker_only_without_unit_norm`).
+    pub speaker_epochs: usize,
+    /// Method 001: only train with the unit-L2 scaling off (where a gain regulariser can matter).
+    pub speaker_only_without_unit_norm: bool,
 }
 
 impl Default for DemoConfig {
@@ -48,6 +53,8 @@ impl Default for DemoConfig {
             ivector_iters: 5,
             autoencoder_widths: vec![500, 100, 40],
             autoencoder_epochs: 60,
+            speaker_epochs: 10,
+            speaker_only_without_unit_norm: false,
         }
     }
 }
@@ -68,6 +75,8 @@ impl DemoConfig {
             ivector_iters: 3,
             autoencoder_widths: vec![200, 40],
             autoencoder_epochs: 15,
+            speaker_epochs: 2,
+            speaker_only_without_unit_norm: true,
             ..Self::default()
         }
     }
@@ -84,6 +93,7 @@ impl DemoConfig {
             ("ivector_rank", self.ivector_rank),
             ("ivector_iters", self.ivector_iters),
             ("autoencoder_epochs", self.autoencoder_epochs),
+            ("speaker_epochs", self.speaker_epochs),
         ];
         for (name, value) in positive {
             anyhow::ensure!(value > 0, "demo config: `{name}` must be at least 1");

@@ -186,6 +186,17 @@ impl Runner {
         Ok(())
     }
 
+    /// Whether this build of `invar` has the subcommand `name` (`invar NAME --help` succeeds).
+    pub fn has_command(&self, name: &str) -> bool {
+        Command::new(&self.exe)
+            .args([name, "--help"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
     /// Counts a stage that will not run (its section was skipped), keeping the progress total true.
     pub fn skip(&mut self, n: usize) {
         self.done += n;

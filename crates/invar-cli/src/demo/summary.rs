@@ -74,6 +74,91 @@ pub enum Section<T> {
     },
 }
 
+/// Method 001's numbers: utterance accuracy of each trained CNN under each condition.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SpeakerSection {
+    /// Condition labels, in the order of each row's `accuracy`.
+    pub conditions: Vec<String>,
+    pub rows: Vec<SpeakerRow>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SpeakerRow {
+    pub regulariser: String,
+    pub unit_norm: bool,
+    pub seed: u64,
+    /// Utterance accuracy in [0, 1] per condition (None where the run lacked that condition).
+    pub accuracy: Vec<Option<f64>>,
+}
+
+#[derive(Deserialize)]
+struct RobustnessFile {
+    rows: Vec<RobustnessRow>,
+}
+
+#[derive(Deserialize)]
+struct RobustnessRow {
+    nuisance: String,
+    unit_norm: bool,
+    seed: u64,
+    condition: serde_json::Value,
+    utterance_accuracy: f64,
+}
+
+/// A short label for an evaluation condition of `invar speaker` (`clean`, `gain-20dB`, …).
+fn condition_label(c: &serde_json::Value) -> String {
+    let num = |k: &str| c[k].as_f64().unwrap_or(f64::NAN);
+    match c["kind"].as_str().unwrap_or("?") {
+        "clean" => "clean".to_owned(),
+        "gain" => format!("gain{:+}dB", num("db")),
+        "ramp" => format!("ramp{:+}..{:+}dB", num("from_db"), num("to_db")),
+        "logoffset" => format!("logoff{:+}", num("offset")),
+        other => other.to_owned(),
+    }
+}
+
+/// Method 001's table from `invar speaker robustness`'s robustness.json.
+pub fn read_speaker(folder: &Path) -> anyhow::Result<SpeakerSection> {
+    let file: RobustnessFile = read(&folder.join("robustness.json"))?;
+    anyhow::ensure!(!file.rows.is_empty(), "{} has no rows", folder.display());
+    let mut conditions: Vec<String> = Vec::new();
+    let mut rows: Vec<SpeakerRow> = Vec::new();
+    for r in &file.rows {
+        let label = condition_label(&r.condition);
+        let ci = match conditions.iter().position(|c| *c == label) {
+            Some(i) => i,
+            None => {
+                conditions.push(label);
+                for row in &mut rows {
+                    row.accuracy.push(None);
+                }
+                conditions.len() - 1
+            }
+        };
+        let ri = match rows.iter().position(|x| {
+            x.regulariser == r.nuisance && x.unit_norm == r.unit_norm && x.seed == r.seed
+        }) {
+            Some(i) => i,
+            None => {
+                rows.push(SpeakerRow {
+                    regulariser: r.nuisance.clone(),
+                    unit_norm: r.unit_norm,
+                    seed: r.seed,
+                    accuracy: vec![None; conditions.len()],
+                });
+                rows.len() - 1
+            }
+        };
+        rows[ri].accuracy[ci] = Some(r.utterance_accuracy);
+    }
+    Ok(SpeakerSection { conditions, rows })
+}
+
+fn acc(a: Option<f64>) -> String {
+    a.map(|x| format!("{:.1}", 100.0 * x))
+        .unwrap_or_else(|| "-".to_owned())
+}
+
 /// Method 000's numbers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PartitionSection {
@@ -94,7 +179,7 @@ pub struct DemoSummary {
     pub config: DemoConfig,
     pub corpus: CorpusSummary,
     pub partition: Section<PartitionSection>,
-    pub speaker_cnn: Section<serde_json::Value>,
+    pub speaker_cnn: Section<SpeakerSection>,
     pub supervector: Section<SupervectorSection>,
     pub stages: Vec<StageRecord>,
     pub seconds: f64,
@@ -223,7 +308,35 @@ pub fn table(s: &DemoSummary) -> String {
         out,
         "(001) speaker CNN with invariance regularisers — accuracy clean and under gain shifts"
     );
-    let _ = writeln!(out, "  {}", section_note(&s.speaker_cnn));
+    match &s.speaker_cnn {
+        Section::Done(sp) => {
+            let _ = write!(
+                out,
+                "  utterance accuracy %  {:<8} {:<7}",
+                "reg.", "unit-L2"
+            );
+            for c in &sp.conditions {
+                let _ = write!(out, " {c:>15}");
+            }
+            let _ = writeln!(out);
+            for r in &sp.rows {
+                let _ = write!(
+                    out,
+                    "  {:<19}  {:<8} {:<7}",
+                    format!("seed {}", r.seed),
+                    r.regulariser,
+                    if r.unit_norm { "yes" } else { "no" }
+                );
+                for a in &r.accuracy {
+                    let _ = write!(out, " {:>15}", acc(*a));
+                }
+                let _ = writeln!(out);
+            }
+        }
+        other => {
+            let _ = writeln!(out, "  {}", section_note(other));
+        }
+    }
     let _ = writeln!(out);
     let _ = writeln!(
         out,
@@ -339,8 +452,46 @@ pub fn report_markdown(s: &DemoSummary, root: &Path) -> String {
         }
     }
 
-    md.push_str("## (001) Speaker CNN with invariance regularisers\n\n");
-    let _ = writeln!(md, "{}\n", section_note(&s.speaker_cnn));
+    md.push_str(
+        "## (001) Speaker CNN with invariance regularisers: the speaker without the gain\n\n",
+    );
+    match &s.speaker_cnn {
+        Section::Done(sp) => {
+            md.push_str(
+                "Utterance-level identification accuracy (%) on the ELSDSR-layout corpus's test \
+                 utterances, clean and after a waveform gain, a gain ramp, or an offset of the log \
+                 spectrum. One CNN per regulariser (λ·R added to the cross-entropy), with the \
+                 original's unit-L2 scaling of each signal on or off: a constant gain is cancelled \
+                 by that scaling, so the regularisers can only matter without it.\n\n",
+            );
+            md.push_str("| regulariser | unit-L2 | seed |");
+            for c in &sp.conditions {
+                let _ = write!(md, " {c} |");
+            }
+            md.push_str("\n| --- | --- | ---: |");
+            for _ in &sp.conditions {
+                md.push_str(" ---: |");
+            }
+            md.push('\n');
+            for r in &sp.rows {
+                let _ = write!(
+                    md,
+                    "| {} | {} | {} |",
+                    r.regulariser,
+                    if r.unit_norm { "yes" } else { "no" },
+                    r.seed
+                );
+                for a in &r.accuracy {
+                    let _ = write!(md, " {} |", acc(*a));
+                }
+                md.push('\n');
+            }
+            md.push_str("\nPlot: [accuracy under gain changes](speaker/robustness.svg).\n\n");
+        }
+        other => {
+            let _ = writeln!(md, "{}\n", section_note(other));
+        }
+    }
 
     md.push_str("## (002) Supervector autoencoder: the speaker without what was said\n\n");
     match &s.supervector {
@@ -443,6 +594,33 @@ mod tests {
         let v = serde_json::to_value(&s).unwrap();
         assert_eq!(v["status"], "not_available");
         assert_eq!(v["reason"], "r");
+    }
+
+    #[test]
+    fn speaker_rows_pivot_conditions_into_columns() {
+        let dir = tempfile::tempdir().unwrap();
+        let row = |n: &str, u: bool, c: serde_json::Value, a: f64| {
+            serde_json::json!({"nuisance": n, "lambda": 0.1, "unit_norm": u, "seed": 0,
+                "condition": c, "chunk_accuracy": 0.0, "utterance_accuracy": a, "r": 0.0, "epochs": 2})
+        };
+        let clean = serde_json::json!({"kind": "clean"});
+        let gain = serde_json::json!({"kind": "gain", "db": -20.0});
+        let file = serde_json::json!({"config": "original", "rows": [
+            row("none", false, clean.clone(), 0.5),
+            row("none", false, gain.clone(), 0.25),
+            row("gain", false, clean, 0.75),
+        ]});
+        std::fs::write(dir.path().join("robustness.json"), file.to_string()).unwrap();
+        let sp = read_speaker(dir.path()).unwrap();
+        assert_eq!(sp.conditions, ["clean", "gain-20dB"]);
+        assert_eq!(sp.rows.len(), 2);
+        assert_eq!(sp.rows[0].accuracy, [Some(0.5), Some(0.25)]);
+        assert_eq!(sp.rows[1].regulariser, "gain");
+        assert_eq!(sp.rows[1].accuracy, [Some(0.75), None]);
+        assert_eq!(
+            condition_label(&serde_json::json!({"kind": "ramp", "from_db": -10.0, "to_db": 10.0})),
+            "ramp-10..+10dB"
+        );
     }
 
     #[test]
