@@ -126,7 +126,7 @@ impl Default for RefineConfig {
         Self {
             extend: 10,
             trim: 0.6,
-            threshold: 0.8,
+            threshold: 0.75,
             min_frames: 25,
             max_frames: 300,
         }
