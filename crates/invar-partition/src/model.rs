@@ -1,9 +1,8 @@
 //! The model `f(x) = x·W` with `W = rownorm(|V|)`: the differentiable form used in training, and the
 //! trained [`Partition`] (plain `f32`) used to map posteriorgrams, soft or hard.
 
-use candle_core::{Tensor, D};
+use candle_core::{Device, Tensor, D};
 use invar_io::Matrix;
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
@@ -156,8 +155,7 @@ impl Partition {
         }
     }
 
-    /// `x·W` for a `frames × M` posteriorgram: `frames × D`. Rows are split over rayon; each output row
-    /// is a sum of W's rows weighted by the input (zeros skipped, as posteriorgrams are sparse).
+    /// `x·W` for a `frames × M` posteriorgram: `frames × D`, one GEMM (candle's CPU matmul).
     pub fn apply(&self, x: &Matrix) -> Result<Matrix> {
         if x.cols != self.w.rows {
             return Err(Error::Shape {
@@ -167,22 +165,13 @@ impl Partition {
             });
         }
         let d = self.w.cols;
-        let mut out = Matrix::zeros(x.rows, d);
-        if d == 0 {
-            return Ok(out);
+        if x.rows == 0 || x.cols == 0 || d == 0 {
+            return Ok(Matrix::zeros(x.rows, d));
         }
-        out.data
-            .par_chunks_mut(d)
-            .zip(x.data.par_chunks(x.cols.max(1)))
-            .for_each(|(o, xr)| {
-                for (m, &p) in xr.iter().enumerate() {
-                    if p != 0.0 {
-                        for (ok, &wk) in o.iter_mut().zip(self.w.row(m)) {
-                            *ok += p * wk;
-                        }
-                    }
-                }
-            });
-        Ok(out)
+        let dev = Device::Cpu;
+        let xt = Tensor::from_slice(&x.data, (x.rows, x.cols), &dev)?; // [N, M]
+        let wt = Tensor::from_slice(&self.w.data, (self.w.rows, d), &dev)?; // [M, D]
+        let y = xt.matmul(&wt)?.flatten_all()?.to_vec1::<f32>()?; // [N, D]
+        Ok(Matrix::new(x.rows, d, y)?)
     }
 }
