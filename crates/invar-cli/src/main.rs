@@ -12,6 +12,7 @@ mod eval;
 mod features;
 mod gmm;
 mod ivector;
+mod partition;
 mod speaker;
 mod supervector;
 mod synth;
@@ -49,6 +50,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Method 001: speaker CNN with scale/offset/gain invariance regularisers (train, eval, robustness).
     Speaker(speaker::SpeakerArgs),
+    /// Method 000: partition posteriorgram classes into fewer, speaker-invariant ones.
+    Partition(partition::PartitionArgs),
     // </variants>
 }
 
@@ -67,6 +70,7 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Utd(args)) => utd::run(args),
         Some(Command::Demo(args)) => demo::run(args),
         Some(Command::Speaker(args)) => speaker::run(args),
+        Some(Command::Partition(args)) => partition::run(args),
         // </arms>
         None => {
             use clap::CommandFactory;

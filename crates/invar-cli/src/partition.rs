@@ -1,0 +1,244 @@
+//! `invar partition train | apply`: method 000 (posteriorgram partitioning) through invar-partition.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use invar_data::{FeatureSet, Layout};
+use invar_partition::{
+    apply_featureset, gold_classes, read_model, run as run_partition, Partition, PartitionConfig,
+    Posteriorgrams, SilhouetteConfig,
+};
+
+/// Method 000: learn a speaker-invariant partition of posteriorgram classes, and apply it.
+#[derive(Debug, Args)]
+pub struct PartitionArgs {
+    #[command(subcommand)]
+    pub command: PartitionCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PartitionCommand {
+    /// Train W from a posteriorgram set and term-discovery classes (or gold word classes).
+    Train(TrainArgs),
+    /// Map a posteriorgram set through a trained W (soft, or the binary partition with --hard).
+    Apply(ApplyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// Posteriorgram feature set (manifest.tsv + one .npy per utterance, e.g. from `invar gmm posteriors`).
+    #[arg(long)]
+    pub posteriors: PathBuf,
+    /// ZRTools class file (`Class N` blocks of `file start end`, seconds); file = utterance id.
+    #[arg(
+        long,
+        conflicts_with = "gold_corpus",
+        required_unless_present = "gold_corpus"
+    )]
+    pub classes: Option<PathBuf>,
+    /// Gold mode (a topline): build classes from this corpus's word alignments (.WRD).
+    #[arg(long)]
+    pub gold_corpus: Option<PathBuf>,
+    /// Layout of --gold-corpus: timit, elsdsr or list.
+    #[arg(long, default_value = "timit")]
+    pub layout: Layout,
+    /// Sample rate the word alignments count in.
+    #[arg(long, default_value_t = 16000.0)]
+    pub sample_rate: f64,
+    /// Output folder: W.npy, V.npy, mapping.json, W.svg, config.json, results.json, train/.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Configuration as JSON (a `PartitionConfig`; missing fields take the paper's defaults).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// D, the number of output classes.
+    #[arg(long)]
+    pub outputs: Option<usize>,
+    #[arg(long)]
+    pub alpha: Option<f64>,
+    #[arg(long)]
+    pub lambda: Option<f64>,
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Cap on fragment pairs per class (word type); 0: no cap.
+    #[arg(long)]
+    pub max_pairs_per_class: Option<usize>,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Continue from the newest good checkpoint in OUT/train.
+    #[arg(long)]
+    pub resume: bool,
+    /// Also report the silhouette of the classes (DTW + symmetric KL) before and after.
+    #[arg(long)]
+    pub silhouette: bool,
+    /// cpu or cuda[:N].
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Also write the results JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// A model folder written by `invar partition train` (its W.npy).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Posteriorgram feature set to map.
+    #[arg(long)]
+    pub posteriors: PathBuf,
+    /// Output feature set folder.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Use the binary partition (each input class to the argmax of its W row).
+    #[arg(long)]
+    pub hard: bool,
+    /// Instead of the model, apply a uniformly random hard partition of the same size (M → D), drawn
+    /// from this seed: the control that shows whether the learned grouping is what helps.
+    #[arg(long, conflicts_with = "hard")]
+    pub random_control: Option<u64>,
+}
+
+pub fn run(args: PartitionArgs) -> anyhow::Result<()> {
+    match args.command {
+        PartitionCommand::Train(a) => train(a),
+        PartitionCommand::Apply(a) => apply(a),
+    }
+}
+
+fn train(a: TrainArgs) -> anyhow::Result<()> {
+    let mut cfg: PartitionConfig = match &a.config {
+        Some(p) => invar_io::read_json(p)?,
+        None => PartitionConfig::default(),
+    };
+    if let Some(v) = a.outputs {
+        cfg.model.outputs = v;
+    }
+    if let Some(v) = a.alpha {
+        cfg.loss.alpha = v;
+    }
+    if let Some(v) = a.lambda {
+        cfg.loss.lambda = v;
+    }
+    if let Some(v) = a.epochs {
+        cfg.optim.epochs = v;
+    }
+    if let Some(v) = a.batch_size {
+        cfg.optim.batch_size = v;
+    }
+    if let Some(v) = a.max_pairs_per_class {
+        cfg.pairs.max_fragment_pairs_per_class = (v > 0).then_some(v);
+    }
+    if let Some(v) = a.seed {
+        cfg.seed = v;
+    }
+    cfg.validate()?;
+    let device = invar_ops::device(&a.device)?;
+    let set = FeatureSet::open(&a.posteriors)?;
+    let post = Posteriorgrams::from_featureset(&set)?;
+    let classes = match (&a.classes, &a.gold_corpus) {
+        (Some(path), _) => invar_data::read_classes(path)?,
+        (None, Some(root)) => {
+            let corpus = invar_data::read_corpus(a.layout, root)?;
+            let classes = gold_classes(&corpus.utterances, a.sample_rate, &["h#", "pau", "sil"]);
+            std::fs::create_dir_all(&a.out)
+                .with_context(|| format!("creating {}", a.out.display()))?;
+            invar_data::write_classes(a.out.join("gold-classes.txt"), &classes)?;
+            classes
+        }
+        (None, None) => anyhow::bail!("give --classes FILE or --gold-corpus PATH"),
+    };
+    tracing::info!(
+        utterances = post.len(),
+        frames = post.frames.rows,
+        dims = post.dim(),
+        classes = classes.len(),
+        "training a partition into {} outputs",
+        cfg.model.outputs
+    );
+    let sil = a.silhouette.then(SilhouetteConfig::default);
+    let report = run_partition(
+        &post,
+        &classes,
+        &cfg,
+        &a.out,
+        &device,
+        a.resume,
+        None,
+        sil.as_ref(),
+    )?;
+
+    println!("partition (method 000)        {}", a.out.display());
+    println!(
+        "  inputs M / outputs D        {} / {}",
+        report.inputs, report.outputs
+    );
+    println!("  outputs in use              {}", report.outputs_in_use);
+    println!(
+        "  classes used / fragments    {} / {}",
+        report.pairs.classes_used, report.pairs.fragments
+    );
+    println!(
+        "  frame pairs same / diff     {} / {}",
+        report.pairs.same_frame_pairs, report.pairs.diff_frame_pairs
+    );
+    println!(
+        "  epochs (best)               {} ({})",
+        report.epochs,
+        report.best_epoch.map_or("-".into(), |b| b.to_string())
+    );
+    for (k, v) in &report.best_metrics {
+        println!("  {k:<28}{v:.4}");
+    }
+    if let (Some(i), Some(o)) = (report.silhouette_input, report.silhouette_output) {
+        println!("  silhouette input / output   {i:.4} / {o:.4}");
+    }
+    if let Some(path) = &a.json {
+        invar_io::write_json(path, &report)?;
+    }
+    Ok(())
+}
+
+fn apply(a: ApplyArgs) -> anyhow::Result<()> {
+    let mut partition = read_model(&a.model)?;
+    if let Some(seed) = a.random_control {
+        partition = Partition::random_hard(partition.inputs(), partition.outputs(), seed);
+    }
+    let set = FeatureSet::open(&a.posteriors)?;
+    let entries = apply_featureset(&partition, &set, &a.out, a.hard)?;
+    let frames: usize = entries.iter().map(|e| e.frames).sum();
+    let mapping = partition.mapping();
+    let summary = serde_json::json!({
+        "model": a.model,
+        "input": a.posteriors,
+        "out": a.out,
+        "hard": a.hard,
+        "random_control": a.random_control,
+        "utterances": entries.len(),
+        "frames": frames,
+        "inputs": mapping.inputs,
+        "outputs": mapping.outputs,
+        "outputs_in_use": mapping.outputs_in_use,
+    });
+    let kind = match (a.random_control, a.hard) {
+        (Some(_), _) => "random hard control",
+        (None, true) => "hard",
+        (None, false) => "soft",
+    };
+    println!("partition apply ({kind})");
+    println!(
+        "  utterances / frames         {} / {}",
+        entries.len(),
+        frames
+    );
+    println!(
+        "  inputs M / outputs D        {} / {}",
+        mapping.inputs, mapping.outputs
+    );
+    println!("  outputs in use              {}", mapping.outputs_in_use);
+    invar_io::write_json(a.out.join("partition.json"), &summary)?;
+    Ok(())
+}
