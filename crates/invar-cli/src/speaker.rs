@@ -38,6 +38,12 @@ pub struct CorpusArgs {
     /// elsdsr (its own train/test).
     #[arg(long, default_value = "elsdsr")]
     pub layout: Layout,
+    /// TIMIT filter: keep speakers with at least this many long utterances (001: 10).
+    #[arg(long)]
+    pub min_count: Option<usize>,
+    /// TIMIT filter: an utterance is long with at least this many 256/128 frames (001: 300).
+    #[arg(long)]
+    pub min_frames: Option<u64>,
 }
 
 impl CorpusArgs {
@@ -47,7 +53,15 @@ impl CorpusArgs {
         Vec<invar_speaker_cnn::LabeledAudio>,
         Vec<invar_speaker_cnn::LabeledAudio>,
     )> {
-        let recipe = CorpusRecipe::for_layout(self.layout);
+        let mut recipe = CorpusRecipe::for_layout(self.layout);
+        if let Some(filter) = recipe.filter.as_mut() {
+            if let Some(n) = self.min_count {
+                filter.min_count = n;
+            }
+            if let Some(f) = self.min_frames {
+                filter.min_frames = f;
+            }
+        }
         let (train, test) = invar_speaker_cnn::load_corpus(self.layout, &self.corpus, &recipe)?;
         tracing::info!(
             train = train.len(),
