@@ -470,11 +470,23 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         .chain(&plan.supervector)
         .chain(&plan.speaker)
         .collect();
-    let script: String = std::iter::once(
-        "#!/bin/sh\n# The stages of this `invar demo` run, in order.\nset -e\n".to_owned(),
-    )
-    .chain(all.iter().map(|s| format!("{}\n", s.command_line())))
-    .collect();
+    let quote = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', "'\\''"));
+    let corpus_dir = out.join("corpus");
+    let merge_line = format!(
+        "(cat {}; tail -n +2 {}) > {}\n",
+        quote(&corpus_dir.join("train.item")),
+        quote(&corpus_dir.join("test.item")),
+        quote(&out.join("all.item"))
+    );
+    let mut script =
+        String::from("#!/bin/sh\n# The stages of this `invar demo` run, in order.\nset -e\n");
+    for (i, stage) in all.iter().enumerate() {
+        script.push_str(&stage.command_line());
+        script.push('\n');
+        if i + 1 == plan.shared.len() {
+            script.push_str(&merge_line);
+        }
+    }
     invar_io::write_text(out.join("commands.sh"), &script)?;
     tracing::info!(
         "invar demo: {} stages into {} (seed {})",
