@@ -71,7 +71,14 @@ pub fn run(args: &[String]) -> Result<()> {
             std::fs::remove_dir_all(&dir)
                 .with_context(|| format!("cannot clear old results in {}", dir.display()))?;
         }
-        let mut cargo_args = vec!["bench", "-p", krate.as_str(), "--benches", "--"];
+        // Name each criterion target: `--benches` would also run the library's libtest
+        // harness, which refuses criterion's arguments.
+        let targets = bench_targets(&root.join("crates").join(krate))?;
+        let mut cargo_args = vec!["bench", "-p", krate.as_str()];
+        for t in &targets {
+            cargo_args.extend(["--bench", t.as_str()]);
+        }
+        cargo_args.push("--");
         cargo_args.extend(opts.criterion.iter().map(String::as_str));
         if let Err(e) = cargo_with_env(&cargo_args, &[("CRITERION_HOME", dir.as_os_str())]) {
             eprintln!("error: {e:#}; going on with the other crates");
@@ -109,6 +116,27 @@ fn crates_with_benches(root: &Path) -> Result<Vec<String>> {
         }
     }
     names.sort();
+    Ok(names)
+}
+
+/// The bench targets of a crate: the stems of `benches/*.rs` (cargo's own naming), sorted.
+fn bench_targets(krate: &Path) -> Result<Vec<String>> {
+    let dir = krate.join("benches");
+    let mut names = Vec::new();
+    for entry in
+        std::fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))?
+    {
+        let path = entry?.path();
+        if path.extension() == Some(OsStr::new("rs")) {
+            if let Some(stem) = path.file_stem() {
+                names.push(stem.to_string_lossy().into_owned());
+            }
+        }
+    }
+    names.sort();
+    if names.is_empty() {
+        bail!("{} holds no .rs bench files", dir.display());
+    }
     Ok(names)
 }
 
@@ -386,6 +414,19 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("- CPU: test"));
+    }
+
+    #[test]
+    fn bench_targets_are_the_bench_file_stems() {
+        let dir = tempfile_dir();
+        let benches = dir.join("benches");
+        std::fs::create_dir_all(&benches).unwrap();
+        std::fs::write(benches.join("ops.rs"), "").unwrap();
+        std::fs::write(benches.join("dtw.rs"), "").unwrap();
+        std::fs::write(benches.join("README.md"), "").unwrap();
+        let names = bench_targets(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(names, ["dtw", "ops"]);
     }
 
     #[test]
