@@ -5,5 +5,6 @@ use anyhow::Result;
 use crate::cargo;
 
 pub fn run() -> Result<()> {
-    cargo(&["test", "--workspace", "--all-targets"])
+    // Run every test binary even after a failure, so one run shows every broken test.
+    cargo(&["test", "--workspace", "--all-targets", "--no-fail-fast"])
 }
