@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 use invar_data::{corpus_stats, read_corpus, Layout};
 
-use crate::features::Progress;
+use crate::progress::Progress;
 
 /// Inspect a corpus.
 #[derive(Debug, Args)]

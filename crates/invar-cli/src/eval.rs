@@ -12,7 +12,7 @@ use invar_io::Matrix;
 use invar_ops::FrameDistance;
 use serde::Serialize;
 
-use crate::gmm::Progress;
+use crate::progress::Progress;
 
 /// ABX discriminability, speaker verification, speaker identification.
 #[derive(Debug, Args)]

@@ -2,13 +2,11 @@
 //! supervectors, over a feature set written by `invar features`.
 
 use std::borrow::Cow;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+
+use crate::progress::Progress;
 use clap::{Args, Subcommand};
 use invar_data::{FeatureEntry, FeatureSet, FeatureSetWriter, Shard, Split, SupervectorSet};
 use invar_gmm::{DiagGmm, EmConfig, FrameSource, GmmMeta, InitMethod, MapConfig, SourceError};
@@ -545,63 +543,6 @@ fn supervectors(args: SupervectorsArgs) -> anyhow::Result<()> {
     let json = results_path(args.json, &args.out, shard);
     invar_io::write_json(&json, &summary)?;
     Ok(())
-}
-
-/// Progress of a long loop: an indicatif bar when stderr is a terminal, otherwise a `tracing`
-/// line at most every ten seconds (batch jobs). Safe to advance from many threads.
-pub(crate) struct Progress {
-    bar: Option<indicatif::ProgressBar>,
-    total: u64,
-    done: AtomicU64,
-    what: &'static str,
-    last_log: Mutex<Instant>,
-}
-
-impl Progress {
-    pub(crate) fn new(total: u64, what: &'static str) -> Self {
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = indicatif::ProgressBar::new(total);
-            if let Ok(style) =
-                indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} eta {eta}")
-            {
-                bar.set_style(style.progress_chars("=> "));
-            }
-            bar.set_message(what);
-            bar
-        });
-        Progress {
-            bar,
-            total,
-            done: AtomicU64::new(0),
-            what,
-            last_log: Mutex::new(Instant::now()),
-        }
-    }
-
-    pub(crate) fn inc(&self) {
-        let done = self.done.fetch_add(1, Ordering::Relaxed) + 1;
-        if let Some(bar) = &self.bar {
-            bar.inc(1);
-            return;
-        }
-        let mut last = self.last_log.lock().unwrap_or_else(|p| p.into_inner());
-        if last.elapsed() >= Duration::from_secs(10) {
-            *last = Instant::now();
-            tracing::info!("{}: {done}/{}", self.what, self.total);
-        }
-    }
-
-    pub(crate) fn finish(&self) {
-        if let Some(bar) = &self.bar {
-            bar.finish_and_clear();
-        }
-        tracing::info!(
-            "{}: {}/{} done",
-            self.what,
-            self.done.load(Ordering::Relaxed),
-            self.total
-        );
-    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,8 @@ use invar_io::Matrix;
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::gmm::{per_utterance, stack_rows, Progress, SetSource, StageSummary};
+use crate::gmm::{per_utterance, stack_rows, SetSource, StageSummary};
+use crate::progress::Progress;
 
 /// Train the total-variability matrix, extract i-vectors.
 #[derive(Debug, Args)]

@@ -13,6 +13,7 @@ mod features;
 mod gmm;
 mod ivector;
 mod partition;
+mod progress;
 mod speaker;
 mod supervector;
 mod synth;

@@ -7,7 +7,7 @@ use clap::Args;
 use invar_synth::{generate_with_progress, Layout, Split, SynthConfig};
 use serde::Serialize;
 
-use crate::features::Progress;
+use crate::progress::Progress;
 
 /// Generate a phone-labelled multi-speaker corpus.
 #[derive(Debug, Args)]

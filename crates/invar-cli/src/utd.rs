@@ -9,7 +9,7 @@ use clap::Args;
 use invar_data::{FeatureSet, Layout};
 use invar_utd::{Cmvn, Timing, UtdConfig};
 
-use crate::features::Progress;
+use crate::progress::Progress;
 
 /// Find repeated words and phrases (ZRTools-style LSH + segmental DTW) and write their classes.
 #[derive(Debug, Args)]
