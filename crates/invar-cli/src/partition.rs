@@ -52,20 +52,25 @@ pub struct TrainArgs {
     /// Configuration as JSON (a `PartitionConfig`; missing fields take the paper's defaults).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// D, the number of output classes.
+    /// D, the number of output classes (default 64, the paper's).
     #[arg(long)]
     pub outputs: Option<usize>,
+    /// α, the weight of the different-pair term against the same-pair term (default 1.5).
     #[arg(long)]
     pub alpha: Option<f64>,
+    /// λ, the weight of the normalised-entropy penalty (default 0.1).
     #[arg(long)]
     pub lambda: Option<f64>,
+    /// Maximum training epochs; early stopping (patience 15) usually ends sooner.
     #[arg(long)]
     pub epochs: Option<usize>,
+    /// Frame pairs per minibatch (default 1000).
     #[arg(long)]
     pub batch_size: Option<usize>,
-    /// Cap on fragment pairs per class (word type); 0: no cap.
+    /// Cap on fragment pairs per class (word type); 0: no cap (default 100).
     #[arg(long)]
     pub max_pairs_per_class: Option<usize>,
+    /// Seed of V's initialisation, the pair sampling and the minibatch order (default 0).
     #[arg(long)]
     pub seed: Option<u64>,
     /// Continue from the newest good checkpoint in OUT/train.
