@@ -14,6 +14,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 
+use config::ClassSource;
 pub use config::DemoConfig;
 use stages::{Runner, Stage};
 use summary::{DemoSummary, Section};
@@ -35,6 +36,10 @@ pub struct DemoArgs {
     /// or the quick values with --quick).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Method 000 learns from invar-utd term-discovery classes found in the audio, instead of the
+    /// corpus's gold word alignments (sets the config's `partition_classes = "utd"`).
+    #[arg(long)]
+    pub utd: bool,
     /// Also write results.json here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -75,6 +80,9 @@ fn resolve_config(args: &DemoArgs) -> anyhow::Result<DemoConfig> {
     };
     if let Some(seed) = args.seed {
         cfg.seed = seed;
+    }
+    if args.utd {
+        cfg.partition_classes = ClassSource::Utd;
     }
     cfg.validate()?;
     Ok(cfg)
@@ -193,9 +201,10 @@ fn plan(cfg: &DemoConfig, out: &Path) -> Plan {
             ],
         )
     };
+    let utd_classes = p("utd").join("classes.txt");
     let soft = p("partition").join("soft");
     let binary = p("partition").join("binary");
-    let partition = vec![
+    let mut partition = vec![
         Stage::new(
             "gmm posteriors",
             &[
@@ -211,25 +220,48 @@ fn plan(cfg: &DemoConfig, out: &Path) -> Plan {
         ),
         abx("mfcc", &mfcc, "angular"),
         abx("posteriors", &post, "symmetric-kl"),
-        Stage::new(
-            "partition train",
-            &[
-                &"partition",
-                &"train",
-                &"--posteriors",
-                &post,
-                &"--gold-corpus",
-                &corpus,
-                &"--out",
-                &p("partition"),
-                &"--outputs",
-                &cfg.partition_outputs,
-                &"--epochs",
-                &cfg.partition_epochs,
-                &"--seed",
-                &seed,
-            ],
-        ),
+        match cfg.partition_classes {
+            // Gold mode: classes from the corpus's word alignments (a topline).
+            ClassSource::Gold => Stage::new(
+                "partition train",
+                &[
+                    &"partition",
+                    &"train",
+                    &"--posteriors",
+                    &post,
+                    &"--gold-corpus",
+                    &corpus,
+                    &"--out",
+                    &p("partition"),
+                    &"--outputs",
+                    &cfg.partition_outputs,
+                    &"--epochs",
+                    &cfg.partition_epochs,
+                    &"--seed",
+                    &seed,
+                ],
+            ),
+            // No labels: invar-utd's classes (discovered on the MFCCs in the stage before).
+            ClassSource::Utd => Stage::new(
+                "partition train",
+                &[
+                    &"partition",
+                    &"train",
+                    &"--posteriors",
+                    &post,
+                    &"--classes",
+                    &utd_classes,
+                    &"--out",
+                    &p("partition"),
+                    &"--outputs",
+                    &cfg.partition_outputs,
+                    &"--epochs",
+                    &cfg.partition_epochs,
+                    &"--seed",
+                    &seed,
+                ],
+            ),
+        },
         Stage::new(
             "partition apply soft",
             &[
@@ -260,6 +292,31 @@ fn plan(cfg: &DemoConfig, out: &Path) -> Plan {
         abx("soft", &soft, "symmetric-kl"),
         abx("binary", &binary, "symmetric-kl"),
     ];
+
+    if cfg.partition_classes == ClassSource::Utd {
+        // Term discovery on the MFCCs; the gold corpus is only read to score the classes found.
+        let utd = Stage::new(
+            "utd",
+            &[
+                &"utd",
+                &"--features",
+                &mfcc,
+                &"--out",
+                &utd_classes,
+                &"--gold-corpus",
+                &corpus,
+                &"--layout",
+                &"timit",
+                &"--seed",
+                &seed,
+            ],
+        );
+        let at = partition
+            .iter()
+            .position(|stage| stage.name == "partition train")
+            .unwrap_or(partition.len());
+        partition.insert(at, utd);
+    }
 
     let supervectors = p("supervectors");
     let ivectors = p("ivectors");
@@ -527,6 +584,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
                     summary::read_abx(&abx_dir.join("binary"), "partition, binary", d)?,
                 ],
                 partition: summary::read_partition(&out.join("partition"))?,
+                classes: cfg.partition_classes.describe().to_owned(),
             })
         })
     };
@@ -583,6 +641,7 @@ mod tests {
             seed,
             quick,
             config,
+            utd: false,
             json: None,
         }
     }
@@ -608,6 +667,26 @@ mod tests {
         assert!(resolve_config(&args(false, Some(path.clone()), None)).is_err());
         std::fs::write(&path, "components = 8\npartition_outputs = 16\n").unwrap();
         assert!(resolve_config(&args(false, Some(path), None)).is_err());
+    }
+
+    #[test]
+    fn utd_flag_puts_term_discovery_before_partition_training() {
+        let gold = plan(&DemoConfig::quick(), Path::new("/o"));
+        assert!(gold.partition.iter().all(|s| s.name != "utd"));
+        let mut cli = args(true, None, None);
+        cli.utd = true;
+        let cfg = resolve_config(&cli).unwrap();
+        assert_eq!(cfg.partition_classes, ClassSource::Utd);
+        let plan = plan(&cfg, Path::new("/o"));
+        let names: Vec<&str> = plan.partition.iter().map(|s| s.name.as_str()).collect();
+        let utd = names.iter().position(|&n| n == "utd").unwrap();
+        let train = names.iter().position(|&n| n == "partition train").unwrap();
+        assert_eq!(utd + 1, train, "{names:?}");
+        assert!(plan.partition[utd]
+            .command_line()
+            .starts_with("invar utd --features /o/mfcc --out /o/utd/classes.txt"));
+        let line = plan.partition[train].command_line();
+        assert!(line.contains("--classes /o/utd/classes.txt") && !line.contains("--gold-corpus"));
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub struct DemoConfig {
     pub partition_outputs: usize,
     /// Method 000: training epochs.
     pub partition_epochs: usize,
+    /// Method 000: where the same-word fragment classes come from — `gold` word alignments (a
+    /// topline) or `utd`, invar-utd's unsupervised term discovery on the MFCCs (no labels at all).
+    pub partition_classes: ClassSource,
     /// i-vector dimension of the baseline.
     pub ivector_rank: usize,
     /// i-vector extractor EM iterations.
@@ -49,12 +52,33 @@ impl Default for DemoConfig {
             ubm_iters: 10,
             partition_outputs: 16,
             partition_epochs: 30,
+            partition_classes: ClassSource::Gold,
             ivector_rank: 40,
             ivector_iters: 5,
             autoencoder_widths: vec![500, 100, 40],
             autoencoder_epochs: 60,
             speaker_epochs: 10,
             speaker_only_without_unit_norm: false,
+        }
+    }
+}
+
+/// Where method 000's fragment classes come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClassSource {
+    /// Word alignments of the generated corpus (`.WRD`): a topline.
+    Gold,
+    /// invar-utd term discovery on the MFCC feature set.
+    Utd,
+}
+
+impl ClassSource {
+    /// How the report names the classes.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ClassSource::Gold => "gold word",
+            ClassSource::Utd => "term-discovery (invar-utd)",
         }
     }
 }

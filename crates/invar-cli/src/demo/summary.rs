@@ -164,6 +164,8 @@ fn acc(a: Option<f64>) -> String {
 pub struct PartitionSection {
     pub abx: Vec<AbxRow>,
     pub partition: PartitionFacts,
+    /// Where the fragment classes came from ("gold word" or "term-discovery (invar-utd)").
+    pub classes: String,
 }
 
 /// Method 002's numbers: invar-supervector's comparison rows (raw, i-vector, AE; closed/open).
@@ -291,12 +293,13 @@ pub fn table(s: &DemoSummary) -> String {
             }
             let _ = writeln!(
                 out,
-                "  partition: {} of {} outputs in use, {} same / {} different frame pairs from {} gold word classes",
+                "  partition: {} of {} outputs in use, {} same / {} different frame pairs from {} {} classes",
                 p.partition.outputs_in_use,
                 p.partition.outputs,
                 p.partition.pairs.same_frame_pairs,
                 p.partition.pairs.diff_frame_pairs,
-                p.partition.pairs.classes_used
+                p.partition.pairs.classes_used,
+                p.classes
             );
         }
         other => {
@@ -420,16 +423,22 @@ pub fn report_markdown(s: &DemoSummary, root: &Path) -> String {
             let _ = writeln!(
                 md,
                 "\nThe partition maps {} UBM classes to {} outputs ({} in use), trained for {} epochs on \
-                 {} same / {} different frame pairs aligned by DTW inside {} gold word classes. Gold \
-                 words are a topline: the pairs come from the true word alignments of every utterance, \
-                 where a real run would use term discovery.\n",
+                 {} same / {} different frame pairs aligned by DTW inside {} {} classes. {}\n",
                 p.partition.inputs,
                 p.partition.outputs,
                 p.partition.outputs_in_use,
                 p.partition.epochs,
                 p.partition.pairs.same_frame_pairs,
                 p.partition.pairs.diff_frame_pairs,
-                p.partition.pairs.classes_used
+                p.partition.pairs.classes_used,
+                p.classes,
+                if p.classes.starts_with("gold") {
+                    "Gold words are a topline: the pairs come from the true word alignments of every \
+                     utterance, where a real run would use term discovery (`invar demo --utd`)."
+                } else {
+                    "The classes were discovered in the audio by invar-utd with no labels; its pair \
+                     precision against the true words is in `utd/classes.txt.json`."
+                }
             );
             md.push_str("Plots: ");
             let mut plots: Vec<String> = p
