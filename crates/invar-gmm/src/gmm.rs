@@ -364,15 +364,8 @@ impl DiagGmm {
     /// Reads a model written by [`DiagGmm::save`] (the JSON sidecar is not needed to load it).
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| Error::File {
-            path: path.to_path_buf(),
-            reason: format!("cannot read: {e}"),
-        })?;
-        let st =
-            safetensors::SafeTensors::deserialize(&bytes).map_err(|source| Error::Safetensors {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        let bytes = read_bytes(path)?;
+        let st = parse_safetensors(&bytes, path)?;
         let weights = read_f32(&st, path, "weights")?;
         let (m, wd) = (weights.1.first().copied().unwrap_or(0), weights.1.len());
         let means = read_f32(&st, path, "means")?;
@@ -596,6 +589,25 @@ pub(crate) fn f64_bytes(v: &[f64]) -> Vec<u8> {
 }
 
 /// Writes named little-endian tensors as one safetensors file, atomically.
+/// Reads a whole file, naming it in the error.
+pub(crate) fn read_bytes(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| Error::File {
+        path: path.to_path_buf(),
+        reason: format!("cannot read: {e}"),
+    })
+}
+
+/// Parses safetensors bytes read from `path` (named in the error).
+pub(crate) fn parse_safetensors<'a>(
+    bytes: &'a [u8],
+    path: &Path,
+) -> Result<safetensors::SafeTensors<'a>> {
+    safetensors::SafeTensors::deserialize(bytes).map_err(|source| Error::Safetensors {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 pub(crate) fn write_safetensors(
     path: &Path,
     tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)],

@@ -19,7 +19,7 @@ use rayon::prelude::*;
 use safetensors::Dtype;
 use serde::{Deserialize, Serialize};
 
-use crate::gmm::{f64_bytes, read_f64, write_safetensors};
+use crate::gmm::{f64_bytes, parse_safetensors, read_bytes, read_f64, write_safetensors};
 use crate::linalg::{
     backward_solve, cholesky, cholesky_inverse, cholesky_log_det, forward_solve, gemm, Op,
 };
@@ -198,15 +198,8 @@ impl TStats {
     /// Reads accumulators written by [`TStats::save`].
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| Error::File {
-            path: path.to_path_buf(),
-            reason: format!("cannot read: {e}"),
-        })?;
-        let st =
-            safetensors::SafeTensors::deserialize(&bytes).map_err(|source| Error::Safetensors {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        let bytes = read_bytes(path)?;
+        let st = parse_safetensors(&bytes, path)?;
         let (a, a_shape) = read_f64(&st, path, "a")?;
         let (c, c_shape) = read_f64(&st, path, "c")?;
         let (h, _) = read_f64(&st, path, "h")?;
@@ -546,15 +539,8 @@ impl IvectorExtractor {
     /// Reads an extractor written by [`IvectorExtractor::save`] for use with `ubm`.
     pub fn load(path: impl AsRef<Path>, ubm: &DiagGmm) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| Error::File {
-            path: path.to_path_buf(),
-            reason: format!("cannot read: {e}"),
-        })?;
-        let st =
-            safetensors::SafeTensors::deserialize(&bytes).map_err(|source| Error::Safetensors {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        let bytes = read_bytes(path)?;
+        let st = parse_safetensors(&bytes, path)?;
         let (t, shape) = read_f64(&st, path, "t")?;
         let cf = ubm.components() * ubm.dims();
         if shape.len() != 2 || shape[0] != cf || shape[1] == 0 {

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use safetensors::Dtype;
 
-use crate::gmm::{f64_bytes, read_f64, write_safetensors};
+use crate::gmm::{f64_bytes, parse_safetensors, read_bytes, read_f64, write_safetensors};
 use crate::{Error, Result};
 
 /// Which statistics an E-step gathers: UBM training needs all three, MAP and i-vectors N and F.
@@ -173,15 +173,8 @@ impl GmmStats {
     /// Reads statistics written by [`GmmStats::save`].
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| Error::File {
-            path: path.to_path_buf(),
-            reason: format!("cannot read: {e}"),
-        })?;
-        let st =
-            safetensors::SafeTensors::deserialize(&bytes).map_err(|source| Error::Safetensors {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        let bytes = read_bytes(path)?;
+        let st = parse_safetensors(&bytes, path)?;
         let bad = |reason: String| Error::File {
             path: path.to_path_buf(),
             reason,
