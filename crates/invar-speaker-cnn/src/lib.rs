@@ -12,6 +12,7 @@ mod config;
 mod corpus;
 mod data;
 mod error;
+mod layers;
 mod method;
 mod model;
 mod pipeline;
@@ -23,8 +24,9 @@ pub use config::{FeatureConfig, ModelConfig, Nuisance, RegularizerConfig, Speake
 pub use corpus::{load_corpus, CorpusRecipe};
 pub use data::{input_tangent, ChunkSet, Normalizer};
 pub use error::{Error, Result};
+pub use layers::{conv1d_valid, max_pool_time};
 pub use method::{run_method, MethodResults};
-pub use model::{conv1d_valid, cross_entropy, max_pool_time, regularizer, Forward, SpeakerCnn};
+pub use model::{cross_entropy, regularizer, Forward, SpeakerCnn};
 pub use pipeline::{
     chunk_log_probs, compute_features, decide, evaluate, load_cnn, random_batch, report,
     speaker_labels, train_cnn, Condition, Evaluation, LabeledAudio, ModelMeta, TrainedCnn,
