@@ -14,8 +14,16 @@ pub struct FeatureConfig {
     pub frontend: FrontendConfig,
     /// Frames per chunk (the original: 100).
     pub chunk_frames: usize,
-    /// Frames between chunk starts (the original: 100, non-overlapping).
+    /// Frames between chunk starts (the original: 100, non-overlapping); test and validation
+    /// chunks always use it.
     pub chunk_hop: usize,
+    /// Frames between the starts of *training* chunks (overlapping chunks are the usual
+    /// augmentation); `None`: `chunk_hop`.
+    pub train_hop: Option<usize>,
+    /// Subtract each utterance's per-bin mean from its (log) features before z-normalisation —
+    /// cepstral mean normalisation on log features: a constant gain or channel EQ is an additive
+    /// per-bin constant there and disappears. Only for log features.
+    pub utterance_mean_norm: bool,
 }
 
 impl Default for FeatureConfig {
@@ -28,11 +36,18 @@ impl Default for FeatureConfig {
             frontend,
             chunk_frames: 100,
             chunk_hop: 100,
+            train_hop: None,
+            utterance_mean_norm: false,
         }
     }
 }
 
 impl FeatureConfig {
+    /// Frames between training chunk starts.
+    pub fn training_hop(&self) -> usize {
+        self.train_hop.unwrap_or(self.chunk_hop)
+    }
+
     /// Whether the features are logarithms (so a waveform gain is an offset of them).
     pub fn is_log(&self) -> bool {
         match self.frontend.kind {
@@ -205,6 +220,8 @@ impl SpeakerCnnConfig {
             frontend,
             chunk_frames: 100,
             chunk_hop: 50,
+            train_hop: None,
+            utterance_mean_norm: false,
         };
         cfg.model = ModelConfig {
             conv1_filters: 64,
@@ -247,6 +264,10 @@ impl SpeakerCnnConfig {
             ("model.dense", m.dense),
             ("batch_size", self.batch_size),
             ("features.chunk_hop", self.features.chunk_hop),
+            (
+                "features.train_hop",
+                self.features.train_hop.unwrap_or(self.features.chunk_hop),
+            ),
         ] {
             if v == 0 {
                 return Err(Error::config(field, "must be at least 1"));
@@ -259,6 +280,18 @@ impl SpeakerCnnConfig {
                     "{} frames leave nothing after two convolutions (widths {}, {}) and pools of {}; use longer chunks",
                     self.features.chunk_frames, m.conv1_width, m.conv2_width, m.pool
                 ),
+            ));
+        }
+        if self.features.utterance_mean_norm && !self.features.is_log() {
+            return Err(Error::config(
+                "features.utterance_mean_norm",
+                "needs log features (a per-utterance mean of a linear spectrogram is not a channel); use a log front-end or turn it off",
+            ));
+        }
+        if self.features.utterance_mean_norm && self.regularizer.nuisance == Nuisance::Gain {
+            return Err(Error::config(
+                "regularizer.nuisance",
+                "is gain, but features.utterance_mean_norm cancels a constant waveform gain exactly (its tangent is 0); use scale or offset, or turn the mean normalisation off",
             ));
         }
         if let Some(p) = m.dropout {

@@ -72,6 +72,25 @@ impl Normalizer {
     }
 }
 
+/// Subtracts each column's mean over the rows (frames) of `m`: per-utterance mean normalisation.
+pub fn subtract_utterance_mean(m: &mut Matrix) {
+    if m.rows == 0 {
+        return;
+    }
+    let mut mean = vec![0f64; m.cols];
+    for r in 0..m.rows {
+        for (a, &v) in mean.iter_mut().zip(m.row(r)) {
+            *a += f64::from(v);
+        }
+    }
+    let mean: Vec<f32> = mean.iter().map(|a| (a / m.rows as f64) as f32).collect();
+    for r in 0..m.rows {
+        for (v, &mu) in m.row_mut(r).iter_mut().zip(&mean) {
+            *v -= mu;
+        }
+    }
+}
+
 /// Non-overlapping (or hop-spaced) chunks `[N, bins, frames]` of z-normalised features, with each
 /// chunk's speaker label and utterance index.
 #[derive(Debug, Clone)]
@@ -220,6 +239,14 @@ mod tests {
         assert!(ChunkSet::build(&[short], &[0], &n, 3, 3)
             .unwrap()
             .is_empty());
+    }
+
+    #[test]
+    fn utterance_mean_by_hand() {
+        // Columns (1, 3) and (2, 6): means 2 and 4.
+        let mut m = Matrix::new(2, 2, vec![1., 2., 3., 6.]).unwrap();
+        subtract_utterance_mean(&mut m);
+        assert_eq!(m.data, vec![-1., -2., 1., 2.]);
     }
 
     #[test]

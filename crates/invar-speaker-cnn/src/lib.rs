@@ -10,6 +10,7 @@
 mod baselines;
 mod config;
 mod corpus;
+mod cv;
 mod data;
 mod error;
 mod layers;
@@ -22,7 +23,11 @@ mod train;
 pub use baselines::{gmm_baseline, logistic_baseline, BaselineConfig, BaselineResult};
 pub use config::{FeatureConfig, ModelConfig, Nuisance, RegularizerConfig, SpeakerCnnConfig};
 pub use corpus::{load_corpus, CorpusRecipe};
-pub use data::{input_tangent, ChunkSet, Normalizer};
+pub use cv::{
+    cross_validate, fold_assignment, summarise, CrossValidation, CrossValidationConfig, CvSummary,
+    FoldScore,
+};
+pub use data::{input_tangent, subtract_utterance_mean, ChunkSet, Normalizer};
 pub use error::{Error, Result};
 pub use layers::{conv1d_valid, max_pool_time};
 pub use method::{run_method, MethodResults};

@@ -13,6 +13,7 @@ use invar_train::{TrainSummary, Trainer};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::data::subtract_utterance_mean;
 use crate::train::{new_model, ChunkBatches, ChunkScores, CnnStep};
 use crate::{ChunkSet, Error, Normalizer, Result, SpeakerCnn, SpeakerCnnConfig};
 
@@ -190,7 +191,10 @@ pub fn train_cnn(
     }
     let log = config.features.is_log();
     let (speakers, labels) = speaker_labels(train);
-    let features = compute_features(&config.features.frontend, log, train, Condition::Clean)?;
+    let mut features = compute_features(&config.features.frontend, log, train, Condition::Clean)?;
+    if config.features.utterance_mean_norm {
+        features.iter_mut().for_each(subtract_utterance_mean);
+    }
     // Hold out the last fraction of each speaker's utterances (at least one kept for training).
     let mut per_speaker: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     for (i, &l) in labels.iter().enumerate() {
@@ -217,7 +221,13 @@ pub fn train_cnn(
     let (va_feat, va_lab) = pick(true);
     let norm = Normalizer::fit(&tr_feat)?;
     let (frames, hop) = (config.features.chunk_frames, config.features.chunk_hop);
-    let tr_chunks = ChunkSet::build(&tr_feat, &tr_lab, &norm, frames, hop)?;
+    let tr_chunks = ChunkSet::build(
+        &tr_feat,
+        &tr_lab,
+        &norm,
+        frames,
+        config.features.training_hop(),
+    )?;
     let va_chunks = ChunkSet::build(&va_feat, &va_lab, &norm, frames, hop)?;
     if tr_chunks.is_empty() {
         return Err(Error::Empty {
@@ -403,7 +413,10 @@ pub fn evaluate(
     let cfg = &trained.meta.config;
     let log = cfg.features.is_log();
     let labels = known_labels(test, &trained.meta.speakers)?;
-    let features = compute_features(&cfg.features.frontend, log, test, condition)?;
+    let mut features = compute_features(&cfg.features.frontend, log, test, condition)?;
+    if cfg.features.utterance_mean_norm {
+        features.iter_mut().for_each(subtract_utterance_mean);
+    }
     let chunks = ChunkSet::build(
         &features,
         &labels,
