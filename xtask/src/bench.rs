@@ -52,6 +52,9 @@ struct Figure {
 }
 
 pub fn run(args: &[String]) -> Result<()> {
+    if args.iter().any(|a| a == "--peers") {
+        return crate::peers::run(args);
+    }
     let opts = parse(args)?;
     let root = workspace_root();
     let crates = if opts.crates.is_empty() {
@@ -92,7 +95,14 @@ pub fn run(args: &[String]) -> Result<()> {
         figures.append(&mut found);
     }
     let out = opts.out.unwrap_or_else(|| root.join("BENCHMARKS.md"));
-    let text = render(&figures, &failed, &machine(&root), &opts.criterion);
+    let mut text = render(&figures, &failed, &machine(&root), &opts.criterion);
+    // The peers section (`cargo xtask bench --peers`) is not this task's: keep it.
+    if let Some(peers) = std::fs::read_to_string(&out)
+        .ok()
+        .and_then(|old| crate::peers::extract_section(&old))
+    {
+        text = crate::peers::replace_section(&text, &peers);
+    }
     let tmp = out.with_extension("md.tmp");
     std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::rename(&tmp, &out).with_context(|| format!("cannot write {}", out.display()))?;

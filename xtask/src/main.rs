@@ -2,6 +2,7 @@
 
 mod bench;
 mod ci;
+mod peers;
 mod test;
 
 use std::process::Command;
@@ -15,7 +16,11 @@ tasks:
   test    the whole test suite only (what CI runs after the lints)
   bench   run the criterion benches of every crate and write BENCHMARKS.md
           (cargo xtask bench [-p CRATE]... [--out FILE] [-- CRITERION-ARGS...];
-           e.g. `-- --warm-up-time 1 --measurement-time 3` for a shorter run)";
+           e.g. `-- --warm-up-time 1 --measurement-time 3` for a shorter run)
+  bench --peers
+          each model's training step against its PyTorch twin (benches/peers/),
+          interleaved, into the Peers section of BENCHMARKS.md; never part of ci
+          (options: cargo xtask bench --peers --help)";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -1,0 +1,242 @@
+//! Times method 000's training step as the crate's own `train` runs it, for
+//! `cargo xtask bench --peers`.
+//!
+//! The partition model at M = 1024, D = 64 (`V` randn · 0.01, `W = rownorm(|V|)`, `f(x) = x·W`)
+//! with the siamese loss `L_JS + λ L_H` (α 1.5, λ 0.1, √(JS + 1e-8) in bits) and AdaMax (lr 0.002),
+//! on seeded random posteriorgrams (`--frames` rows) and one batch of 1000 frame pairs (half
+//! same, half different). `invar_partition::train` runs it on invar-train's loop with nothing
+//! held out, so an epoch is exactly one step and its `seconds` is the step: two gathers, two
+//! `[B, M]·[M, D]` products, the loss, backward, the gradient norm and the update.
+//! `benches/peers/partition.py` is the PyTorch twin.
+//!
+//! ```text
+//! cargo run --release -p invar-partition --example step_time_partition -- \
+//!     --steps 10 --warmup 2 --threads 2 [--m 1024] [--d 64] [--batch 1000] [--frames 20000]
+//!     [--device cpu] [--check-dir DIR]   # write V₀, frames, pairs and the first losses
+//! ```
+//!
+//! Prints one JSON line: the per-step seconds (after the warm-up), model, shapes, threads.
+
+use std::collections::HashMap;
+
+use anyhow::{bail, Context, Result};
+use candle_core::{Device, Tensor};
+use candle_nn::Init;
+use invar_io::Matrix;
+use invar_partition::{train, train_config, FramePairs, PartitionConfig, Posteriorgrams};
+use invar_train::{EarlyStoppingConfig, ProgressMode};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+#[derive(Debug)]
+struct Args {
+    steps: usize,
+    warmup: usize,
+    threads: usize,
+    device: String,
+    m: usize,
+    d: usize,
+    batch: usize,
+    frames: usize,
+    seed: u64,
+    check_dir: Option<std::path::PathBuf>,
+}
+
+fn parse() -> Result<Args> {
+    let defaults = PartitionConfig::default();
+    let mut a = Args {
+        steps: 10,
+        warmup: 2,
+        threads: 0,
+        device: "cpu".into(),
+        m: 1024,
+        d: defaults.model.outputs,
+        batch: defaults.optim.batch_size,
+        frames: 20_000,
+        seed: 0,
+        check_dir: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().with_context(|| format!("`{flag}` needs a value"));
+        match flag.as_str() {
+            "--steps" => a.steps = value()?.parse().context("--steps")?,
+            "--warmup" => a.warmup = value()?.parse().context("--warmup")?,
+            "--threads" => a.threads = value()?.parse().context("--threads")?,
+            "--device" => a.device = value()?,
+            "--m" => a.m = value()?.parse().context("--m")?,
+            "--d" => a.d = value()?.parse().context("--d")?,
+            "--batch" => a.batch = value()?.parse().context("--batch")?,
+            "--frames" => a.frames = value()?.parse().context("--frames")?,
+            "--seed" => a.seed = value()?.parse().context("--seed")?,
+            "--check-dir" => a.check_dir = Some(value()?.into()),
+            other => bail!("unknown flag `{other}` (see the header of examples/step_time.rs)"),
+        }
+    }
+    if a.steps == 0 || a.m < 2 || a.d < 2 || a.batch < 2 || a.frames < 2 {
+        bail!("--steps must be at least 1; --m, --d, --batch and --frames at least 2");
+    }
+    Ok(a)
+}
+
+/// Makes candle's matrix products (gemm reads `RAYON_NUM_THREADS` on every call) and rayon's pool
+/// use exactly `threads` threads (0: leave the defaults); returns the count in use.
+fn pin_threads(threads: usize) -> Result<usize> {
+    if threads > 0 {
+        std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+        std::env::remove_var("CANDLE_NUM_THREADS");
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global()
+            .context("could not size rayon's global pool")?;
+    }
+    Ok(rayon::current_num_threads())
+}
+
+/// Peaked random posteriorgram rows (u⁸ normalised), as a GMM's posteriors look.
+fn posteriorgram(rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
+    let mut out = Vec::with_capacity(rows * cols);
+    for _ in 0..rows {
+        let start = out.len();
+        out.extend((0..cols).map(|_| rng.random::<f32>().powi(8) + 1e-12));
+        let s: f32 = out[start..].iter().sum();
+        out[start..].iter_mut().for_each(|x| *x /= s);
+    }
+    out
+}
+
+fn main() -> Result<()> {
+    let args = parse()?;
+    let threads = pin_threads(args.threads)?;
+    let device = invar_ops::device(&args.device).with_context(|| {
+        format!(
+            "device `{}` (cuda needs the crate's `cuda` feature)",
+            args.device
+        )
+    })?;
+    let mut cfg = PartitionConfig::default();
+    cfg.model.outputs = args.d;
+    cfg.optim.batch_size = args.batch;
+    cfg.optim.validation_fraction = 0.0;
+    cfg.seed = args.seed;
+    let steps = if args.check_dir.is_some() {
+        3
+    } else {
+        args.warmup + args.steps
+    };
+    cfg.optim.epochs = steps;
+
+    let mut rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0x0000_9A27);
+    let frames = Matrix::new(
+        args.frames,
+        args.m,
+        posteriorgram(args.frames, args.m, &mut rng),
+    )?;
+    let post = Posteriorgrams::from_parts(vec![("synthetic".into(), "s0".into(), frames)])?;
+    let mut pair = || {
+        [
+            rng.random_range(0..args.frames as u32),
+            rng.random_range(0..args.frames as u32),
+        ]
+    };
+    let n_same = args.batch / 2;
+    let pairs = FramePairs {
+        same: (0..n_same).map(|_| pair()).collect(),
+        diff: (n_same..args.batch).map(|_| pair()).collect(),
+    };
+
+    if let Some(dir) = &args.check_dir {
+        // V₀ exactly as `train` draws it: the seeded `Init::Randn` of the variable `v`.
+        let v0 = invar_train::seeded_values(
+            Init::Randn {
+                mean: 0.0,
+                stdev: cfg.model.init_std,
+            },
+            &(args.m, args.d).into(),
+            "v",
+            cfg.seed,
+        );
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let cpu = Device::Cpu;
+        let idx = |sel: &dyn Fn(&[u32; 2]) -> u32| -> Vec<i64> {
+            pairs
+                .same
+                .iter()
+                .chain(&pairs.diff)
+                .map(|p| i64::from(sel(p)))
+                .collect()
+        };
+        let tensors: HashMap<String, Tensor> = HashMap::from([
+            (
+                "v".to_owned(),
+                Tensor::from_vec(v0, (args.m, args.d), &cpu)?,
+            ),
+            (
+                "frames".to_owned(),
+                Tensor::from_slice(&post.frames.data, (args.frames, args.m), &cpu)?,
+            ),
+            ("xi".to_owned(), Tensor::new(idx(&|p| p[0]), &cpu)?),
+            ("yi".to_owned(), Tensor::new(idx(&|p| p[1]), &cpu)?),
+        ]);
+        candle_core::safetensors::save(&tensors, dir.join("partition.safetensors"))?;
+    }
+
+    let mut tcfg = train_config(&cfg, false);
+    let optimizer = serde_json::to_value(&tcfg.optimizer)?;
+    tcfg.early_stopping = EarlyStoppingConfig {
+        monitor: "train_loss".into(),
+        gl_monitor: "train_loss".into(),
+        ..EarlyStoppingConfig::default()
+    };
+    tcfg.checkpoint.every = 0;
+    tcfg.restore_best = false;
+    tcfg.plot = false;
+    tcfg.progress = ProgressMode::Off;
+    let run_dir = tempfile::tempdir().context("cannot create a temporary run folder")?;
+    let trained = train(
+        &post,
+        &pairs,
+        &cfg,
+        run_dir.path(),
+        &device,
+        false,
+        Some(tcfg),
+    )?;
+    let history = &trained.summary.history;
+    let metric = |name: &str| -> Result<Vec<f64>> {
+        history
+            .iter()
+            .map(|r| {
+                r.get(name)
+                    .with_context(|| format!("no `{name}` in the log"))
+            })
+            .collect()
+    };
+    if history.len() != steps {
+        bail!("training ran {} epochs, not {steps}", history.len());
+    }
+    let seconds = metric("seconds")?;
+    let timed = if args.check_dir.is_some() {
+        seconds
+    } else {
+        seconds[args.warmup.min(seconds.len())..].to_vec()
+    };
+    let out = serde_json::json!({
+        "impl": "invar",
+        "model": "partition",
+        "variant": format!("M={} D={} B={}", args.m, args.d, args.batch),
+        "shapes": {"m": args.m, "d": args.d, "batch": args.batch, "frames": args.frames},
+        "optimizer": optimizer,
+        "device": args.device,
+        "threads": threads,
+        "warmup": args.warmup,
+        "step_seconds": timed,
+        "losses": metric("train_loss")?,
+        "version": format!("invar {} (candle 0.11)", env!("CARGO_PKG_VERSION")),
+    });
+    if let Some(dir) = &args.check_dir {
+        invar_io::write_json(dir.join("partition.json"), &out)?;
+    }
+    println!("{out}");
+    Ok(())
+}

@@ -1,0 +1,234 @@
+//! Times method 001's training step as invar-train's loop runs it, for `cargo xtask bench --peers`.
+//!
+//! The original network (`SpeakerCnnConfig::original()`: conv 129→32 ×8, ReLU, max-pool 4, conv
+//! 32→32 ×8, ReLU, max-pool 4, dense 100, ReLU, dense K, log-softmax + NLL, Nesterov SGD) on one
+//! seeded random batch `[B, 129, 100]`, driven by `Trainer::fit` with one batch per epoch, so every
+//! epoch's `seconds` is one full step: forward (with the tangent when λ > 0), loss, backward, the
+//! gradient norm and the optimiser update. `benches/peers/speaker_cnn.py` is the PyTorch twin.
+//!
+//! ```text
+//! cargo run --release -p invar-speaker-cnn --example step_time_speaker_cnn -- \
+//!     --steps 10 --warmup 2 --threads 2 [--lambda 0.1] [--batch 32] [--classes 22] [--device cpu]
+//!     [--check-dir DIR]   # write weights, inputs and the first steps' losses for the peer's check
+//! ```
+//!
+//! Prints one JSON line: the per-step seconds (after the warm-up), model, shapes, threads.
+
+use std::collections::HashMap;
+
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Tensor};
+use invar_speaker_cnn::{
+    new_model, ChunkBatch, CnnStep, Normalizer, Nuisance, RegularizerConfig, SpeakerCnnConfig,
+};
+use invar_train::{BatchSource, EarlyStoppingConfig, ProgressMode, Trainer};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::StandardNormal;
+
+const BINS: usize = 129;
+
+#[derive(Debug)]
+struct Args {
+    steps: usize,
+    warmup: usize,
+    threads: usize,
+    device: String,
+    lambda: f64,
+    batch: usize,
+    classes: usize,
+    seed: u64,
+    check_dir: Option<std::path::PathBuf>,
+}
+
+fn parse() -> Result<Args> {
+    let mut a = Args {
+        steps: 10,
+        warmup: 2,
+        threads: 0,
+        device: "cpu".into(),
+        lambda: 0.0,
+        batch: SpeakerCnnConfig::original().batch_size,
+        classes: 22,
+        seed: 0,
+        check_dir: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().with_context(|| format!("`{flag}` needs a value"));
+        match flag.as_str() {
+            "--steps" => a.steps = value()?.parse().context("--steps")?,
+            "--warmup" => a.warmup = value()?.parse().context("--warmup")?,
+            "--threads" => a.threads = value()?.parse().context("--threads")?,
+            "--device" => a.device = value()?,
+            "--lambda" => a.lambda = value()?.parse().context("--lambda")?,
+            "--batch" => a.batch = value()?.parse().context("--batch")?,
+            "--classes" => a.classes = value()?.parse().context("--classes")?,
+            "--seed" => a.seed = value()?.parse().context("--seed")?,
+            "--check-dir" => a.check_dir = Some(value()?.into()),
+            other => bail!("unknown flag `{other}` (see the header of examples/step_time.rs)"),
+        }
+    }
+    if a.steps == 0 || a.batch == 0 || a.classes < 2 {
+        bail!("--steps and --batch must be at least 1 and --classes at least 2");
+    }
+    if !(a.lambda.is_finite() && a.lambda >= 0.0) {
+        bail!("--lambda must be finite and >= 0, got {}", a.lambda);
+    }
+    Ok(a)
+}
+
+/// Makes candle's matrix products (gemm reads `RAYON_NUM_THREADS` on every call) and rayon's pool
+/// use exactly `threads` threads (0: leave the defaults); returns the count in use.
+fn pin_threads(threads: usize) -> Result<usize> {
+    if threads > 0 {
+        std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+        std::env::remove_var("CANDLE_NUM_THREADS");
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global()
+            .context("could not size rayon's global pool")?;
+    }
+    Ok(rayon::current_num_threads())
+}
+
+/// The same batch every epoch: one step per epoch.
+struct Fixed {
+    x: Tensor,
+    y: Tensor,
+}
+
+impl BatchSource for Fixed {
+    type Batch = ChunkBatch;
+    fn start_epoch(&mut self, _: usize, _: &mut ChaCha8Rng) -> invar_train::Result<usize> {
+        Ok(1)
+    }
+    fn batch(&mut self, _: usize) -> invar_train::Result<ChunkBatch> {
+        Ok(ChunkBatch {
+            x: self.x.clone(),
+            y: self.y.clone(),
+        })
+    }
+}
+
+fn main() -> Result<()> {
+    let args = parse()?;
+    let threads = pin_threads(args.threads)?;
+    let device = invar_ops::device(&args.device).with_context(|| {
+        format!(
+            "device `{}` (cuda needs the crate's `cuda` feature)",
+            args.device
+        )
+    })?;
+    let mut config = SpeakerCnnConfig::original();
+    config.batch_size = args.batch;
+    config.init_seed = args.seed;
+    let frames = config.features.chunk_frames;
+
+    // Synthetic z-normalised chunks and labels: the step's cost does not depend on the values.
+    let mut rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0x0001_57E9);
+    let n = args.batch * BINS * frames;
+    let x: Vec<f32> = (0..n).map(|_| rng.sample(StandardNormal)).collect();
+    let y: Vec<u32> = (0..args.batch)
+        .map(|_| rng.random_range(0..args.classes as u32))
+        .collect();
+    let x = Tensor::from_vec(x, (args.batch, BINS, frames), &device)?;
+    let y = Tensor::from_vec(y, args.batch, &device)?;
+
+    let (varmap, model) = new_model(&config, BINS, args.classes, &device)?;
+    if let Some(dir) = &args.check_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let mut tensors: HashMap<String, Tensor> = varmap
+            .data()
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the variable map's lock is poisoned"))?
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), v.as_tensor().copy()?)))
+            .collect::<candle_core::Result<_>>()?;
+        tensors.insert("x".into(), x.clone());
+        tensors.insert("y".into(), y.to_dtype(DType::I64)?);
+        candle_core::safetensors::save(&tensors, dir.join("speaker_cnn.safetensors"))?;
+    }
+    let norm = Normalizer {
+        mean: vec![0.0; BINS],
+        std: vec![1.0; BINS],
+    };
+    // λ = 0 is the plain network: no tangent at all. λ > 0 regularises along the scale tangent x.
+    let regularizer = RegularizerConfig {
+        nuisance: if args.lambda > 0.0 {
+            Nuisance::Scale
+        } else {
+            Nuisance::None
+        },
+        lambda: args.lambda,
+        all_classes: false,
+    };
+    let mut step = CnnStep {
+        model,
+        regularizer,
+        norm: &norm,
+        log_features: false,
+        validation: None,
+        batch_size: args.batch,
+        device: device.clone(),
+    };
+    let steps = if args.check_dir.is_some() {
+        3
+    } else {
+        args.warmup + args.steps
+    };
+    let mut train = config.train.clone();
+    train.epochs = steps;
+    train.seed = args.seed;
+    train.early_stopping = EarlyStoppingConfig {
+        monitor: "train_loss".into(),
+        gl_monitor: "train_loss".into(),
+        ..EarlyStoppingConfig::default()
+    };
+    train.checkpoint.every = 0;
+    train.restore_best = false;
+    train.plot = false;
+    train.progress = ProgressMode::Off;
+    let run_dir = tempfile::tempdir().context("cannot create a temporary run folder")?;
+    let trainer = Trainer::new(train, run_dir.path(), device.clone())?;
+    let mut source = Fixed { x, y };
+    let summary = trainer.fit(&varmap, &mut source, &mut step)?;
+    let metric = |name: &str| -> Result<Vec<f64>> {
+        summary
+            .history
+            .iter()
+            .map(|r| {
+                r.get(name)
+                    .with_context(|| format!("no `{name}` in the log"))
+            })
+            .collect()
+    };
+    let seconds = metric("seconds")?;
+    let out = serde_json::json!({
+        "impl": "invar",
+        "model": "speaker-cnn",
+        "variant": format!("lambda={}", args.lambda),
+        "shapes": {
+            "input": [args.batch, BINS, frames],
+            "conv": [[config.model.conv1_filters, BINS, config.model.conv1_width],
+                     [config.model.conv2_filters, config.model.conv1_filters, config.model.conv2_width]],
+            "pool": config.model.pool,
+            "dense": config.model.dense,
+            "classes": args.classes,
+        },
+        "optimizer": serde_json::to_value(&config.train.optimizer)?,
+        "device": args.device,
+        "threads": threads,
+        "warmup": args.warmup,
+        "step_seconds": if args.check_dir.is_some() { seconds } else { seconds[args.warmup.min(seconds.len())..].to_vec() },
+        "losses": metric("train_loss")?,
+        "ce": metric("train_ce")?,
+        "r": metric("train_r").ok(),
+        "version": format!("invar {} (candle 0.11)", env!("CARGO_PKG_VERSION")),
+    });
+    if let Some(dir) = &args.check_dir {
+        invar_io::write_json(dir.join("speaker_cnn.json"), &out)?;
+    }
+    println!("{out}");
+    Ok(())
+}

@@ -1,0 +1,937 @@
+//! `cargo xtask bench --peers`: each invar model's training step against its PyTorch twin in
+//! `benches/peers/`, same shapes, same thread count, interleaved (invar, PyTorch, invar, …), and
+//! the "Peers" section of `BENCHMARKS.md` with medians, spreads and ratios.
+//!
+//! The PyTorch side runs in a virtual environment at `target/peers-venv` (created with a pinned
+//! torch on first use) or under `--python PATH`. The invar side is the crates' `step_time_*`
+//! examples, built with `--release`, or prebuilt ones from `--bin-dir DIR` (a GPU machine without
+//! a toolchain or network: `--bin-dir DIR --python PATH --device cuda --out FILE` needs neither
+//! cargo nor a download). Before timing, each pair is checked for equivalence: the invar example
+//! dumps its initial weights and inputs (`--check-dir`), the PyTorch script loads them and must
+//! reproduce invar's first three losses.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+use crate::{cargo, workspace_root};
+
+/// The pinned PyTorch of the peers' virtual environment (the PyPI wheel).
+const TORCH: &str = "torch==2.5.1";
+const NUMPY: &str = "numpy>=1.26,<3";
+/// The heading of the section this task owns in `BENCHMARKS.md`.
+pub(crate) const HEADING: &str = "## Peers: training step against PyTorch";
+
+/// One row of the table: an invar example and its PyTorch twin with the same flags.
+#[derive(Debug, Clone, PartialEq)]
+struct Peer {
+    /// Row name; `--model` selects rows whose name starts with its value.
+    name: &'static str,
+    /// What the row measures, for the table.
+    what: &'static str,
+    package: &'static str,
+    example: &'static str,
+    script: &'static str,
+    /// Flags given to both sides.
+    args: &'static [&'static str],
+    /// Flags of the equivalence check (a smaller size where the full one is slow to dump).
+    check_args: &'static [&'static str],
+    /// Default timed steps and warm-up steps per round.
+    steps: usize,
+    warmup: usize,
+}
+
+const PEERS: &[Peer] = &[
+    Peer {
+        name: "speaker-cnn",
+        what: "001 speaker CNN (original config), λ = 0: batch 32 × 129 × 100, 22 speakers, Nesterov SGD",
+        package: "invar-speaker-cnn",
+        example: "step_time_speaker_cnn",
+        script: "speaker_cnn.py",
+        args: &[],
+        check_args: &[],
+        steps: 10,
+        warmup: 2,
+    },
+    Peer {
+        name: "speaker-cnn-scale",
+        what: "001 speaker CNN, λ = 0.1 scale regulariser (invar: tangent propagation; PyTorch: torch.func.jvp)",
+        package: "invar-speaker-cnn",
+        example: "step_time_speaker_cnn",
+        script: "speaker_cnn.py",
+        args: &["--lambda", "0.1"],
+        check_args: &["--lambda", "0.1"],
+        steps: 10,
+        warmup: 2,
+    },
+    Peer {
+        name: "supervector-ae",
+        what: "002 tied autoencoder 9216-5000-500-100-40 (94.7 M parameters), batch 64, MSE, Adam",
+        package: "invar-supervector",
+        example: "step_time_supervector",
+        script: "supervector_ae.py",
+        args: &[],
+        check_args: &["--sizes", "256,128,64,32,16"],
+        steps: 3,
+        warmup: 1,
+    },
+    Peer {
+        name: "partition",
+        what: "000 partition model M = 1024, D = 64, batch 1000 pairs, √JS + entropy loss, AdaMax",
+        package: "invar-partition",
+        example: "step_time_partition",
+        script: "partition.py",
+        args: &[],
+        check_args: &[],
+        steps: 10,
+        warmup: 2,
+    },
+];
+
+/// Parsed `cargo xtask bench --peers` arguments.
+#[derive(Debug, Clone, PartialEq)]
+struct Options {
+    threads: usize,
+    rounds: usize,
+    steps: Option<usize>,
+    warmup: Option<usize>,
+    models: Vec<String>,
+    python: Option<PathBuf>,
+    device: String,
+    out: Option<PathBuf>,
+    bin_dir: Option<PathBuf>,
+    check: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            threads: 2,
+            rounds: 5,
+            steps: None,
+            warmup: None,
+            models: Vec::new(),
+            python: None,
+            device: "cpu".into(),
+            out: None,
+            bin_dir: None,
+            check: true,
+        }
+    }
+}
+
+pub(crate) const USAGE: &str = "cargo xtask bench --peers [--threads T (2)] [--rounds R (5)]
+      [--steps N] [--warmup W] [--model NAME]... [--python PATH] [--device cpu|cuda]
+      [--bin-dir DIR] [--no-check] [--out FILE]
+  models: speaker-cnn, speaker-cnn-scale, supervector-ae, partition (a prefix selects several)";
+
+fn parse(args: &[String]) -> Result<Options> {
+    let mut o = Options::default();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = || {
+            it.next()
+                .with_context(|| format!("`{a}` needs a value\n\n{USAGE}"))
+        };
+        let number = |v: &String| -> Result<usize> {
+            match v.parse::<usize>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => bail!("`{a}` needs a positive whole number, got `{v}`"),
+            }
+        };
+        match a.as_str() {
+            "--peers" => {}
+            "--threads" => o.threads = number(value()?)?,
+            "--rounds" => o.rounds = number(value()?)?,
+            "--steps" => o.steps = Some(number(value()?)?),
+            "--warmup" => o.warmup = Some(value()?.parse().context("`--warmup` needs a number")?),
+            "--model" => o.models.push(value()?.clone()),
+            "--python" => o.python = Some(value()?.into()),
+            "--device" => o.device = value()?.clone(),
+            "--out" => o.out = Some(value()?.into()),
+            "--bin-dir" => o.bin_dir = Some(value()?.into()),
+            "--no-check" => o.check = false,
+            other => bail!("unknown `cargo xtask bench --peers` argument `{other}`\n\n{USAGE}"),
+        }
+    }
+    for m in &o.models {
+        if !PEERS.iter().any(|p| p.name.starts_with(m.as_str())) {
+            bail!("no model called `{m}`\n\n{USAGE}");
+        }
+    }
+    Ok(o)
+}
+
+fn selected(models: &[String]) -> Vec<&'static Peer> {
+    PEERS
+        .iter()
+        .filter(|p| models.is_empty() || models.iter().any(|m| p.name.starts_with(m.as_str())))
+        .collect()
+}
+
+/// What one side measured over all rounds.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Side {
+    seconds: Vec<f64>,
+    version: String,
+    threads: Option<u64>,
+    error: Option<String>,
+}
+
+/// A row's measurements and its equivalence check.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Row {
+    name: String,
+    what: String,
+    invar: Side,
+    torch: Side,
+    /// `Some((ok, max relative difference of the losses))`; `None`: not checked.
+    check: Option<(bool, f64)>,
+    check_note: Option<String>,
+}
+
+/// Median, 25th and 75th percentiles (linear interpolation), of a non-empty sample.
+fn quartiles(v: &[f64]) -> Option<(f64, f64, f64)> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        let pos = q * (s.len() - 1) as f64;
+        let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+        s[lo] + (s[hi] - s[lo]) * (pos - lo as f64)
+    };
+    Some((at(0.5), at(0.25), at(0.75)))
+}
+
+fn ms(seconds: f64) -> String {
+    let v = seconds * 1e3;
+    if v >= 100.0 {
+        format!("{v:.0} ms")
+    } else if v >= 10.0 {
+        format!("{v:.1} ms")
+    } else {
+        format!("{v:.2} ms")
+    }
+}
+
+/// The last line of `stdout` that parses as a JSON object.
+fn json_line(stdout: &str) -> Result<Value> {
+    stdout
+        .lines()
+        .rev()
+        .filter(|l| l.trim_start().starts_with('{'))
+        .find_map(|l| serde_json::from_str::<Value>(l).ok())
+        .context("the program printed no JSON line")
+}
+
+/// Reads a measurement line: its `step_seconds`, version and threads.
+fn measurement(v: &Value) -> Result<(Vec<f64>, String, Option<u64>)> {
+    let secs = v["step_seconds"]
+        .as_array()
+        .context("the JSON line has no `step_seconds` list")?
+        .iter()
+        .map(|x| x.as_f64().context("`step_seconds` holds a non-number"))
+        .collect::<Result<Vec<_>>>()?;
+    if secs.is_empty() {
+        bail!("`step_seconds` is empty");
+    }
+    let version = v["version"].as_str().unwrap_or("unknown").to_owned();
+    Ok((secs, version, v["threads"].as_u64()))
+}
+
+fn side_cell(s: &Side) -> String {
+    if let Some(e) = &s.error {
+        return format!("failed: {e}");
+    }
+    match quartiles(&s.seconds) {
+        Some((m, lo, hi)) => format!("{} ({} – {})", ms(m), ms(lo), ms(hi)),
+        None => "–".into(),
+    }
+}
+
+/// The "Peers" section: table, how it was taken, the machine, and the command.
+fn render(rows: &[Row], opts: &Options, machine: &[(String, String)], command: &str) -> String {
+    let mut md = format!("{HEADING}\n\n");
+    md.push_str(
+        "Written by `cargo xtask bench --peers`. One training step (forward, loss, backward, \
+         optimiser update) of each invar model, timed inside invar-train's loop \
+         (`crates/*/examples/step_time.rs`), against the same model in PyTorch \
+         (`benches/peers/*.py`: same shapes, layer order, initialisation, loss, optimiser, f32). \
+         Median per-step time over all timed steps with the interquartile range; the two sides \
+         run interleaved (invar, PyTorch, invar, …), each run a fresh process with its own \
+         warm-up. Ratio = PyTorch median / invar median: above 1 means invar is faster. \
+         \"Same losses\": the PyTorch script, loaded with the invar example's initial weights and \
+         inputs, reproduces invar's first three losses (max relative difference shown).\n\n",
+    );
+    md.push_str(
+        "| model | invar per step, median (IQR) | PyTorch per step, median (IQR) | PyTorch / invar | same losses |\n\
+         | --- | ---: | ---: | ---: | --- |\n",
+    );
+    for r in rows {
+        let ratio = match (
+            quartiles(&r.invar.seconds),
+            quartiles(&r.torch.seconds),
+            &r.invar.error,
+            &r.torch.error,
+        ) {
+            (Some((a, ..)), Some((b, ..)), None, None) if a > 0.0 => format!("{:.2}×", b / a),
+            _ => "–".into(),
+        };
+        let check = match (&r.check, &r.check_note) {
+            (Some((true, d)), _) => format!("yes ({d:.1e})"),
+            (Some((false, d)), _) => format!("**no** ({d:.1e})"),
+            (None, Some(n)) => n.clone(),
+            (None, None) => "not checked".into(),
+        };
+        let _ = writeln!(
+            md,
+            "| `{}`: {} | {} | {} | {} | {} |",
+            r.name,
+            r.what,
+            side_cell(&r.invar),
+            side_cell(&r.torch),
+            ratio,
+            check
+        );
+    }
+    let versions = |f: fn(&Row) -> &Side| {
+        let mut v: Vec<&str> = rows
+            .iter()
+            .map(|r| f(r).version.as_str())
+            .filter(|s| !s.is_empty())
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        if v.is_empty() {
+            "unknown".to_owned()
+        } else {
+            v.join(", ")
+        }
+    };
+    md.push('\n');
+    let _ = writeln!(
+        md,
+        "- threads: {} on each side (invar: `RAYON_NUM_THREADS`, which candle's gemm and rayon \
+         read; PyTorch: `torch.set_num_threads`)",
+        opts.threads
+    );
+    let _ = writeln!(md, "- device: {}", opts.device);
+    let _ = writeln!(
+        md,
+        "- rounds: {}; steps per round: {}",
+        opts.rounds,
+        rows_steps(opts)
+    );
+    let _ = writeln!(md, "- PyTorch: {}", versions(|r| &r.torch));
+    let _ = writeln!(md, "- invar: {}", versions(|r| &r.invar));
+    for (k, v) in machine {
+        let _ = writeln!(md, "- {k}: {v}");
+    }
+    let _ = writeln!(md, "- reproduce: `{command}`");
+    md
+}
+
+fn rows_steps(opts: &Options) -> String {
+    selected(&opts.models)
+        .iter()
+        .map(|p| {
+            format!(
+                "{} {} (+{} warm-up)",
+                p.name,
+                opts.steps.unwrap_or(p.steps),
+                opts.warmup.unwrap_or(p.warmup)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `text` with the section under [`HEADING`] (up to the next `## ` heading) replaced by
+/// `section`, or `section` appended when there is none.
+pub(crate) fn replace_section(text: &str, section: &str) -> String {
+    let section = section.trim_end();
+    match text.find(HEADING) {
+        Some(start) if start == 0 || text[..start].ends_with('\n') => {
+            let after = start + HEADING.len();
+            let end = text[after..]
+                .find("\n## ")
+                .map_or(text.len(), |i| after + i + 1);
+            let mut out = text[..start].to_owned();
+            out.push_str(section);
+            out.push_str("\n\n");
+            out.push_str(text[end..].trim_start_matches('\n'));
+            let trimmed = out.trim_end().len();
+            out.truncate(trimmed);
+            out.push('\n');
+            out
+        }
+        _ => {
+            let mut out = text.trim_end().to_owned();
+            if !out.is_empty() {
+                out.push_str("\n\n");
+            }
+            out.push_str(section);
+            out.push('\n');
+            out
+        }
+    }
+}
+
+/// The section under [`HEADING`] in `text`, if any (for `cargo xtask bench` to keep it).
+pub(crate) fn extract_section(text: &str) -> Option<String> {
+    let start = text.find(HEADING)?;
+    let after = start + HEADING.len();
+    let end = text[after..]
+        .find("\n## ")
+        .map_or(text.len(), |i| after + i + 1);
+    Some(text[start..end].trim_end().to_owned())
+}
+
+/// CPU model, logical cores and the SIMD flags the f32 peak depends on.
+fn machine() -> Vec<(String, String)> {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |name: &str| {
+        cpuinfo.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == name).then(|| v.trim().to_owned())
+        })
+    };
+    let flags = field("flags").unwrap_or_default();
+    let has: Vec<&str> = ["avx2", "fma", "avx512f"]
+        .into_iter()
+        .filter(|f| flags.split_whitespace().any(|x| x == *f))
+        .collect();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let output = |cmd: &str, args: &[&str]| {
+        Command::new(cmd)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_else(|| "unknown".to_owned())
+    };
+    vec![
+        (
+            "CPU".into(),
+            field("model name").unwrap_or_else(|| std::env::consts::ARCH.into()),
+        ),
+        ("logical cores available".into(), cores.to_string()),
+        (
+            "SIMD flags".into(),
+            if has.is_empty() {
+                "none of avx2/fma/avx512f".into()
+            } else {
+                has.join(", ")
+            },
+        ),
+        (
+            "commit".into(),
+            output("git", &["rev-parse", "--short", "HEAD"]),
+        ),
+        (
+            "date (UTC)".into(),
+            output("date", &["-u", "+%Y-%m-%d %H:%M"]),
+        ),
+    ]
+}
+
+/// The repository root: the compile-time one, or the current folder when the binary was carried
+/// to another machine (where only `benches/peers/` needs to exist).
+fn root() -> PathBuf {
+    let built = workspace_root();
+    if built.join("benches").join("peers").is_dir() {
+        built
+    } else {
+        std::env::current_dir().unwrap_or(built)
+    }
+}
+
+/// The interpreter: `--python`, or `target/peers-venv` (created with the pinned torch if absent).
+fn python(opts: &Options, root: &Path) -> Result<PathBuf> {
+    if let Some(p) = &opts.python {
+        return Ok(p.clone());
+    }
+    let venv = root.join("target").join("peers-venv");
+    let py = venv.join("bin").join("python");
+    let pinned = TORCH.trim_start_matches("torch==");
+    if py.exists() {
+        let out = Command::new(&py)
+            .args(["-c", "import torch, numpy; print(torch.__version__)"])
+            .output();
+        if let Ok(o) = out {
+            if o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with(pinned) {
+                return Ok(py);
+            }
+        }
+    }
+    eprintln!(
+        "creating {} with {TORCH} (a large download)",
+        venv.display()
+    );
+    let base = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    run_status(Command::new(&base).args(["-m", "venv"]).arg(&venv)).with_context(|| {
+        format!("`{base} -m venv` failed; install python3-venv or pass --python")
+    })?;
+    run_status(Command::new(&py).args(["-m", "pip", "install", "--quiet", TORCH, NUMPY]))
+        .context("pip could not install the pinned torch; pass --python PATH to use another")?;
+    Ok(py)
+}
+
+fn run_status(cmd: &mut Command) -> Result<()> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("could not start {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed ({status})");
+    }
+    Ok(())
+}
+
+/// Runs a program, returns its stdout; a failure carries the end of its stderr.
+fn capture(cmd: &mut Command) -> Result<String> {
+    let out = cmd
+        .output()
+        .with_context(|| format!("could not start {cmd:?}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(6).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        bail!("{} ({}): {}", program(cmd), out.status, tail.join(" / "));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs a peer's `--check-dir` comparison: whether every verdict line is `ok`, and the largest
+/// relative difference. A mismatch exits 1 with its verdicts on stdout; no verdict is an error.
+fn verdicts(cmd: &mut Command) -> Result<(bool, f64)> {
+    let out = cmd
+        .output()
+        .with_context(|| format!("could not start {cmd:?}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("check").is_some())
+        .collect();
+    if lines.is_empty() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        bail!(
+            "{} ({}) printed no verdict: {}",
+            program(cmd),
+            out.status,
+            err.lines().last().unwrap_or_default()
+        );
+    }
+    for v in &lines {
+        eprintln!("  {v}");
+    }
+    let ok = lines.iter().all(|v| v["ok"].as_bool() == Some(true));
+    let worst = lines
+        .iter()
+        .filter_map(|v| v["max_rel_diff"].as_f64())
+        .fold(0.0, f64::max);
+    Ok((ok, worst))
+}
+
+fn program(cmd: &Command) -> String {
+    Path::new(cmd.get_program())
+        .file_name()
+        .map_or_else(String::new, |s| s.to_string_lossy().into_owned())
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("usage: {USAGE}");
+        return Ok(());
+    }
+    let opts = parse(args)?;
+    let root = root();
+    let peers = selected(&opts.models);
+    let py = python(&opts, &root)?;
+    let bins = match &opts.bin_dir {
+        Some(d) => d.clone(),
+        None => {
+            let mut a = vec!["build", "--release"];
+            for p in &peers {
+                a.extend(["-p", p.package, "--example", p.example]);
+            }
+            let features: Vec<String> = peers
+                .iter()
+                .map(|p| format!("{}/cuda", p.package))
+                .collect();
+            let features = features.join(",");
+            if opts.device.starts_with("cuda") {
+                a.extend(["--features", features.as_str()]);
+            }
+            cargo(&a)?;
+            root.join("target").join("release").join("examples")
+        }
+    };
+    let threads = opts.threads.to_string();
+    let scripts = root.join("benches").join("peers");
+    let invar_cmd = |p: &Peer, extra: &[&str]| {
+        let mut c = Command::new(bins.join(p.example));
+        c.args(["--threads", &threads, "--device", &opts.device])
+            .args(extra)
+            .env("RAYON_NUM_THREADS", &threads)
+            .env_remove("CANDLE_NUM_THREADS");
+        c
+    };
+    let torch_cmd = |p: &Peer, extra: &[&str]| {
+        let mut c = Command::new(&py);
+        c.arg(scripts.join(p.script))
+            .args(["--threads", &threads, "--device", &opts.device])
+            .args(extra)
+            // Keep OpenMP/MKL to the same count even where torch.set_num_threads is not reached.
+            .env("OMP_NUM_THREADS", &threads)
+            .env("MKL_NUM_THREADS", &threads);
+        c
+    };
+
+    let mut rows: Vec<Row> = peers
+        .iter()
+        .map(|p| Row {
+            name: p.name.into(),
+            what: p.what.into(),
+            ..Row::default()
+        })
+        .collect();
+
+    if opts.check {
+        let dir = root.join("target").join("xtask-peers").join("check");
+        for (p, row) in peers.iter().zip(rows.iter_mut()) {
+            let d = dir.join(p.name);
+            let _ = std::fs::remove_dir_all(&d);
+            let d_str = d.to_string_lossy().into_owned();
+            let mut extra: Vec<&str> = p.check_args.to_vec();
+            extra.extend(["--check-dir", d_str.as_str()]);
+            eprintln!(
+                "checking {}: same weights and inputs, first 3 losses",
+                p.name
+            );
+            let result = capture(&mut invar_cmd(p, &extra))
+                .and_then(|_| verdicts(&mut torch_cmd(p, &extra)));
+            match result {
+                Ok((ok, worst)) => row.check = Some((ok, worst)),
+                Err(e) => {
+                    let msg = format!("{e:#}");
+                    eprintln!("  {msg}");
+                    row.check_note = Some(format!("check failed to run: {}", short(&msg)));
+                }
+            }
+        }
+    }
+
+    let mut raw = Vec::new();
+    for round in 1..=opts.rounds {
+        for (p, row) in peers.iter().zip(rows.iter_mut()) {
+            let steps = opts.steps.unwrap_or(p.steps).to_string();
+            let warmup = opts.warmup.unwrap_or(p.warmup).to_string();
+            let mut extra: Vec<&str> = p.args.to_vec();
+            extra.extend(["--steps", steps.as_str(), "--warmup", warmup.as_str()]);
+            for (label, side, mut cmd) in [
+                ("invar", &mut row.invar, invar_cmd(p, &extra)),
+                ("pytorch", &mut row.torch, torch_cmd(p, &extra)),
+            ] {
+                if side.error.is_some() {
+                    continue;
+                }
+                eprintln!("round {round}/{}: {} {label}", opts.rounds, p.name);
+                let got = capture(&mut cmd).and_then(|out| {
+                    let v = json_line(&out)?;
+                    let m = measurement(&v)?;
+                    raw.push(json!({"model": p.name, "impl": label, "round": round, "result": v}));
+                    Ok(m)
+                });
+                match got {
+                    Ok((secs, version, threads)) => {
+                        if threads.is_some_and(|t| t != opts.threads as u64) {
+                            eprintln!(
+                                "warning: {label} {} reports {threads:?} threads, not {}",
+                                p.name, opts.threads
+                            );
+                        }
+                        side.seconds.extend(secs);
+                        side.version = version;
+                        side.threads = threads;
+                    }
+                    Err(e) => {
+                        eprintln!("error: {label} {}: {e:#}", p.name);
+                        side.error = Some(short(&format!("{e:#}")));
+                    }
+                }
+            }
+        }
+    }
+
+    let command = reproduce(args);
+    let section = render(&rows, &opts, &machine(), &command);
+    println!("{section}");
+    let out = opts
+        .out
+        .clone()
+        .unwrap_or_else(|| root.join("BENCHMARKS.md"));
+    let old = std::fs::read_to_string(&out).unwrap_or_default();
+    write_atomic(&out, &replace_section(&old, &section))?;
+    let json_path = out.with_extension("peers.json");
+    let summary: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            let q = |s: &Side| quartiles(&s.seconds).map(|(m, lo, hi)| json!([m, lo, hi]));
+            json!({
+                "model": r.name, "what": r.what,
+                "invar": {"median_p25_p75_s": q(&r.invar), "version": r.invar.version, "error": r.invar.error},
+                "pytorch": {"median_p25_p75_s": q(&r.torch), "version": r.torch.version, "error": r.torch.error},
+                "check": r.check.map(|(ok, d)| json!({"ok": ok, "max_rel_diff": d})),
+            })
+        })
+        .collect();
+    let doc = json!({"threads": opts.threads, "device": opts.device, "rounds": opts.rounds,
+                     "command": command, "rows": summary, "runs": raw});
+    write_atomic(&json_path, &serde_json::to_string_pretty(&doc)?)?;
+    eprintln!(
+        "peers table written to {} (all numbers in {})",
+        out.display(),
+        json_path.display()
+    );
+    if rows
+        .iter()
+        .any(|r| r.invar.error.is_some() || r.torch.error.is_some())
+    {
+        bail!("some runs failed (see the table)");
+    }
+    Ok(())
+}
+
+/// The first line of an error, cut to a table cell's length.
+fn short(msg: &str) -> String {
+    let line = msg.lines().next().unwrap_or_default().replace('|', "/");
+    if line.chars().count() > 160 {
+        format!("{}…", line.chars().take(160).collect::<String>())
+    } else {
+        line
+    }
+}
+
+/// The command line that reproduces this run.
+fn reproduce(args: &[String]) -> String {
+    let rest: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| *a != "--peers")
+        .collect();
+    let mut c = String::from("cargo xtask bench --peers");
+    for a in rest {
+        c.push(' ');
+        c.push_str(a);
+    }
+    c
+}
+
+fn write_atomic(path: &Path, text: &str) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn arguments_parse() {
+        let o = parse(&strings(&[
+            "--peers",
+            "--threads",
+            "1",
+            "--rounds",
+            "3",
+            "--steps",
+            "4",
+            "--warmup",
+            "0",
+            "--model",
+            "speaker",
+            "--python",
+            "/usr/bin/python3",
+            "--device",
+            "cuda",
+            "--bin-dir",
+            "bins",
+            "--no-check",
+            "--out",
+            "GPU.md",
+        ]))
+        .unwrap();
+        assert_eq!(o.threads, 1);
+        assert_eq!(o.rounds, 3);
+        assert_eq!((o.steps, o.warmup), (Some(4), Some(0)));
+        assert_eq!(o.python, Some(PathBuf::from("/usr/bin/python3")));
+        assert_eq!(o.device, "cuda");
+        assert_eq!(o.bin_dir, Some(PathBuf::from("bins")));
+        assert_eq!(o.out, Some(PathBuf::from("GPU.md")));
+        assert!(!o.check);
+        // A prefix selects both 001 rows and nothing else.
+        let names: Vec<&str> = selected(&o.models).iter().map(|p| p.name).collect();
+        assert_eq!(names, ["speaker-cnn", "speaker-cnn-scale"]);
+        assert_eq!(parse(&[]).unwrap(), Options::default());
+        assert_eq!(selected(&[]).len(), 4);
+        assert!(parse(&strings(&["--threads", "0"])).is_err());
+        assert!(parse(&strings(&["--rounds"])).is_err());
+        assert!(parse(&strings(&["--model", "resnet"])).is_err());
+        assert!(parse(&strings(&["--bogus"])).is_err());
+    }
+
+    #[test]
+    fn quartiles_by_hand() {
+        // Sorted 1, 2, 3, 4, 10: median 3; p25 at position 1 → 2; p75 at position 3 → 4.
+        assert_eq!(
+            quartiles(&[10.0, 1.0, 3.0, 2.0, 4.0]),
+            Some((3.0, 2.0, 4.0))
+        );
+        // 1, 2, 3, 4: median at 1.5 → 2.5; p25 at 0.75 → 1.75; p75 at 2.25 → 3.25.
+        assert_eq!(quartiles(&[4.0, 3.0, 2.0, 1.0]), Some((2.5, 1.75, 3.25)));
+        assert_eq!(quartiles(&[]), None);
+    }
+
+    #[test]
+    fn json_lines_are_found_among_other_output() {
+        let out = "loading\n{\"step_seconds\": [0.5, 0.25], \"version\": \"torch 2.5.1\", \
+                   \"threads\": 2}\ntrailing text\n";
+        let v = json_line(out).unwrap();
+        let (s, version, threads) = measurement(&v).unwrap();
+        assert_eq!(s, [0.5, 0.25]);
+        assert_eq!(version, "torch 2.5.1");
+        assert_eq!(threads, Some(2));
+        assert!(json_line("no json here\n").is_err());
+        assert!(measurement(&json!({"step_seconds": []})).is_err());
+        assert!(measurement(&json!({"step_seconds": ["x"]})).is_err());
+    }
+
+    #[test]
+    fn table_has_medians_ratios_and_checks() {
+        let rows = vec![
+            Row {
+                name: "partition".into(),
+                what: "000".into(),
+                invar: Side {
+                    seconds: vec![0.010, 0.012, 0.011],
+                    version: "invar 0.1.0".into(),
+                    threads: Some(2),
+                    error: None,
+                },
+                torch: Side {
+                    seconds: vec![0.022, 0.020, 0.024],
+                    version: "torch 2.5.1".into(),
+                    threads: Some(2),
+                    error: None,
+                },
+                check: Some((true, 3.2e-7)),
+                check_note: None,
+            },
+            Row {
+                name: "supervector-ae".into(),
+                what: "002".into(),
+                invar: Side {
+                    error: Some("boom".into()),
+                    ..Side::default()
+                },
+                torch: Side {
+                    seconds: vec![3.0],
+                    ..Side::default()
+                },
+                check: Some((false, 0.5)),
+                check_note: None,
+            },
+        ];
+        let md = render(
+            &rows,
+            &Options::default(),
+            &[("CPU".into(), "test".into())],
+            "cargo xtask bench --peers",
+        );
+        assert!(md.starts_with(HEADING), "{md}");
+        // invar median 11 ms (IQR 10.5–11.5), PyTorch 22 ms (21–23): ratio 2.00.
+        assert!(
+            md.contains(
+                "| `partition`: 000 | 11.0 ms (10.5 ms – 11.5 ms) | 22.0 ms (21.0 ms – 23.0 ms) | 2.00× | yes (3.2e-7) |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("| `supervector-ae`: 002 | failed: boom | 3000 ms (3000 ms – 3000 ms) | – | **no** (5.0e-1) |"),
+            "{md}"
+        );
+        assert!(md.contains("- CPU: test"));
+        assert!(md.contains("- PyTorch: torch 2.5.1"));
+        assert!(md.contains("- reproduce: `cargo xtask bench --peers`"));
+    }
+
+    #[test]
+    fn section_replacement_keeps_the_rest() {
+        let new = format!("{HEADING}\n\nnew table\n");
+        // Appended when absent.
+        let a = replace_section("# Benchmarks\n\n## invar-ops\n\n| x |\n", &new);
+        assert_eq!(
+            a,
+            format!("# Benchmarks\n\n## invar-ops\n\n| x |\n\n{HEADING}\n\nnew table\n")
+        );
+        // Replaced in the middle, the sections around it kept.
+        let old = format!(
+            "# B\n\n## Machine\n\n- a\n\n{HEADING}\n\nold\nrows\n\n## invar-ops\n\n| y |\n"
+        );
+        let b = replace_section(&old, &new);
+        assert_eq!(
+            b,
+            format!(
+                "# B\n\n## Machine\n\n- a\n\n{HEADING}\n\nnew table\n\n## invar-ops\n\n| y |\n"
+            )
+        );
+        // Replaced at the end; running twice changes nothing.
+        let c = replace_section(&a, &format!("{HEADING}\n\nnewer\n"));
+        assert_eq!(
+            c,
+            format!("# Benchmarks\n\n## invar-ops\n\n| x |\n\n{HEADING}\n\nnewer\n")
+        );
+        assert_eq!(replace_section(&c, &format!("{HEADING}\n\nnewer\n")), c);
+        // Into an empty file.
+        assert_eq!(replace_section("", &new), new);
+        // Extracted for `cargo xtask bench`, which rewrites the rest.
+        assert_eq!(
+            extract_section(&b).as_deref(),
+            Some(format!("{HEADING}\n\nnew table").as_str())
+        );
+        assert_eq!(extract_section("# B\n"), None);
+    }
+
+    #[test]
+    fn every_peer_has_its_script_and_example() {
+        let root = workspace_root();
+        for p in PEERS {
+            assert!(
+                root.join("benches/peers").join(p.script).is_file(),
+                "{}",
+                p.script
+            );
+            let manifest =
+                std::fs::read_to_string(root.join("crates").join(p.package).join("Cargo.toml"))
+                    .unwrap();
+            assert!(
+                manifest.contains(&format!("name = \"{}\"", p.example)),
+                "{} declares no example {}",
+                p.package,
+                p.example
+            );
+        }
+    }
+}
