@@ -6,6 +6,7 @@
 //! invar-ops does no I/O and knows nothing of audio, corpora or files.
 
 pub mod batch;
+mod conv;
 mod device;
 pub mod dist;
 pub mod dtw;
@@ -13,6 +14,10 @@ mod error;
 mod frame;
 mod numerics;
 
+pub use conv::{
+    conv1d, conv1d_pair, conv1d_unfold, max_pool_time, max_pool_time_gather,
+    max_pool_time_with_tangent,
+};
 pub use device::device;
 pub use dtw::{Dtw, DtwCost, DtwResult};
 pub use error::{Error, Result};

@@ -1,0 +1,1283 @@
+//! Valid 1-D convolution over time and max-pooling over time as candle custom ops with exact
+//! backward passes on CPU (im2col + GEMM, arg-max scatter), and the composite candle paths the
+//! same functions take on any other device.
+//!
+//! candle 0.11.1's own `conv1d` backward returns wrong gradients on CPU and its `max_pool2d`
+//! backward is wrong everywhere, and the composite replacements (unfold by stacked narrow views,
+//! reshape + arg-max gather) spend most of a training step copying. Here, on CPU:
+//!
+//! - [`conv1d`] `x [B, C, T] ⋆ w [F, C, K] (+ bias [F]) → [B, F, T − K + 1]`: per batch item an
+//!   im2col of `x` (`[C·K, T']`, built in a per-thread buffer, never the whole batch) and one GEMM
+//!   with `w` seen as `[F, C·K]`, rayon over batch items. Backward: `dW = Σ_b dY_b · cols_bᵀ`
+//!   (GEMMs reading the transposed operand through strides, summed over fixed groups of batch
+//!   items so the result does not depend on the thread count), `dX` by K strided GEMMs
+//!   `dX_b[:, k..k+T'] += W_kᵀ · dY_b` (no col2im buffer), `db` a reduction; `dX` only when `x`
+//!   is part of a graph.
+//! - [`conv1d_pair`] the same weights applied to an input and its tangent: both go through the one
+//!   op (one graph node, one set of weight-gradient GEMMs over both).
+//! - [`max_pool_time`] `[.., T] → [.., T / k]` (T cropped to a multiple of k), backward scatters
+//!   each window's gradient to its first maximal entry; [`max_pool_time_with_tangent`] also takes
+//!   a tangent at the same arg-max.
+//!
+//! f32 and f64 take the custom ops on CPU; other dtypes and devices take [`conv1d_unfold`] and
+//! [`max_pool_time_gather`], the composite paths, which give the same values and gradients.
+
+use candle_core::{
+    backend::BackendStorage, bail, CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Device,
+    Layout, Shape, Tensor, WithDType,
+};
+use rayon::prelude::*;
+
+use crate::{Error, Result};
+
+/// Batch items whose weight gradients are summed together before the groups are added in order:
+/// fixed, so `dW` is the same bytes at any thread count.
+const DW_GROUP: usize = 4;
+
+/// Element types of the CPU kernels.
+trait Float: WithDType + sealed::Sealed {}
+impl Float for f32 {}
+impl Float for f64 {}
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for f64 {}
+}
+
+/// A read-only matrix operand: `m[i, j] = data[i·rs + j·cs]`.
+#[derive(Clone, Copy)]
+struct Mat<'a, T> {
+    data: &'a [T],
+    rs: usize,
+    cs: usize,
+}
+
+/// `dst (m×n, row stride dst_rs, column stride 1) (+)= a (m×k) · b (k×n)`, single-threaded
+/// (callers parallelise over batch items). Checks every reachable index before the call.
+#[allow(clippy::too_many_arguments)]
+fn gemm<T: Float>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat<'_, T>,
+    b: Mat<'_, T>,
+    dst: &mut [T],
+    dst_rs: usize,
+    accumulate: bool,
+) -> candle_core::Result<()> {
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        if !accumulate {
+            for i in 0..m {
+                dst[i * dst_rs..i * dst_rs + n].fill(T::from_f64(0.0));
+            }
+        }
+        return Ok(());
+    }
+    let last = |rows: usize, cols: usize, rs: usize, cs: usize| (rows - 1) * rs + (cols - 1) * cs;
+    if last(m, k, a.rs, a.cs) >= a.data.len()
+        || last(k, n, b.rs, b.cs) >= b.data.len()
+        || last(m, n, dst_rs, 1) >= dst.len()
+    {
+        bail!(
+            "conv gemm {m}×{k}·{k}×{n}: operand too short ({}, {}, {})",
+            a.data.len(),
+            b.data.len(),
+            dst.len()
+        );
+    }
+    // SAFETY: the check above guarantees that every index the strides can reach — at most
+    // (rows-1)·rs + (cols-1)·cs for each operand — lies inside its slice; `dst` is borrowed
+    // mutably so it cannot alias `a` or `b`; T is f32 or f64 (sealed), which `gemm` supports.
+    #[allow(unsafe_code)]
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            dst_rs as isize,
+            accumulate,
+            a.data.as_ptr(),
+            a.cs as isize,
+            a.rs as isize,
+            b.data.as_ptr(),
+            b.cs as isize,
+            b.rs as isize,
+            T::from_f64(1.0),
+            T::from_f64(1.0),
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+    Ok(())
+}
+
+/// The contiguous slice of a CPU tensor's storage, or an error naming `what`.
+fn slice<'a, T: Float>(
+    s: &'a CpuStorage,
+    l: &Layout,
+    what: &'static str,
+) -> candle_core::Result<&'a [T]> {
+    let Some((a, b)) = l.contiguous_offsets() else {
+        bail!(
+            "{what}: expected a contiguous tensor, got strides {:?}",
+            l.stride()
+        )
+    };
+    Ok(&T::cpu_storage_as_slice(s)?[a..b])
+}
+
+/// Shape of one valid convolution: `x [B, C, T]`, `w [F, C, K]`, output `[B, F, T' = T − K + 1]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ConvDims {
+    b: usize,
+    c: usize,
+    t: usize,
+    f: usize,
+    k: usize,
+}
+
+impl ConvDims {
+    fn out(&self) -> usize {
+        self.t + 1 - self.k
+    }
+    fn from_layouts(lx: &Layout, lw: &Layout) -> candle_core::Result<Self> {
+        let (b, c, t) = lx.shape().dims3()?;
+        let (f, wc, k) = lw.shape().dims3()?;
+        if wc != c || k == 0 || k > t {
+            bail!("conv1d: input [{b}, {c}, {t}] and kernel [{f}, {wc}, {k}] do not fit");
+        }
+        Ok(Self { b, c, t, f, k })
+    }
+}
+
+/// `cols [C·K, T']`: row `c·K + k` is `x_b[c, k .. k + T']`.
+fn im2col<T: Float>(xb: &[T], d: ConvDims, cols: &mut [T]) {
+    let out = d.out();
+    for c in 0..d.c {
+        let row = &xb[c * d.t..(c + 1) * d.t];
+        for k in 0..d.k {
+            let r = (c * d.k + k) * out;
+            cols[r..r + out].copy_from_slice(&row[k..k + out]);
+        }
+    }
+}
+
+/// Forward: `y_b = W [F, C·K] · cols_b (+ bias)` for every batch item, rayon over items.
+fn conv_forward<T: Float>(
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    d: ConvDims,
+) -> candle_core::Result<Vec<T>> {
+    let out = d.out();
+    let ck = d.c * d.k;
+    let mut y = vec![T::from_f64(0.0); d.b * d.f * out];
+    y.par_chunks_mut(d.f * out)
+        .zip(x.par_chunks(d.c * d.t))
+        .try_for_each_init(
+            || vec![T::from_f64(0.0); ck * out],
+            |cols, (yb, xb)| {
+                im2col(xb, d, cols);
+                if let Some(bias) = bias {
+                    for (row, &bv) in yb.chunks_mut(out).zip(bias) {
+                        row.fill(bv);
+                    }
+                }
+                let a = Mat {
+                    data: w,
+                    rs: ck,
+                    cs: 1,
+                };
+                let b = Mat {
+                    data: &cols[..],
+                    rs: out,
+                    cs: 1,
+                };
+                gemm(d.f, out, ck, a, b, yb, out, bias.is_some())
+            },
+        )?;
+    Ok(y)
+}
+
+/// `dW [F, C·K] = Σ_b dY_b [F, T'] · cols_bᵀ [T', C·K]`, over fixed groups of batch items.
+fn conv_grad_kernel<T: Float>(x: &[T], dy: &[T], d: ConvDims) -> candle_core::Result<Vec<T>> {
+    let out = d.out();
+    let ck = d.c * d.k;
+    let partial = x
+        .par_chunks(DW_GROUP * d.c * d.t)
+        .zip(dy.par_chunks(DW_GROUP * d.f * out))
+        .map(|(xg, dyg)| -> candle_core::Result<Vec<T>> {
+            let mut acc = vec![T::from_f64(0.0); d.f * ck];
+            let mut cols = vec![T::from_f64(0.0); ck * out];
+            for (i, (xb, dyb)) in xg.chunks(d.c * d.t).zip(dyg.chunks(d.f * out)).enumerate() {
+                im2col(xb, d, &mut cols);
+                let a = Mat {
+                    data: dyb,
+                    rs: out,
+                    cs: 1,
+                };
+                let b = Mat {
+                    data: &cols[..],
+                    rs: 1,
+                    cs: out,
+                };
+                gemm(d.f, ck, out, a, b, &mut acc, ck, i > 0)?;
+            }
+            Ok(acc)
+        })
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    let mut groups = partial.into_iter();
+    let mut dw = groups
+        .next()
+        .unwrap_or_else(|| vec![T::from_f64(0.0); d.f * ck]);
+    for g in groups {
+        for (a, v) in dw.iter_mut().zip(g) {
+            *a += v;
+        }
+    }
+    Ok(dw)
+}
+
+/// `dX_b [C, T]`: for each tap k, `dX_b[:, k .. k + T'] += W_kᵀ [C, F] · dY_b [F, T']`.
+fn conv_grad_input<T: Float>(w: &[T], dy: &[T], d: ConvDims) -> candle_core::Result<Vec<T>> {
+    let out = d.out();
+    let ck = d.c * d.k;
+    let mut dx = vec![T::from_f64(0.0); d.b * d.c * d.t];
+    dx.par_chunks_mut(d.c * d.t)
+        .zip(dy.par_chunks(d.f * out))
+        .try_for_each(|(dxb, dyb)| {
+            for k in 0..d.k {
+                // W_kᵀ[c, f] = w[f·C·K + c·K + k]
+                let a = Mat {
+                    data: &w[k..],
+                    rs: d.k,
+                    cs: ck,
+                };
+                let b = Mat {
+                    data: dyb,
+                    rs: out,
+                    cs: 1,
+                };
+                gemm(d.c, out, d.f, a, b, &mut dxb[k..], d.t, true)?;
+            }
+            Ok::<(), candle_core::Error>(())
+        })?;
+    Ok(dx)
+}
+
+/// Runs `$body` with `$T` bound to the element type of `$dtype` (f32 or f64).
+macro_rules! float_dispatch {
+    ($dtype:expr, $name:expr, |$T:ident| $body:expr) => {
+        match $dtype {
+            DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            other => bail!("{}: no CPU kernel for {other:?} (f32 and f64 only)", $name),
+        }
+    };
+}
+
+/// The forward op without bias: `(x, w)`.
+struct Conv1d;
+/// The forward op with bias: `(x, w, bias)`.
+struct Conv1dBias;
+/// Backward for the kernel: `(x, dY) → dW`.
+struct Conv1dGradKernel;
+/// Backward for the input: `(w, dY) → dX`, `t` the input length.
+struct Conv1dGradInput {
+    t: usize,
+}
+
+/// Gradients of a conv node: `dX` (when `x` is tracked), `dW`, `db` (when a bias was given).
+fn conv_backward(
+    x: &Tensor,
+    w: &Tensor,
+    has_bias: bool,
+    grad: &Tensor,
+) -> candle_core::Result<(Option<Tensor>, Tensor, Option<Tensor>)> {
+    let grad = grad.contiguous()?;
+    let dw = x.apply_op2_no_bwd(&grad, &Conv1dGradKernel)?;
+    let dx = if x.track_op() {
+        Some(w.apply_op2_no_bwd(&grad, &Conv1dGradInput { t: x.dim(2)? })?)
+    } else {
+        None
+    };
+    let db = if has_bias {
+        Some(grad.sum((0, 2))?)
+    } else {
+        None
+    };
+    Ok((dx, dw, db))
+}
+
+impl CustomOp2 for Conv1d {
+    fn name(&self) -> &'static str {
+        "invar-conv1d"
+    }
+    fn cpu_fwd(
+        &self,
+        sx: &CpuStorage,
+        lx: &Layout,
+        sw: &CpuStorage,
+        lw: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let d = ConvDims::from_layouts(lx, lw)?;
+        float_dispatch!(sx.dtype(), self.name(), |T| {
+            let y = conv_forward::<T>(
+                slice(sx, lx, "conv1d input")?,
+                slice(sw, lw, "conv1d kernel")?,
+                None,
+                d,
+            )?;
+            Ok((T::to_cpu_storage_owned(y), Shape::from((d.b, d.f, d.out()))))
+        })
+    }
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let (dx, dw, _) = conv_backward(x, w, false, grad)?;
+        Ok((dx, Some(dw)))
+    }
+}
+
+impl CustomOp3 for Conv1dBias {
+    fn name(&self) -> &'static str {
+        "invar-conv1d-bias"
+    }
+    fn cpu_fwd(
+        &self,
+        sx: &CpuStorage,
+        lx: &Layout,
+        sw: &CpuStorage,
+        lw: &Layout,
+        sb: &CpuStorage,
+        lb: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let d = ConvDims::from_layouts(lx, lw)?;
+        if lb.shape().dims() != [d.f] {
+            bail!(
+                "conv1d: bias {:?} does not match {} filters",
+                lb.shape(),
+                d.f
+            );
+        }
+        float_dispatch!(sx.dtype(), self.name(), |T| {
+            let y = conv_forward::<T>(
+                slice(sx, lx, "conv1d input")?,
+                slice(sw, lw, "conv1d kernel")?,
+                Some(slice(sb, lb, "conv1d bias")?),
+                d,
+            )?;
+            Ok((T::to_cpu_storage_owned(y), Shape::from((d.b, d.f, d.out()))))
+        })
+    }
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _bias: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (dx, dw, db) = conv_backward(x, w, true, grad)?;
+        Ok((dx, Some(dw), db))
+    }
+}
+
+impl CustomOp2 for Conv1dGradKernel {
+    fn name(&self) -> &'static str {
+        "invar-conv1d-grad-kernel"
+    }
+    fn cpu_fwd(
+        &self,
+        sx: &CpuStorage,
+        lx: &Layout,
+        sg: &CpuStorage,
+        lg: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (b, c, t) = lx.shape().dims3()?;
+        let (gb, f, out) = lg.shape().dims3()?;
+        if gb != b || out == 0 || out > t {
+            bail!("conv1d backward: input [{b}, {c}, {t}] and output gradient [{gb}, {f}, {out}]");
+        }
+        let d = ConvDims {
+            b,
+            c,
+            t,
+            f,
+            k: t + 1 - out,
+        };
+        float_dispatch!(sx.dtype(), self.name(), |T| {
+            let dw = conv_grad_kernel::<T>(
+                slice(sx, lx, "conv1d input")?,
+                slice(sg, lg, "conv1d output gradient")?,
+                d,
+            )?;
+            Ok((T::to_cpu_storage_owned(dw), Shape::from((d.f, d.c, d.k))))
+        })
+    }
+}
+
+impl CustomOp2 for Conv1dGradInput {
+    fn name(&self) -> &'static str {
+        "invar-conv1d-grad-input"
+    }
+    fn cpu_fwd(
+        &self,
+        sw: &CpuStorage,
+        lw: &Layout,
+        sg: &CpuStorage,
+        lg: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (f, c, k) = lw.shape().dims3()?;
+        let (b, gf, out) = lg.shape().dims3()?;
+        if gf != f || k == 0 || out + k - 1 != self.t {
+            bail!(
+                "conv1d backward: kernel [{f}, {c}, {k}], output gradient [{b}, {gf}, {out}], input length {}",
+                self.t
+            );
+        }
+        let d = ConvDims {
+            b,
+            c,
+            t: self.t,
+            f,
+            k,
+        };
+        float_dispatch!(sw.dtype(), self.name(), |T| {
+            let dx = conv_grad_input::<T>(
+                slice(sw, lw, "conv1d kernel")?,
+                slice(sg, lg, "conv1d output gradient")?,
+                d,
+            )?;
+            Ok((T::to_cpu_storage_owned(dx), Shape::from((d.b, d.c, d.t))))
+        })
+    }
+}
+
+/// Whether `x` takes the custom CPU kernels (f32/f64 on CPU) rather than the composite path.
+fn has_cpu_kernel(x: &Tensor) -> bool {
+    matches!(x.device(), Device::Cpu) && matches!(x.dtype(), DType::F32 | DType::F64)
+}
+
+/// Checks `x [B, C, T]`, `w [F, C, K]` (1 ≤ K ≤ T) and `bias [F]`.
+fn check_conv(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<()> {
+    let shape_err = || Error::Shape {
+        op: "conv1d (input [B, C, T], kernel [F, C, K ≤ T])",
+        left: x.dims().to_vec(),
+        right: w.dims().to_vec(),
+    };
+    let (_, c, t) = x.dims3().map_err(|_| shape_err())?;
+    let (f, wc, k) = w.dims3().map_err(|_| shape_err())?;
+    if wc != c || k == 0 || k > t {
+        return Err(shape_err());
+    }
+    if let Some(bias) = bias {
+        if bias.dims() != [f] {
+            return Err(Error::Shape {
+                op: "conv1d bias (one per filter)",
+                left: bias.dims().to_vec(),
+                right: vec![f],
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Valid, stride-1 cross-correlation over the last axis: `x [B, C, T]`, `w [F, C, K]`, optional
+/// `bias [F]` → `y [B, F, T − K + 1]`, `y[b, f, t] = bias[f] + Σ_{c,k} w[f, c, k] · x[b, c, t + k]`.
+///
+/// On CPU (f32, f64) an im2col + GEMM custom op with exact gradients for `x`, `w` and `bias`;
+/// elsewhere [`conv1d_unfold`].
+pub fn conv1d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    check_conv(x, w, bias)?;
+    if !has_cpu_kernel(x) {
+        return conv1d_unfold(x, w, bias);
+    }
+    let (x, w) = (x.contiguous()?, w.contiguous()?);
+    Ok(match bias {
+        Some(bias) => x.apply_op3(&w, &bias.contiguous()?, Conv1dBias)?,
+        None => x.apply_op2(&w, Conv1d)?,
+    })
+}
+
+/// [`conv1d`] of an input `x` and its tangent `t` (same shape) with the same kernel: the tangent
+/// carries no bias. Both pass through one op, so their kernel gradients come from one pass.
+/// Returns `(conv(x) + bias, conv(t))`.
+pub fn conv1d_pair(
+    x: &Tensor,
+    t: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+) -> Result<(Tensor, Tensor)> {
+    if x.dims() != t.dims() {
+        return Err(Error::Shape {
+            op: "conv1d_pair (input and tangent)",
+            left: x.dims().to_vec(),
+            right: t.dims().to_vec(),
+        });
+    }
+    check_conv(x, w, bias)?;
+    let b = x.dim(0)?;
+    let both = conv1d(&Tensor::cat(&[x, t], 0)?, w, None)?;
+    let y = both.narrow(0, 0, b)?;
+    let ty = both.narrow(0, b, b)?;
+    let y = match bias {
+        Some(bias) => y.broadcast_add(&bias.reshape((1, (), 1))?)?,
+        None => y,
+    };
+    Ok((y, ty))
+}
+
+/// The composite path of [`conv1d`] from candle primitives, on any device: K shifted views
+/// stacked into `[B·T', C·K]` and one matrix product. Same values and gradients, more copies.
+pub fn conv1d_unfold(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    check_conv(x, w, bias)?;
+    let (b, c, t) = x.dims3()?;
+    let (f, _, k) = w.dims3()?;
+    let out = t - k + 1;
+    let views = (0..k)
+        .map(|i| x.narrow(2, i, out))
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    let cols = Tensor::stack(&views, 3)? // [B, C, T', K]
+        .permute((0, 2, 1, 3))?
+        .contiguous()?
+        .reshape((b * out, c * k))?; // [B·T', C·K]
+    let y = cols.matmul(&w.reshape((f, c * k))?.t()?)?; // [B·T', F]
+    let y = y.reshape((b, out, f))?.transpose(1, 2)?.contiguous()?;
+    Ok(match bias {
+        Some(bias) => y.broadcast_add(&bias.reshape((1, (), 1))?)?,
+        None => y,
+    })
+}
+
+/// Index of the first maximal entry of `w` (NaN never wins over a number).
+#[inline]
+fn argmax_first<T: Float>(w: &[T]) -> usize {
+    let mut best = 0;
+    for (i, v) in w.iter().enumerate().skip(1) {
+        if *v > w[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// `[.., T] → [.., T / k]`: each window's value of `src` at the arg-max of `key` (`src == key`
+/// for plain pooling).
+fn pool_gather<T: Float>(key: &[T], src: &[T], len: usize, k: usize) -> Vec<T> {
+    let n = len / k;
+    let rows = key.len() / len;
+    let mut y = Vec::with_capacity(rows * n);
+    for (kr, sr) in key.chunks_exact(len).zip(src.chunks_exact(len)) {
+        for j in 0..n {
+            let at = j * k + argmax_first(&kr[j * k..(j + 1) * k]);
+            y.push(sr[at]);
+        }
+    }
+    y
+}
+
+/// `[.., T / k] → [.., T]`: each window's gradient placed at the arg-max of `key`, zeros elsewhere.
+fn pool_scatter<T: Float>(key: &[T], grad: &[T], len: usize, k: usize) -> Vec<T> {
+    let n = len / k;
+    let mut dx = vec![T::from_f64(0.0); key.len()];
+    for ((kr, gr), dr) in key
+        .chunks_exact(len)
+        .zip(grad.chunks_exact(n.max(1)))
+        .zip(dx.chunks_exact_mut(len))
+    {
+        for j in 0..n {
+            let at = j * k + argmax_first(&kr[j * k..(j + 1) * k]);
+            dr[at] = gr[j];
+        }
+    }
+    dx
+}
+
+/// Max-pool forward `x → y` (CustomOp1); backward scatters to the arg-max.
+struct MaxPool {
+    k: usize,
+}
+/// `(t, x) → t` at the arg-max of `x` (CustomOp2); backward scatters into `t` only (the arg-max
+/// is piecewise constant in `x`).
+struct PoolGather {
+    k: usize,
+}
+/// `(x, grad) → dx` with `grad` at the arg-max of `x`.
+struct PoolScatter {
+    k: usize,
+}
+
+fn pooled_shape(l: &Layout, k: usize) -> candle_core::Result<(usize, Shape)> {
+    let dims = l.shape().dims();
+    let Some((&len, lead)) = dims.split_last() else {
+        bail!("max_pool_time: a scalar has no time axis");
+    };
+    if k == 0 || k > len {
+        bail!("max_pool_time: width {k} does not fit a time axis of {len}");
+    }
+    let mut out = lead.to_vec();
+    out.push(len / k);
+    Ok((len, Shape::from(out)))
+}
+
+impl CustomOp1 for MaxPool {
+    fn name(&self) -> &'static str {
+        "invar-max-pool-time"
+    }
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (len, shape) = pooled_shape(l, self.k)?;
+        float_dispatch!(s.dtype(), self.name(), |T| {
+            let x = slice::<T>(s, l, "max_pool_time input")?;
+            Ok((
+                T::to_cpu_storage_owned(pool_gather(x, x, len, self.k)),
+                shape,
+            ))
+        })
+    }
+    fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(x.apply_op2_no_bwd(
+            &grad.contiguous()?,
+            &PoolScatter { k: self.k },
+        )?))
+    }
+}
+
+impl CustomOp2 for PoolGather {
+    fn name(&self) -> &'static str {
+        "invar-max-pool-time-gather"
+    }
+    fn cpu_fwd(
+        &self,
+        st: &CpuStorage,
+        lt: &Layout,
+        sx: &CpuStorage,
+        lx: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (len, shape) = pooled_shape(lx, self.k)?;
+        if lt.shape() != lx.shape() {
+            bail!(
+                "max_pool_time: tangent {:?} differs from input {:?}",
+                lt.shape(),
+                lx.shape()
+            );
+        }
+        float_dispatch!(sx.dtype(), self.name(), |T| {
+            let x = slice::<T>(sx, lx, "max_pool_time input")?;
+            let t = slice::<T>(st, lt, "max_pool_time tangent")?;
+            Ok((
+                T::to_cpu_storage_owned(pool_gather(x, t, len, self.k)),
+                shape,
+            ))
+        })
+    }
+    fn bwd(
+        &self,
+        _t: &Tensor,
+        x: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let dt = x.apply_op2_no_bwd(&grad.contiguous()?, &PoolScatter { k: self.k })?;
+        Ok((Some(dt), None))
+    }
+}
+
+impl CustomOp2 for PoolScatter {
+    fn name(&self) -> &'static str {
+        "invar-max-pool-time-scatter"
+    }
+    fn cpu_fwd(
+        &self,
+        sx: &CpuStorage,
+        lx: &Layout,
+        sg: &CpuStorage,
+        lg: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (len, shape) = pooled_shape(lx, self.k)?;
+        if lg.shape() != &shape {
+            bail!(
+                "max_pool_time backward: gradient {:?}, expected {:?}",
+                lg.shape(),
+                shape
+            );
+        }
+        float_dispatch!(sx.dtype(), self.name(), |T| {
+            let x = slice::<T>(sx, lx, "max_pool_time input")?;
+            let g = slice::<T>(sg, lg, "max_pool_time gradient")?;
+            Ok((
+                T::to_cpu_storage_owned(pool_scatter(x, g, len, self.k)),
+                lx.shape().clone(),
+            ))
+        })
+    }
+}
+
+fn check_pool(x: &Tensor, k: usize) -> Result<()> {
+    let len = x.dims().last().copied().unwrap_or(0);
+    if k == 0 || k > len {
+        return Err(Error::Shape {
+            op: "max_pool_time (width 1 ≤ k ≤ T, input [.., T])",
+            left: vec![k],
+            right: x.dims().to_vec(),
+        });
+    }
+    Ok(())
+}
+
+/// Max-pooling of width `k` over the last axis: `[.., T] → [.., T / k]`, T cropped to a multiple
+/// of `k`. The gradient of each window goes to its first maximal entry, all others get zero.
+///
+/// On CPU (f32, f64) a custom op; elsewhere [`max_pool_time_gather`].
+pub fn max_pool_time(x: &Tensor, k: usize) -> Result<Tensor> {
+    check_pool(x, k)?;
+    if !has_cpu_kernel(x) {
+        return Ok(max_pool_time_gather(x, None, k)?.0);
+    }
+    Ok(x.contiguous()?.apply_op1(MaxPool { k })?)
+}
+
+/// [`max_pool_time`] of `x` and the tangent `t` (same shape) taken at each window's arg-max of
+/// `x`: returns `(pool(x), t at argmax)`. The arg-max is a constant of the graph (piecewise
+/// constant in `x`), so `t`'s gradient is a scatter and `x` gets none through the tangent.
+pub fn max_pool_time_with_tangent(x: &Tensor, t: &Tensor, k: usize) -> Result<(Tensor, Tensor)> {
+    check_pool(x, k)?;
+    if x.dims() != t.dims() {
+        return Err(Error::Shape {
+            op: "max_pool_time_with_tangent (input and tangent)",
+            left: x.dims().to_vec(),
+            right: t.dims().to_vec(),
+        });
+    }
+    if !has_cpu_kernel(x) {
+        let (y, ty) = max_pool_time_gather(x, Some(t), k)?;
+        return Ok((y, ty.unwrap_or_else(|| t.clone())));
+    }
+    let x = x.contiguous()?;
+    let y = x.apply_op1(MaxPool { k })?;
+    // The arg-max key is detached: the tangent's value never depends on x differentiably.
+    let key = x.detach();
+    let ty = t.contiguous()?.apply_op2(&key, PoolGather { k })?;
+    Ok((y, ty))
+}
+
+/// The composite path of [`max_pool_time`] from candle primitives, on any device: reshape to
+/// windows, arg-max, gather (and the tangent gathered at the same index when given).
+pub fn max_pool_time_gather(
+    x: &Tensor,
+    t: Option<&Tensor>,
+    k: usize,
+) -> Result<(Tensor, Option<Tensor>)> {
+    check_pool(x, k)?;
+    let dims = x.dims().to_vec();
+    let len = dims[dims.len() - 1];
+    let n = len / k;
+    let axis = dims.len() - 1;
+    let mut win = dims[..axis].to_vec();
+    win.extend([n, k]);
+    let windows = |v: &Tensor| -> Result<Tensor> {
+        Ok(v.narrow(axis, 0, n * k)?
+            .contiguous()?
+            .reshape(win.clone())?)
+    };
+    let xw = windows(x)?;
+    let idx = xw.argmax_keepdim(axis + 1)?;
+    let y = xw.gather(&idx, axis + 1)?.squeeze(axis + 1)?;
+    let ty = match t {
+        Some(t) => Some(windows(t)?.gather(&idx, axis + 1)?.squeeze(axis + 1)?),
+        None => None,
+    };
+    Ok((y, ty))
+}
+
+#[cfg(test)]
+mod tests {
+    //! Values against the defining sums, gradients against the composite path and central finite
+    //! differences (f64: the ops are linear in each argument, so FD is exact up to rounding).
+    use super::*;
+    use candle_core::Var;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    type R<T = ()> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+    fn rand_vec(rng: &mut ChaCha8Rng, n: usize) -> Vec<f64> {
+        (0..n).map(|_| rng.random_range(-1.0..1.0)).collect()
+    }
+
+    fn tensor(rng: &mut ChaCha8Rng, dims: &[usize]) -> R<Tensor> {
+        let n = dims.iter().product();
+        Ok(Tensor::from_vec(rand_vec(rng, n), dims, &Device::Cpu)?)
+    }
+
+    /// y[b, f, t] = bias[f] + Σ_{c,k} w[f, c, k] · x[b, c, t + k], straight from the definition.
+    fn conv_by_hand(x: &[f64], w: &[f64], bias: &[f64], d: ConvDims) -> Vec<f64> {
+        let out = d.out();
+        let mut y = vec![0.0; d.b * d.f * out];
+        for b in 0..d.b {
+            for f in 0..d.f {
+                for t in 0..out {
+                    let mut s = bias[f];
+                    for c in 0..d.c {
+                        for k in 0..d.k {
+                            s += w[(f * d.c + c) * d.k + k] * x[(b * d.c + c) * d.t + t + k];
+                        }
+                    }
+                    y[(b * d.f + f) * out + t] = s;
+                }
+            }
+        }
+        y
+    }
+
+    /// Odd sizes: K = 1, B = 1, T' = 1, and B = 7 (two dW groups, one partial).
+    const SIZES: [ConvDims; 4] = [
+        ConvDims {
+            b: 1,
+            c: 3,
+            t: 10,
+            f: 4,
+            k: 1,
+        },
+        ConvDims {
+            b: 2,
+            c: 3,
+            t: 10,
+            f: 4,
+            k: 3,
+        },
+        ConvDims {
+            b: 3,
+            c: 5,
+            t: 7,
+            f: 2,
+            k: 7,
+        },
+        ConvDims {
+            b: 7,
+            c: 4,
+            t: 13,
+            f: 5,
+            k: 4,
+        },
+    ];
+
+    #[test]
+    fn conv1d_value_equals_the_defining_sum() -> R {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        for d in SIZES {
+            let x = tensor(&mut rng, &[d.b, d.c, d.t])?;
+            let w = tensor(&mut rng, &[d.f, d.c, d.k])?;
+            let bias = tensor(&mut rng, &[d.f])?;
+            let want = conv_by_hand(
+                &x.flatten_all()?.to_vec1()?,
+                &w.flatten_all()?.to_vec1()?,
+                &bias.to_vec1()?,
+                d,
+            );
+            let got = conv1d(&x, &w, Some(&bias))?
+                .flatten_all()?
+                .to_vec1::<f64>()?;
+            let unfold = conv1d_unfold(&x, &w, Some(&bias))?
+                .flatten_all()?
+                .to_vec1::<f64>()?;
+            assert_eq!(got.len(), want.len());
+            for ((g, u), h) in got.iter().zip(&unfold).zip(&want) {
+                assert!(
+                    (g - h).abs() < 1e-12 && (u - h).abs() < 1e-12,
+                    "{d:?}: {g} {u} {h}"
+                );
+            }
+            let nobias = conv1d(&x, &w, None)?.flatten_all()?.to_vec1::<f64>()?;
+            let bv = bias.to_vec1::<f64>()?;
+            for (i, (g, n)) in got.iter().zip(&nobias).enumerate() {
+                let f = (i / d.out()) % d.f;
+                assert!((g - n - bv[f]).abs() < 1e-12);
+            }
+        }
+        Ok(())
+    }
+
+    /// Gradients of L = Σ c ⊙ conv(x, w, bias) for x, w and bias.
+    fn conv_grads(
+        conv: &dyn Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor>,
+        x: &Tensor,
+        w: &Tensor,
+        bias: &Tensor,
+        c: &Tensor,
+    ) -> R<[Vec<f64>; 3]> {
+        let (xv, wv, bv) = (
+            Var::from_tensor(x)?,
+            Var::from_tensor(w)?,
+            Var::from_tensor(bias)?,
+        );
+        let y = conv(xv.as_tensor(), wv.as_tensor(), bv.as_tensor())?;
+        let g = (y * c)?.sum_all()?.backward()?;
+        let get = |v: &Var| -> R<Vec<f64>> {
+            Ok(g.get(v.as_tensor())
+                .ok_or("missing gradient")?
+                .flatten_all()?
+                .to_vec1()?)
+        };
+        Ok([get(&xv)?, get(&wv)?, get(&bv)?])
+    }
+
+    #[test]
+    fn conv1d_gradients_match_the_unfold_path_and_finite_differences() -> R {
+        let mut rng = ChaCha8Rng::seed_from_u64(2);
+        for d in SIZES {
+            let x = tensor(&mut rng, &[d.b, d.c, d.t])?;
+            let w = tensor(&mut rng, &[d.f, d.c, d.k])?;
+            let bias = tensor(&mut rng, &[d.f])?;
+            let c = tensor(&mut rng, &[d.b, d.f, d.out()])?;
+            let ours = conv_grads(&|x, w, b| conv1d(x, w, Some(b)), &x, &w, &bias, &c)?;
+            let unfold = conv_grads(&|x, w, b| conv1d_unfold(x, w, Some(b)), &x, &w, &bias, &c)?;
+            for (o, u) in ours.iter().zip(&unfold) {
+                assert_eq!(o.len(), u.len());
+                for (a, b) in o.iter().zip(u) {
+                    assert!((a - b).abs() < 1e-10, "{d:?}: {a} vs {b}");
+                }
+            }
+            // central differences of L along every entry of x, w and bias
+            let loss = |x: &Tensor, w: &Tensor, b: &Tensor| -> R<f64> {
+                Ok((conv1d(x, w, Some(b))? * &c)?
+                    .sum_all()?
+                    .to_scalar::<f64>()?)
+            };
+            let h = 1e-5;
+            let args = [&x, &w, &bias];
+            for (which, arg) in args.iter().enumerate() {
+                let base = arg.flatten_all()?.to_vec1::<f64>()?;
+                for i in 0..base.len() {
+                    let mut moved = [base.clone(), base.clone()];
+                    moved[0][i] += h;
+                    moved[1][i] -= h;
+                    let mut l = [0.0; 2];
+                    for (s, m) in moved.into_iter().enumerate() {
+                        let m = Tensor::from_vec(m, arg.dims(), &Device::Cpu)?;
+                        let mut a = [x.clone(), w.clone(), bias.clone()];
+                        a[which] = m;
+                        l[s] = loss(&a[0], &a[1], &a[2])?;
+                    }
+                    let fd = (l[0] - l[1]) / (2.0 * h);
+                    let g = ours[which][i];
+                    assert!(
+                        (fd - g).abs() < 1e-7 * (1.0 + g.abs()),
+                        "{d:?} arg {which}[{i}]: {g} vs FD {fd}"
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn conv1d_f32_matches_the_unfold_path_at_the_original_layer_shape() -> R {
+        // conv1 of the 001 network on a smaller batch: 129 channels, 8 taps, 100 frames.
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let d = ConvDims {
+            b: 3,
+            c: 129,
+            t: 100,
+            f: 32,
+            k: 8,
+        };
+        let f32t = |dims: &[usize], rng: &mut ChaCha8Rng| -> R<Tensor> {
+            Ok(tensor(rng, dims)?.to_dtype(DType::F32)?)
+        };
+        let x = f32t(&[d.b, d.c, d.t], &mut rng)?;
+        let w = f32t(&[d.f, d.c, d.k], &mut rng)?;
+        let bias = f32t(&[d.f], &mut rng)?;
+        let c = f32t(&[d.b, d.f, d.out()], &mut rng)?;
+        let grads =
+            |conv: &dyn Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor>| -> R<[Vec<f32>; 4]> {
+                let (xv, wv, bv) = (
+                    Var::from_tensor(&x)?,
+                    Var::from_tensor(&w)?,
+                    Var::from_tensor(&bias)?,
+                );
+                let y = conv(xv.as_tensor(), wv.as_tensor(), bv.as_tensor())?;
+                let g = (&y * &c)?.sum_all()?.backward()?;
+                let get = |t: &Tensor| -> R<Vec<f32>> {
+                    Ok(g.get(t)
+                        .ok_or("missing gradient")?
+                        .flatten_all()?
+                        .to_vec1()?)
+                };
+                Ok([
+                    y.flatten_all()?.to_vec1()?,
+                    get(xv.as_tensor())?,
+                    get(wv.as_tensor())?,
+                    get(bv.as_tensor())?,
+                ])
+            };
+        let ours = grads(&|x, w, b| conv1d(x, w, Some(b)))?;
+        let unfold = grads(&|x, w, b| conv1d_unfold(x, w, Some(b)))?;
+        // Sums of up to 1032 (value, dX: 256) products of O(1) terms in f32: rounding differs by
+        // the summation order, |error| ≲ n·ε·max|term| ≈ 1032 · 6e-8 ≈ 6e-5; 1e-3 leaves margin.
+        for (name, (o, u)) in ["y", "dx", "dw", "db"].iter().zip(ours.iter().zip(&unfold)) {
+            for (a, b) in o.iter().zip(u) {
+                assert!((a - b).abs() < 1e-3 * (1.0 + b.abs()), "{name}: {a} vs {b}");
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn conv1d_kernel_gradient_is_the_same_bytes_at_any_thread_count() -> R {
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
+        let d = ConvDims {
+            b: 11,
+            c: 6,
+            t: 20,
+            f: 3,
+            k: 5,
+        };
+        let x = tensor(&mut rng, &[d.b, d.c, d.t])?.to_dtype(DType::F32)?;
+        let w = tensor(&mut rng, &[d.f, d.c, d.k])?.to_dtype(DType::F32)?;
+        let c = tensor(&mut rng, &[d.b, d.f, d.out()])?.to_dtype(DType::F32)?;
+        let run = |threads: usize| -> R<Vec<f32>> {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()?;
+            pool.install(|| -> R<Vec<f32>> {
+                let wv = Var::from_tensor(&w)?;
+                let g = (conv1d(&x, wv.as_tensor(), None)? * &c)?
+                    .sum_all()?
+                    .backward()?;
+                Ok(g.get(wv.as_tensor())
+                    .ok_or("no dw")?
+                    .flatten_all()?
+                    .to_vec1()?)
+            })
+        };
+        let one = run(1)?;
+        for threads in [2, 3] {
+            assert_eq!(one, run(threads)?, "{threads} threads");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn conv1d_pair_equals_two_convolutions_and_sums_their_kernel_gradients() -> R {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let d = ConvDims {
+            b: 3,
+            c: 4,
+            t: 12,
+            f: 5,
+            k: 3,
+        };
+        let x = tensor(&mut rng, &[d.b, d.c, d.t])?;
+        let t = tensor(&mut rng, &[d.b, d.c, d.t])?;
+        let w = Var::from_tensor(&tensor(&mut rng, &[d.f, d.c, d.k])?)?;
+        let bias = Var::from_tensor(&tensor(&mut rng, &[d.f])?)?;
+        let (cy, ct) = (
+            tensor(&mut rng, &[d.b, d.f, d.out()])?,
+            tensor(&mut rng, &[d.b, d.f, d.out()])?,
+        );
+        let (y, ty) = conv1d_pair(&x, &t, w.as_tensor(), Some(bias.as_tensor()))?;
+        let y2 = conv1d_unfold(&x, w.as_tensor(), Some(bias.as_tensor()))?;
+        let ty2 = conv1d_unfold(&t, w.as_tensor(), None)?;
+        let diff = |a: &Tensor, b: &Tensor| -> R<f64> {
+            Ok((a - b)?.abs()?.max_all()?.to_scalar::<f64>()?)
+        };
+        assert!(diff(&y, &y2)? < 1e-12 && diff(&ty, &ty2)? < 1e-12);
+        let g1 = ((y * &cy)?.sum_all()? + (ty * &ct)?.sum_all()?)?.backward()?;
+        let g2 = ((y2 * &cy)?.sum_all()? + (ty2 * &ct)?.sum_all()?)?.backward()?;
+        for v in [&w, &bias] {
+            let a = g1.get(v.as_tensor()).ok_or("no grad")?;
+            let b = g2.get(v.as_tensor()).ok_or("no grad")?;
+            assert!(diff(a, b)? < 1e-10);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn conv1d_rejects_shapes_that_do_not_fit() -> R {
+        let dev = Device::Cpu;
+        let x = Tensor::zeros((2, 3, 5), DType::F32, &dev)?;
+        for w in [(4, 2, 3), (4, 3, 6), (4, 3, 0)] {
+            let w = Tensor::zeros(w, DType::F32, &dev)?;
+            assert!(matches!(conv1d(&x, &w, None), Err(Error::Shape { .. })));
+        }
+        let w = Tensor::zeros((4, 3, 2), DType::F32, &dev)?;
+        let bias = Tensor::zeros(3, DType::F32, &dev)?;
+        assert!(matches!(
+            conv1d(&x, &w, Some(&bias)),
+            Err(Error::Shape { .. })
+        ));
+        let t = Tensor::zeros((2, 3, 4), DType::F32, &dev)?;
+        assert!(matches!(
+            conv1d_pair(&x, &t, &w, None),
+            Err(Error::Shape { .. })
+        ));
+        Ok(())
+    }
+
+    #[test]
+    fn max_pool_value_by_hand_and_the_tail_is_cropped() -> R {
+        // windows of 3 over 8 steps: [1, 5, 2] [7, 7, 0] (the tail [9, 4] is cropped)
+        let x = Tensor::new(&[[[1f64, 5., 2., 7., 7., 0., 9., 4.]]], &Device::Cpu)?;
+        let t = Tensor::new(
+            &[[[10f64, 11., 12., 13., 14., 15., 16., 17.]]],
+            &Device::Cpu,
+        )?;
+        assert_eq!(
+            max_pool_time(&x, 3)?.to_vec3::<f64>()?,
+            vec![vec![vec![5., 7.]]]
+        );
+        let (y, ty) = max_pool_time_with_tangent(&x, &t, 3)?;
+        assert_eq!(y.to_vec3::<f64>()?, vec![vec![vec![5., 7.]]]);
+        // tie in the second window: the first maximal entry (index 3) is chosen
+        assert_eq!(ty.to_vec3::<f64>()?, vec![vec![vec![11., 13.]]]);
+        let (gy, gt) = max_pool_time_gather(&x, Some(&t), 3)?;
+        assert_eq!(gy.to_vec3::<f64>()?, y.to_vec3::<f64>()?);
+        assert_eq!(
+            gt.ok_or("no tangent")?.to_vec3::<f64>()?,
+            ty.to_vec3::<f64>()?
+        );
+        let xv = Var::from_tensor(&x)?;
+        let g = (max_pool_time(xv.as_tensor(), 3)? * Tensor::new(&[[[2f64, 3.]]], &Device::Cpu)?)?
+            .sum_all()?
+            .backward()?;
+        let dx = g.get(xv.as_tensor()).ok_or("no dx")?.to_vec3::<f64>()?;
+        assert_eq!(dx, vec![vec![vec![0., 2., 0., 3., 0., 0., 0., 0.]]]);
+        Ok(())
+    }
+
+    #[test]
+    fn max_pool_gradient_goes_to_exactly_one_entry_per_window_and_matches_fd() -> R {
+        let mut rng = ChaCha8Rng::seed_from_u64(6);
+        for (dims, k) in [
+            (vec![2, 3, 17], 4),
+            (vec![1, 1, 5], 1),
+            (vec![3, 2, 9], 9),
+            (vec![4, 10], 3),
+        ] {
+            let x = tensor(&mut rng, &dims)?;
+            let len = dims[dims.len() - 1];
+            let mut out = dims.clone();
+            *out.last_mut().ok_or("no dims")? = len / k;
+            let c = tensor(&mut rng, &out)?;
+            let xv = Var::from_tensor(&x)?;
+            let y = max_pool_time(xv.as_tensor(), k)?;
+            let g = (&y * &c)?.sum_all()?.backward()?;
+            let dx = g
+                .get(xv.as_tensor())
+                .ok_or("no dx")?
+                .flatten_all()?
+                .to_vec1::<f64>()?;
+            let cv = c.flatten_all()?.to_vec1::<f64>()?;
+            let xs = x.flatten_all()?.to_vec1::<f64>()?;
+            let n = len / k;
+            for (r, (dr, xr)) in dx.chunks(len).zip(xs.chunks(len)).enumerate() {
+                for j in 0..n {
+                    let win = &dr[j * k..(j + 1) * k];
+                    assert_eq!(
+                        win.iter().filter(|v| **v != 0.0).count(),
+                        1,
+                        "one entry per window"
+                    );
+                    let at = (0..k)
+                        .max_by(|&a, &b| xr[j * k + a].total_cmp(&xr[j * k + b]))
+                        .ok_or("empty")?;
+                    assert_eq!(win[at], cv[r * n + j]);
+                }
+                assert!(
+                    dr[n * k..].iter().all(|v| *v == 0.0),
+                    "cropped tail gets no gradient"
+                );
+            }
+            // FD: random distinct values, so a step of 1e-6 never changes an arg-max
+            let h = 1e-6;
+            for i in 0..xs.len() {
+                let mut l = [0.0; 2];
+                for (s, sign) in [1.0, -1.0].into_iter().enumerate() {
+                    let mut m = xs.clone();
+                    m[i] += sign * h;
+                    let m = Tensor::from_vec(m, dims.as_slice(), &Device::Cpu)?;
+                    l[s] = (max_pool_time(&m, k)? * &c)?
+                        .sum_all()?
+                        .to_scalar::<f64>()?;
+                }
+                let fd = (l[0] - l[1]) / (2.0 * h);
+                assert!((fd - dx[i]).abs() < 1e-8, "[{i}] {} vs FD {fd}", dx[i]);
+            }
+            // the composite path gives the same gradient
+            let xv2 = Var::from_tensor(&x)?;
+            let (y2, _) = max_pool_time_gather(xv2.as_tensor(), None, k)?;
+            let g2 = (&y2 * &c)?.sum_all()?.backward()?;
+            let dx2 = g2
+                .get(xv2.as_tensor())
+                .ok_or("no dx")?
+                .flatten_all()?
+                .to_vec1::<f64>()?;
+            assert_eq!(dx, dx2);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn pooled_tangent_gradient_scatters_into_the_tangent_only() -> R {
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let x = Var::from_tensor(&tensor(&mut rng, &[2, 3, 10])?)?;
+        let t = Var::from_tensor(&tensor(&mut rng, &[2, 3, 10])?)?;
+        let c = tensor(&mut rng, &[2, 3, 2])?;
+        let (_, ty) = max_pool_time_with_tangent(x.as_tensor(), t.as_tensor(), 4)?;
+        let g = (&ty * &c)?.sum_all()?.backward()?;
+        assert!(
+            g.get(x.as_tensor()).is_none(),
+            "x gets no gradient through the tangent"
+        );
+        let dt = g.get(t.as_tensor()).ok_or("no dt")?;
+        let xv = Var::from_tensor(x.as_tensor())?;
+        let gw = (max_pool_time(xv.as_tensor(), 4)? * &c)?
+            .sum_all()?
+            .backward()?;
+        let dx = gw.get(xv.as_tensor()).ok_or("no dx")?;
+        assert_eq!(
+            dt.flatten_all()?.to_vec1::<f64>()?,
+            dx.flatten_all()?.to_vec1::<f64>()?
+        );
+        // and the composite path agrees
+        let (_, ty2) = max_pool_time_gather(x.as_tensor(), Some(t.as_tensor()), 4)?;
+        let g2 = (ty2.ok_or("no tangent")? * &c)?.sum_all()?.backward()?;
+        let dt2 = g2.get(t.as_tensor()).ok_or("no dt")?;
+        assert_eq!(
+            dt.flatten_all()?.to_vec1::<f64>()?,
+            dt2.flatten_all()?.to_vec1::<f64>()?
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn max_pool_rejects_bad_widths() -> R {
+        let x = Tensor::zeros((2, 3, 5), DType::F32, &Device::Cpu)?;
+        assert!(matches!(max_pool_time(&x, 0), Err(Error::Shape { .. })));
+        assert!(matches!(max_pool_time(&x, 6), Err(Error::Shape { .. })));
+        let t = Tensor::zeros((2, 3, 4), DType::F32, &Device::Cpu)?;
+        assert!(matches!(
+            max_pool_time_with_tangent(&x, &t, 2),
+            Err(Error::Shape { .. })
+        ));
+        Ok(())
+    }
+}
