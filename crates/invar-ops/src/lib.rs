@@ -12,6 +12,7 @@ pub mod dist;
 pub mod dtw;
 mod error;
 mod frame;
+mod linear;
 mod numerics;
 
 pub use conv::{
@@ -22,4 +23,5 @@ pub use device::device;
 pub use dtw::{Dtw, DtwCost, DtwResult};
 pub use error::{Error, Result};
 pub use frame::FrameDistance;
+pub use linear::{linear, linear_composite, linear_with_sink, Activation, GradSink, WeightLayout};
 pub use numerics::{logsumexp, logsumexp_f64};

@@ -3,12 +3,17 @@
 //! one parameter tensor per tied pair — with its own bias `dec.i.bias`; the outermost decoder layer
 //! (`d1 → d0`) has its own weight `dec.0.weight` ("tie all but the extreme weights").
 //!
-//! Weights are stored `[in, out]` (the transpose of candle's `Linear`), so the two big outermost
-//! products `x · W` run on contiguous operands forwards and backwards; only the small tied inner
-//! decoder layers multiply by a transposed view.
+//! Weights are stored `[in, out]` (the transpose of candle's `Linear`). Every layer is one
+//! `invar_ops::linear` op (product, bias and activation fused; the tied decoder layers read the
+//! encoder weight through its strides, no transposed copy; no gradient for the data input). The
+//! training forward pass ([`TiedAutoencoder::forward_training`]) also accumulates each weight's
+//! gradient in a reused per-weight buffer (`invar_ops::GradSink`) instead of candle's freshly
+//! allocated `zeros + add`, and [`TiedAutoencoder::flush_grads`] moves them into the store.
 
+use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Init, VarBuilder, VarMap};
+use invar_ops::{GradSink, WeightLayout};
 
 use crate::{Activation, Error, ModelConfig, Result};
 
@@ -31,6 +36,22 @@ pub struct TiedAutoencoder {
     dec_bias: Vec<Tensor>,
     /// The untied outermost decoder weight `[d_1, d_0]`.
     dec_out: Tensor,
+    /// Gradient buffers of `enc[i].weight` (shared by its tied decoder layer) for the training pass.
+    enc_sinks: Vec<GradSink>,
+    /// Gradient buffer of `dec_out`.
+    dec_out_sink: GradSink,
+}
+
+/// invar-ops' error as this crate's: candle errors pass through, shape errors name the layer.
+fn ops_error(e: invar_ops::Error) -> Error {
+    match e {
+        invar_ops::Error::Candle(c) => Error::Candle(c),
+        other => Error::Shape {
+            what: "autoencoder layer".into(),
+            expected: "a [batch, width] input matching the layer".into(),
+            found: other.to_string(),
+        },
+    }
 }
 
 /// Glorot/Xavier uniform bound `√(6 / (fan_in + fan_out))`: symmetric in the two widths, so the
@@ -73,6 +94,8 @@ impl TiedAutoencoder {
             glorot(sizes[1], sizes[0]),
         )?;
         Ok(Self {
+            enc_sinks: (0..layers).map(|_| GradSink::new()).collect(),
+            dec_out_sink: GradSink::new(),
             sizes,
             activation: config.activation,
             code_activation: config.code_activation,
@@ -124,48 +147,114 @@ impl TiedAutoencoder {
         2 * weights + biases
     }
 
-    fn act(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(match self.activation {
-            Activation::Tanh => x.tanh()?,
-            Activation::Relu => x.relu()?,
-            Activation::Sigmoid => candle_nn::ops::sigmoid(x)?,
-            Activation::Elu => x.elu(1.0)?,
-            Activation::Identity => x.clone(),
-        })
+    fn ops_act(&self) -> invar_ops::Activation {
+        match self.activation {
+            Activation::Tanh => invar_ops::Activation::Tanh,
+            Activation::Relu => invar_ops::Activation::Relu,
+            Activation::Sigmoid => invar_ops::Activation::Sigmoid,
+            Activation::Elu => invar_ops::Activation::Elu,
+            Activation::Identity => invar_ops::Activation::Identity,
+        }
     }
 
-    /// The code of a batch: `[B, d_0]` → `[B, d_L]`.
-    pub fn encode(&self, x: &Tensor) -> Result<Tensor> {
+    /// One layer `act(h·W + b)` (`OutIn`: `h·Wᵀ + b`), its weight gradient into `sink` if given.
+    fn layer(
+        h: &Tensor,
+        w: &Tensor,
+        b: &Tensor,
+        layout: WeightLayout,
+        act: invar_ops::Activation,
+        sink: Option<&GradSink>,
+    ) -> Result<Tensor> {
+        match sink {
+            Some(sink) => invar_ops::linear_with_sink(h, w, Some(b), layout, act, sink),
+            None => invar_ops::linear(h, w, Some(b), layout, act),
+        }
+        .map_err(ops_error)
+    }
+
+    fn encode_impl(&self, x: &Tensor, sinks: bool) -> Result<Tensor> {
         let last = self.enc.len() - 1;
         let mut h = x.clone();
         for (i, l) in self.enc.iter().enumerate() {
             // [B, d_i] · [d_i, d_{i+1}] + [d_{i+1}]
-            h = h.matmul(&l.weight)?.broadcast_add(&l.bias)?;
-            if i < last || self.code_activation {
-                h = self.act(&h)?;
-            }
+            let act = if i < last || self.code_activation {
+                self.ops_act()
+            } else {
+                invar_ops::Activation::Identity
+            };
+            let sink = sinks.then(|| &self.enc_sinks[i]);
+            h = Self::layer(&h, &l.weight, &l.bias, WeightLayout::InOut, act, sink)?;
         }
         Ok(h)
     }
 
-    /// The reconstruction of a code: `[B, d_L]` → `[B, d_0]`.
-    pub fn decode(&self, z: &Tensor) -> Result<Tensor> {
+    fn decode_impl(&self, z: &Tensor, sinks: bool) -> Result<Tensor> {
         let mut h = z.clone();
         for i in (1..self.enc.len()).rev() {
             // tied: [B, d_{i+1}] · enc.i.weightᵀ [d_{i+1}, d_i] + dec.i.bias [d_i]
-            h = h
-                .matmul(&self.enc[i].weight.t()?)?
-                .broadcast_add(&self.dec_bias[i])?;
-            h = self.act(&h)?;
+            let sink = sinks.then(|| &self.enc_sinks[i]);
+            h = Self::layer(
+                &h,
+                &self.enc[i].weight,
+                &self.dec_bias[i],
+                WeightLayout::OutIn,
+                self.ops_act(),
+                sink,
+            )?;
         }
         // untied outermost: [B, d_1] · [d_1, d_0] + [d_0], linear output
-        Ok(h.matmul(&self.dec_out)?.broadcast_add(&self.dec_bias[0])?)
+        let sink = sinks.then_some(&self.dec_out_sink);
+        Self::layer(
+            &h,
+            &self.dec_out,
+            &self.dec_bias[0],
+            WeightLayout::InOut,
+            invar_ops::Activation::Identity,
+            sink,
+        )
+    }
+
+    /// The code of a batch: `[B, d_0]` → `[B, d_L]`.
+    pub fn encode(&self, x: &Tensor) -> Result<Tensor> {
+        self.encode_impl(x, false)
+    }
+
+    /// The reconstruction of a code: `[B, d_L]` → `[B, d_0]`.
+    pub fn decode(&self, z: &Tensor) -> Result<Tensor> {
+        self.decode_impl(z, false)
     }
 
     /// Encode then decode: `[B, d_0]` → (`[B, d_0]` reconstruction, `[B, d_L]` code).
     pub fn forward(&self, x: &Tensor) -> Result<(Tensor, Tensor)> {
         let z = self.encode(x)?;
         Ok((self.decode(&z)?, z))
+    }
+
+    /// [`Self::forward`] for a training step: the same values, but on the CPU each weight's
+    /// gradient is accumulated in the model's reused buffer rather than in the store `backward()`
+    /// returns, so call [`Self::flush_grads`] on that store before reading it. The store's weight
+    /// gradients then alias those buffers until the next backward pass.
+    pub fn forward_training(&self, x: &Tensor) -> Result<(Tensor, Tensor)> {
+        let z = self.encode_impl(x, true)?;
+        Ok((self.decode_impl(&z, true)?, z))
+    }
+
+    /// [`Self::forward_training`]'s `encode` (for extra terms on codes within the same step).
+    pub fn encode_training(&self, x: &Tensor) -> Result<Tensor> {
+        self.encode_impl(x, true)
+    }
+
+    /// Moves the weight gradients of the last backward pass through [`Self::forward_training`]
+    /// into `grads` (on devices without the custom op they are already there; this does nothing).
+    pub fn flush_grads(&self, grads: &mut GradStore) -> Result<()> {
+        for (l, sink) in self.enc.iter().zip(&self.enc_sinks) {
+            sink.flush(&l.weight, grads).map_err(ops_error)?;
+        }
+        self.dec_out_sink
+            .flush(&self.dec_out, grads)
+            .map_err(ops_error)?;
+        Ok(())
     }
 }
 
@@ -177,6 +266,109 @@ mod tests {
         ModelConfig {
             sizes: sizes.to_vec(),
             ..ModelConfig::default()
+        }
+    }
+
+    /// The model as it was computed before the fused ops (candle's matmul, broadcast_add and
+    /// activations), kept here as the reference the new path must equal.
+    fn reference_forward(m: &TiedAutoencoder, x: &Tensor) -> (Tensor, Tensor) {
+        let act = |h: Tensor| match m.activation {
+            Activation::Tanh => h.tanh().unwrap(),
+            Activation::Relu => h.relu().unwrap(),
+            Activation::Sigmoid => candle_nn::ops::sigmoid(&h).unwrap(),
+            Activation::Elu => h.elu(1.0).unwrap(),
+            Activation::Identity => h,
+        };
+        let last = m.enc.len() - 1;
+        let mut h = x.clone();
+        for (i, l) in m.enc.iter().enumerate() {
+            h = h.matmul(&l.weight).unwrap().broadcast_add(&l.bias).unwrap();
+            if i < last || m.code_activation {
+                h = act(h);
+            }
+        }
+        let z = h.clone();
+        for i in (1..m.enc.len()).rev() {
+            h = h
+                .matmul(&m.enc[i].weight.t().unwrap())
+                .unwrap()
+                .broadcast_add(&m.dec_bias[i])
+                .unwrap();
+            h = act(h);
+        }
+        let y = h
+            .matmul(&m.dec_out)
+            .unwrap()
+            .broadcast_add(&m.dec_bias[0])
+            .unwrap();
+        (y, z)
+    }
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+    }
+
+    #[test]
+    fn fused_and_training_paths_equal_the_reference_in_value_and_gradient() {
+        for activation in [
+            Activation::Tanh,
+            Activation::Relu,
+            Activation::Sigmoid,
+            Activation::Elu,
+        ] {
+            let config = ModelConfig {
+                sizes: vec![12, 9, 6, 3],
+                activation,
+                code_activation: activation == Activation::Elu,
+            };
+            let (m, varmap) = TiedAutoencoder::seeded(&config, 5, &Device::Cpu).unwrap();
+            // Non-zero biases: with zero biases a ReLU row that is all zeros gives the next layer
+            // a pre-activation of exactly 0, where candle's ReLU takes slope 1 and the fused op
+            // PyTorch's slope 0 (a subgradient convention, not a difference in the model).
+            for (name, var) in varmap.data().lock().unwrap().iter() {
+                if name.ends_with("bias") {
+                    let n = var.elem_count();
+                    var.set(&Tensor::rand(-0.5f32, 0.5f32, n, &Device::Cpu).unwrap())
+                        .unwrap();
+                }
+            }
+            let x = Tensor::rand(-1f32, 1f32, (7, 12), &Device::Cpu).unwrap();
+            let y = Tensor::rand(-1f32, 1f32, (7, 12), &Device::Cpu).unwrap();
+            let loss = |r: &Tensor| (r - &y).unwrap().sqr().unwrap().mean_all().unwrap();
+            let (r0, z0) = reference_forward(&m, &x);
+            let g0 = loss(&r0).backward().unwrap();
+            let (r1, z1) = m.forward(&x).unwrap();
+            let g1 = loss(&r1).backward().unwrap();
+            // Twice through the training path: the second step must not add the first's gradient.
+            for _ in 0..2 {
+                let (r2, z2) = m.forward_training(&x).unwrap();
+                let mut g2 = loss(&r2).backward().unwrap();
+                m.flush_grads(&mut g2).unwrap();
+                assert!(max_diff(&r0, &r1) < 1e-5 && max_diff(&r0, &r2) < 1e-5);
+                assert!(max_diff(&z0, &z1) < 1e-5 && max_diff(&z0, &z2) < 1e-5);
+                for (name, var) in varmap.data().lock().unwrap().iter() {
+                    let want = g0.get(var.as_tensor()).expect("reference gradient");
+                    for (path, g) in [("fused", &g1), ("training", &g2)] {
+                        let got = g
+                            .get(var.as_tensor())
+                            .unwrap_or_else(|| panic!("{path} {name}"));
+                        // f32 sums of ≤ 12 products: rounding differences stay below 1e-6.
+                        assert!(
+                            max_diff(want, got) < 1e-6,
+                            "{activation:?} {path} gradient of {name}"
+                        );
+                    }
+                }
+            }
         }
     }
 

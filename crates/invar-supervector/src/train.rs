@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use candle_core::backprop::GradStore;
 use candle_core::{Device, Tensor};
 use candle_nn::VarMap;
 use invar_io::Matrix;
@@ -44,10 +45,21 @@ impl<'m> PairStep<'m> {
     }
 
     /// The loss of one batch and its parts (`mse`, `different`), with input noise drawn from `rng`.
+    /// Its `backward()` holds every weight's gradient (the training loop's step instead routes
+    /// them through the model's reused buffers; the value is the same).
     pub fn loss(
         &self,
         batch: &PairBatch,
         rng: &mut rand_chacha::ChaCha8Rng,
+    ) -> Result<(Tensor, Metrics)> {
+        self.loss_impl(batch, rng, false)
+    }
+
+    fn loss_impl(
+        &self,
+        batch: &PairBatch,
+        rng: &mut rand_chacha::ChaCha8Rng,
+        training: bool,
     ) -> Result<(Tensor, Metrics)> {
         let x = if self.noise > 0.0 {
             let normal = Normal::new(0f32, self.noise)
@@ -59,14 +71,22 @@ impl<'m> PairStep<'m> {
         } else {
             batch.x.clone()
         };
-        let (recon, z) = self.model.forward(&x)?; // [B, D], [B, d_L]
+        let (recon, z) = if training {
+            self.model.forward_training(&x)?
+        } else {
+            self.model.forward(&x)?
+        }; // [B, D], [B, d_L]
         let mse = (recon - &batch.y)?.sqr()?.mean_all()?;
         let mut metrics = Metrics::new();
         metrics.insert("mse".into(), f64::from(mse.to_scalar::<f32>()?));
         let loss = match (&batch.other, self.different_weight > 0.0) {
             (Some(other), true) => {
-                let zo = self.model.encode(other)?; // [B, d_L]
-                                                    // mean squared difference per code dimension: a margin independent of d_L
+                let zo = if training {
+                    self.model.encode_training(other)?
+                } else {
+                    self.model.encode(other)?
+                }; // [B, d_L]
+                   // mean squared difference per code dimension: a margin independent of d_L
                 let d2 = (z - zo)?.sqr()?.mean(1)?; // [B]
                 let hinge = (d2.affine(-1.0, self.different_margin)?)
                     .relu()?
@@ -87,13 +107,19 @@ impl TrainStep<PairBatch> for PairStep<'_> {
         ctx: &mut StepContext<'_>,
     ) -> invar_train::Result<StepOutput> {
         let (loss, metrics) = self
-            .loss(batch, ctx.rng)
+            .loss_impl(batch, ctx.rng, true)
             .map_err(|e| invar_train::Error::method("supervector step", e))?;
         Ok(StepOutput {
             loss,
             samples: batch.x.dims()[0],
             metrics,
         })
+    }
+
+    fn after_backward(&mut self, grads: &mut GradStore) -> invar_train::Result<()> {
+        self.model
+            .flush_grads(grads)
+            .map_err(|e| invar_train::Error::method("supervector gradients", e))
     }
 }
 

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarMap;
 use rand::SeedableRng;
@@ -71,6 +72,14 @@ pub trait TrainStep<B> {
     /// Validation metrics after an epoch, logged as `val_<name>` (e.g. `loss` → `val_loss`).
     fn validate(&mut self) -> Result<Metrics> {
         Ok(Metrics::new())
+    }
+
+    /// Called right after `loss.backward()`, before the gradient norm and the update: a step whose
+    /// layers accumulate weight gradients outside candle's store (`invar_ops::GradSink`) moves
+    /// them in here. The default does nothing.
+    fn after_backward(&mut self, grads: &mut GradStore) -> Result<()> {
+        let _ = grads;
+        Ok(())
     }
 }
 
@@ -307,7 +316,8 @@ impl Trainer {
                     value: loss,
                 });
             }
-            let grads = out.loss.backward()?;
+            let mut grads = out.loss.backward()?;
+            step.after_backward(&mut grads)?;
             let norm = optimizer.grad_norm(&grads)?;
             if !norm.is_finite() {
                 return Err(Error::NonFiniteGradient {
