@@ -102,6 +102,7 @@ struct Options {
     python: Option<PathBuf>,
     device: String,
     out: Option<PathBuf>,
+    json: Option<PathBuf>,
     bin_dir: Option<PathBuf>,
     check: bool,
 }
@@ -117,6 +118,7 @@ impl Default for Options {
             python: None,
             device: "cpu".into(),
             out: None,
+            json: None,
             bin_dir: None,
             check: true,
         }
@@ -125,7 +127,8 @@ impl Default for Options {
 
 pub(crate) const USAGE: &str = "cargo xtask bench --peers [--threads T (2)] [--rounds R (5)]
       [--steps N] [--warmup W] [--model NAME]... [--python PATH] [--device cpu|cuda]
-      [--bin-dir DIR] [--no-check] [--out FILE]
+      [--bin-dir DIR] [--no-check] [--out FILE (BENCHMARKS.md)]
+      [--json FILE (target/xtask-peers/results.json)]
   models: speaker-cnn, speaker-cnn-scale, supervector-ae, partition (a prefix selects several)";
 
 fn parse(args: &[String]) -> Result<Options> {
@@ -152,6 +155,7 @@ fn parse(args: &[String]) -> Result<Options> {
             "--python" => o.python = Some(value()?.into()),
             "--device" => o.device = value()?.clone(),
             "--out" => o.out = Some(value()?.into()),
+            "--json" => o.json = Some(value()?.into()),
             "--bin-dir" => o.bin_dir = Some(value()?.into()),
             "--no-check" => o.check = false,
             other => bail!("unknown `cargo xtask bench --peers` argument `{other}`\n\n{USAGE}"),
@@ -329,6 +333,17 @@ fn render(rows: &[Row], opts: &Options, machine: &[(String, String)], command: &
     );
     let _ = writeln!(md, "- PyTorch: {}", versions(|r| &r.torch));
     let _ = writeln!(md, "- invar: {}", versions(|r| &r.invar));
+    let _ = writeln!(
+        md,
+        "- invar binaries: {}",
+        match &opts.bin_dir {
+            Some(d) => format!(
+                "prebuilt, from `{}` (the commit below is the checkout's, not necessarily theirs)",
+                d.display()
+            ),
+            None => "built by this run (`cargo build --release`) from the commit below".into(),
+        }
+    );
     for (k, v) in machine {
         let _ = writeln!(md, "- {k}: {v}");
     }
@@ -393,7 +408,7 @@ pub(crate) fn extract_section(text: &str) -> Option<String> {
 }
 
 /// CPU model, logical cores and the SIMD flags the f32 peak depends on.
-fn machine() -> Vec<(String, String)> {
+fn machine(device: &str) -> Vec<(String, String)> {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let field = |name: &str| {
         cpuinfo.lines().find_map(|l| {
@@ -416,7 +431,7 @@ fn machine() -> Vec<(String, String)> {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
             .unwrap_or_else(|| "unknown".to_owned())
     };
-    vec![
+    let mut facts = vec![
         (
             "CPU".into(),
             field("model name").unwrap_or_else(|| std::env::consts::ARCH.into()),
@@ -438,7 +453,20 @@ fn machine() -> Vec<(String, String)> {
             "date (UTC)".into(),
             output("date", &["-u", "+%Y-%m-%d %H:%M"]),
         ),
-    ]
+    ];
+    if device.starts_with("cuda") {
+        facts.push((
+            "GPU".into(),
+            output(
+                "nvidia-smi",
+                &[
+                    "--query-gpu=name,memory.total,driver_version",
+                    "--format=csv,noheader",
+                ],
+            ),
+        ));
+    }
+    facts
 }
 
 /// The repository root: the compile-time one, or the current folder when the binary was carried
@@ -671,7 +699,7 @@ pub fn run(args: &[String]) -> Result<()> {
     }
 
     let command = reproduce(args);
-    let section = render(&rows, &opts, &machine(), &command);
+    let section = render(&rows, &opts, &machine(&opts.device), &command);
     println!("{section}");
     let out = opts
         .out
@@ -679,7 +707,13 @@ pub fn run(args: &[String]) -> Result<()> {
         .unwrap_or_else(|| root.join("BENCHMARKS.md"));
     let old = std::fs::read_to_string(&out).unwrap_or_default();
     write_atomic(&out, &replace_section(&old, &section))?;
-    let json_path = out.with_extension("peers.json");
+    let json_path = opts
+        .json
+        .clone()
+        .unwrap_or_else(|| root.join("target").join("xtask-peers").join("results.json"));
+    if let Some(dir) = json_path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
     let summary: Vec<Value> = rows
         .iter()
         .map(|r| {
@@ -771,6 +805,8 @@ mod tests {
             "--no-check",
             "--out",
             "GPU.md",
+            "--json",
+            "gpu.json",
         ]))
         .unwrap();
         assert_eq!(o.threads, 1);
@@ -780,6 +816,7 @@ mod tests {
         assert_eq!(o.device, "cuda");
         assert_eq!(o.bin_dir, Some(PathBuf::from("bins")));
         assert_eq!(o.out, Some(PathBuf::from("GPU.md")));
+        assert_eq!(o.json, Some(PathBuf::from("gpu.json")));
         assert!(!o.check);
         // A prefix selects both 001 rows and nothing else.
         let names: Vec<&str> = selected(&o.models).iter().map(|p| p.name).collect();
