@@ -4,7 +4,7 @@
 //!
 //! `cargo run -p invar-speaker-cnn --example diagnose -- OUT key=value ...` with keys `speakers`,
 //! `utts`, `words_min`, `words_max`, `test_fraction`, `eq_db`, `config` (original|logmel), `lr`,
-//! `epochs`, `hop`, `dropout`, `cmn` (0|1), `gl` (0|1), `patience`, `seed`, `unit_norm` (0|1), `baselines` (0|1), `same`
+//! `epochs`, `hop`, `dropout`, `cmn` (0|1), `mean_pool` (0|1), `gl` (0|1), `patience`, `seed`, `unit_norm` (0|1), `baselines` (0|1), `same`
 //! (0|1), `nuisance`, `lambda`, `corpus_seed`.
 
 use std::collections::BTreeMap;
@@ -105,6 +105,9 @@ fn main() -> Result<()> {
     }
     if let Some(h) = kv.get("hop") {
         cfg.features.train_hop = Some(h.parse()?);
+    }
+    if get("mean_pool", "0") == "1" {
+        cfg.model.time_pooling = invar_speaker_cnn::TimePooling::Mean;
     }
     if let Some(c) = kv.get("cmn") {
         cfg.features.utterance_mean_norm = c == "1";

@@ -21,7 +21,9 @@ mod robustness;
 mod train;
 
 pub use baselines::{gmm_baseline, logistic_baseline, BaselineConfig, BaselineResult};
-pub use config::{FeatureConfig, ModelConfig, Nuisance, RegularizerConfig, SpeakerCnnConfig};
+pub use config::{
+    FeatureConfig, ModelConfig, Nuisance, RegularizerConfig, SpeakerCnnConfig, TimePooling,
+};
 pub use corpus::{load_corpus, CorpusRecipe};
 pub use cv::{
     cross_validate, fold_assignment, summarise, CrossValidation, CrossValidationConfig, CvSummary,

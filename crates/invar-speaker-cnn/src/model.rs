@@ -12,7 +12,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::layers::{conv1d_valid, max_pool_time, relu_tangent};
-use crate::{ModelConfig, Result};
+use crate::{ModelConfig, Result, TimePooling};
 
 /// Glorot-uniform bound √(6 / (fan_in + fan_out)), fans counted as Lasagne does (receptive field
 /// included for convolutions).
@@ -58,8 +58,7 @@ impl SpeakerCnn {
         classes: usize,
     ) -> Result<Self> {
         let m = config;
-        let steps = m.output_steps(frames);
-        let flat = m.conv2_filters * steps;
+        let flat = m.flat_width(frames);
         let zero = Init::Const(0.0);
         let w1 = vb.pp("conv1").get_with_hints(
             (m.conv1_filters, bins, m.conv1_width),
@@ -159,9 +158,16 @@ impl SpeakerCnn {
         let (h, th) = relu_tangent(&pre, t2)?;
         let (h, th) = max_pool_time(&h, th.as_ref(), m.pool)?; // [B, F2, steps]
         let b = h.dim(0)?;
-        let mut h = h.flatten_from(1)?; // [B, F2·steps]
+        // [B, F2·steps] (flatten) or [B, F2] (mean over time; linear, so the tangent is averaged too)
+        let summarise = |v: Tensor| -> Result<Tensor> {
+            Ok(match m.time_pooling {
+                TimePooling::Flatten => v.flatten_from(1)?,
+                TimePooling::Mean => v.mean(2)?,
+            })
+        };
+        let mut h = summarise(h)?;
         let mut th = match th {
-            Some(t) => Some(t.flatten_from(1)?),
+            Some(t) => Some(summarise(t)?),
             None => None,
         };
         if let (Some(p), Some(rng)) = (m.dropout, dropout) {

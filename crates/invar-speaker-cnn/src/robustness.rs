@@ -203,11 +203,26 @@ pub fn robustness(
 ) -> Result<RobustnessReport> {
     base.validate()?;
     grid.validate()?;
-    let total = grid.nuisances.len() * grid.unit_norm.len() * grid.seeds.len();
+    // Per-utterance mean normalisation of log features cancels a constant gain exactly: there is
+    // no gain tangent to regularise along, so that model is left out of the grid.
+    let skip_gain = base.features.utterance_mean_norm;
+    let nuisances: Vec<Nuisance> = grid
+        .nuisances
+        .iter()
+        .copied()
+        .filter(|&n| !(skip_gain && n == Nuisance::Gain))
+        .collect();
+    if nuisances.len() < grid.nuisances.len() {
+        tracing::info!(
+            "`{}` mean-normalises log features per utterance: a gain cancels, no gain-regularised model",
+            base.name
+        );
+    }
+    let total = nuisances.len() * grid.unit_norm.len() * grid.seeds.len();
     let mut rows = Vec::new();
     let mut done = 0;
     for &unit_norm in &grid.unit_norm {
-        for &nuisance in &grid.nuisances {
+        for &nuisance in &nuisances {
             for &seed in &grid.seeds {
                 let mut cfg = base.clone();
                 cfg.features.frontend.frame.unit_norm = unit_norm;

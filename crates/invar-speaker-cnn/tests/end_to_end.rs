@@ -26,6 +26,8 @@ fn fast(mut cfg: SpeakerCnnConfig, epochs: usize) -> SpeakerCnnConfig {
     cfg.model.conv2_filters = 16;
     cfg.model.dense = 32;
     cfg.features.chunk_hop = 50;
+    cfg.features.train_hop = Some(50);
+    cfg.model.dropout = None;
     cfg.train.epochs = epochs;
     cfg.batch_size = 8;
     cfg.train.optimizer = OptimizerConfig::Sgd(SgdConfig {

@@ -6,7 +6,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
 use invar_speaker_cnn::{
     input_tangent, max_pool_time, random_batch, regularizer, ModelConfig, Normalizer, Nuisance,
-    SpeakerCnn,
+    SpeakerCnn, TimePooling,
 };
 
 const BINS: usize = 6;
@@ -22,15 +22,20 @@ fn small() -> ModelConfig {
         pool: 2,
         dropout: None,
         dense: 7,
+        time_pooling: TimePooling::Flatten,
     }
 }
 
 /// A random f64 network (seeded Glorot weights, biases moved off zero so ReLUs are mixed).
 fn network(seed: u64) -> Result<(VarMap, SpeakerCnn)> {
+    network_with(seed, &small())
+}
+
+fn network_with(seed: u64, config: &ModelConfig) -> Result<(VarMap, SpeakerCnn)> {
     let dev = Device::Cpu;
     let varmap = VarMap::new();
     let vb = invar_train::seeded_var_builder(&varmap, seed, DType::F64, &dev);
-    let model = SpeakerCnn::new(vb, &small(), BINS, FRAMES, CLASSES)?;
+    let model = SpeakerCnn::new(vb, config, BINS, FRAMES, CLASSES)?;
     for (name, var) in varmap
         .data()
         .lock()
@@ -86,7 +91,11 @@ fn probs(model: &SpeakerCnn, x: &Tensor) -> Result<Vec<Vec<f64>>> {
 }
 
 fn check_tangent(nuisance: Nuisance, log: bool) -> Result<()> {
-    let (_vm, model) = network(7)?;
+    check_tangent_with(&small(), nuisance, log)
+}
+
+fn check_tangent_with(config: &ModelConfig, nuisance: Nuisance, log: bool) -> Result<()> {
+    let (_vm, model) = network_with(7, config)?;
     let x = random_batch(5, BINS, FRAMES, 11, &Device::Cpu)?.to_dtype(DType::F64)?;
     let n = norm();
     let t = input_tangent(nuisance, &x, &n, log)?;
@@ -130,6 +139,23 @@ fn check_tangent(nuisance: Nuisance, log: bool) -> Result<()> {
         .sum::<f64>()
         / 5.0;
     assert!((r - r_fd).abs() / r_fd < 1e-3, "R {r} vs FD {r_fd}");
+    Ok(())
+}
+
+#[test]
+fn mean_time_pooling_tangent_matches_finite_differences() -> Result<()> {
+    let cfg = ModelConfig {
+        time_pooling: TimePooling::Mean,
+        ..small()
+    };
+    for (nuisance, log) in [
+        (Nuisance::Scale, false),
+        (Nuisance::Offset, false),
+        (Nuisance::Gain, false),
+        (Nuisance::Gain, true),
+    ] {
+        check_tangent_with(&cfg, nuisance, log)?;
+    }
     Ok(())
 }
 

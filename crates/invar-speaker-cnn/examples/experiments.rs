@@ -1,0 +1,411 @@
+//! The experiments the crate README reports, on a generated ELSDSR-layout corpus (10 speakers ×
+//! 9 utterances of 14–20 words, ≈ 5.4 s each; 7 train / 2 test per speaker) or a TIMIT-layout one:
+//!
+//! `cargo run -p invar-speaker-cnn --example experiments -- OUT STAGE [SEEDS]` with STAGE one of
+//! - `seeds`: both baselines, and the `original` and `logmel` configs over SEEDS (default 0,1,2),
+//!   clean and under every condition;
+//! - `robustness`: none / scale / offset / gain × unit-L2 on/off over SEEDS (the `original`
+//!   config, λ = 1), table, JSON and SVG;
+//! - `lambda`: λ ∈ {0, 0.1, 1, 10, 100} × scale / offset / gain (unit-L2 off, seed 0): R on the
+//!   held-out test chunks along each model's transform, and accuracy clean and under gains;
+//! - `cv`: 5-fold cross-validation over utterances of both configs and the baselines;
+//! - `timit`: a TIMIT-layout corpus through the TIMIT-81 recipe (filter relaxed to the generated
+//!   utterances' length), both configs and the baselines.
+//!
+//! Every stage prints a markdown table and writes it with the numbers as JSON under OUT/STAGE.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Result};
+use candle_core::Device;
+use invar_data::Layout;
+use invar_speaker_cnn::{
+    cross_validate, evaluate, gmm_baseline, load_corpus, logistic_baseline, plot_robustness,
+    robustness, run_method, train_cnn, BaselineConfig, Condition, CorpusRecipe,
+    CrossValidationConfig, LabeledAudio, Nuisance, RobustnessConfig, SpeakerCnnConfig,
+};
+use invar_train::ProgressMode;
+use serde::Serialize;
+
+/// The generated corpus every ELSDSR stage uses.
+fn elsdsr_corpus(out: &Path) -> Result<(Vec<LabeledAudio>, Vec<LabeledAudio>)> {
+    let dir = out.join("corpus-elsdsr");
+    if !dir.exists() {
+        let mut synth = invar_synth::SynthConfig {
+            speakers: 10,
+            utterances: 9,
+            seed: 1,
+            test_fraction: 0.25,
+            ..invar_synth::SynthConfig::default()
+        };
+        synth.text.words_min = 14;
+        synth.text.words_max = 20;
+        invar_synth::generate(&synth, &dir, invar_synth::Layout::Elsdsr)?;
+    }
+    Ok(load_corpus(Layout::Elsdsr, &dir, &CorpusRecipe::default())?)
+}
+
+fn quiet(mut cfg: SpeakerCnnConfig) -> SpeakerCnnConfig {
+    cfg.train.progress = ProgressMode::Off;
+    cfg
+}
+
+fn seeded(cfg: &SpeakerCnnConfig, seed: u64) -> SpeakerCnnConfig {
+    let mut c = cfg.clone();
+    c.init_seed = seed;
+    c.train.seed = seed;
+    c
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}", 100.0 * x)
+}
+
+fn mean_min_max(v: &[f64]) -> String {
+    let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if v.len() > 1 {
+        format!("{} ({}–{})", pct(mean), pct(lo), pct(hi))
+    } else {
+        pct(mean)
+    }
+}
+
+#[derive(Serialize)]
+struct Row {
+    model: String,
+    seed: Option<u64>,
+    condition: String,
+    chunk_accuracy: f64,
+    utterance_accuracy: f64,
+    epochs: usize,
+}
+
+fn table(rows: &[Row], conditions: &[Condition]) -> String {
+    let labels: Vec<String> = conditions.iter().map(Condition::label).collect();
+    let mut models: Vec<&str> = Vec::new();
+    for r in rows {
+        if !models.contains(&r.model.as_str()) {
+            models.push(&r.model);
+        }
+    }
+    let mut t = format!(
+        "| model | {} |\n|---|{}\n",
+        labels.join(" | "),
+        "---|".repeat(labels.len())
+    );
+    for m in models {
+        t += &format!("| {m} |");
+        for l in &labels {
+            let sel: Vec<&Row> = rows
+                .iter()
+                .filter(|r| r.model == m && &r.condition == l)
+                .collect();
+            let c: Vec<f64> = sel.iter().map(|r| r.chunk_accuracy).collect();
+            let u: Vec<f64> = sel.iter().map(|r| r.utterance_accuracy).collect();
+            t += &format!(" {} / {} |", mean_min_max(&c), mean_min_max(&u));
+        }
+        t += "\n";
+    }
+    t
+}
+
+fn seeds_stage(out: &Path, seeds: &[u64]) -> Result<()> {
+    let (train, test) = elsdsr_corpus(out)?;
+    let dev = Device::Cpu;
+    let conditions = RobustnessConfig::default().conditions;
+    let base = BaselineConfig::default();
+    let mut rows = Vec::new();
+    let mut b = logistic_baseline(
+        &base,
+        &train,
+        &test,
+        &conditions,
+        &out.join("logistic"),
+        &dev,
+    )?;
+    b.extend(gmm_baseline(&base, &train, &test, &conditions)?);
+    for r in b {
+        rows.push(Row {
+            model: r.method,
+            seed: None,
+            condition: r.condition.label(),
+            chunk_accuracy: r.chunk_accuracy,
+            utterance_accuracy: r.utterance_accuracy,
+            epochs: 0,
+        });
+    }
+    for cfg in [SpeakerCnnConfig::original(), SpeakerCnnConfig::logmel()] {
+        for &seed in seeds {
+            let c = seeded(&quiet(cfg.clone()), seed);
+            let started = std::time::Instant::now();
+            let trained = train_cnn(&c, &train, &out.join(format!("{}-{seed}", c.name)), &dev)?;
+            let epochs = trained.summary.as_ref().map_or(0, |s| s.epochs);
+            eprintln!(
+                "{} seed {seed}: {epochs} epochs in {:.0} s",
+                c.name,
+                started.elapsed().as_secs_f64()
+            );
+            for &cond in &conditions {
+                let e = evaluate(&trained, &test, cond, &dev)?;
+                rows.push(Row {
+                    model: format!("cnn-{}", c.name),
+                    seed: Some(seed),
+                    condition: cond.label(),
+                    chunk_accuracy: e.chunk_accuracy,
+                    utterance_accuracy: e.utterance_accuracy,
+                    epochs,
+                });
+            }
+        }
+    }
+    let t = table(&rows, &conditions);
+    println!("chunk / utterance accuracy %, mean (min–max) over seeds {seeds:?}:\n{t}");
+    invar_io::write_json(out.join("seeds.json"), &rows)?;
+    invar_io::write_text(out.join("seeds.md"), &t)?;
+    Ok(())
+}
+
+fn robustness_stage(out: &Path, seeds: &[u64]) -> Result<()> {
+    let (train, test) = elsdsr_corpus(out)?;
+    let grid = RobustnessConfig {
+        lambda: Some(1.0),
+        seeds: seeds.to_vec(),
+        ..RobustnessConfig::default()
+    };
+    let report = robustness(
+        &quiet(SpeakerCnnConfig::original()),
+        &grid,
+        &train,
+        &test,
+        out,
+        &Device::Cpu,
+        &mut |name, done, total| eprintln!("[{done}/{total}] {name}"),
+    )?;
+    let t = report.markdown();
+    println!("chunk accuracy %, mean (min–max) over seeds {seeds:?}:\n{t}");
+    invar_io::write_json(out.join("robustness.json"), &report)?;
+    invar_io::write_text(out.join("robustness.md"), &t)?;
+    plot_robustness(&report, &out.join("robustness.svg"))?;
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct LambdaRow {
+    nuisance: Nuisance,
+    lambda: f64,
+    /// R along `nuisance` on the clean test chunks.
+    r: f64,
+    clean: f64,
+    gain_minus20: f64,
+    gain_plus20: f64,
+    ramp: f64,
+    epochs: usize,
+}
+
+fn lambda_stage(out: &Path) -> Result<()> {
+    let (train, test) = elsdsr_corpus(out)?;
+    let dev = Device::Cpu;
+    let mut base = quiet(SpeakerCnnConfig::original());
+    base.features.frontend.frame.unit_norm = false;
+    let nuisances = [Nuisance::Scale, Nuisance::Offset, Nuisance::Gain];
+    let conds = [
+        Condition::Clean,
+        Condition::Gain { db: -20.0 },
+        Condition::Gain { db: 20.0 },
+        Condition::Ramp {
+            from_db: -10.0,
+            to_db: 10.0,
+        },
+    ];
+    let mut rows = Vec::new();
+    let score = |trained: &invar_speaker_cnn::TrainedCnn,
+                 nuisance: Nuisance,
+                 lambda: f64|
+     -> Result<LambdaRow> {
+        let acc: Vec<f64> = conds
+            .iter()
+            .map(|&c| Ok(evaluate(trained, &test, c, &dev)?.chunk_accuracy))
+            .collect::<Result<_>>()?;
+        Ok(LambdaRow {
+            nuisance,
+            lambda,
+            r: evaluate(trained, &test, Condition::Clean, &dev)?.r,
+            clean: acc[0],
+            gain_minus20: acc[1],
+            gain_plus20: acc[2],
+            ramp: acc[3],
+            epochs: trained.summary.as_ref().map_or(0, |s| s.epochs),
+        })
+    };
+    // λ = 0: one model (the regulariser does not change its training), R measured along each
+    // transform by switching the nuisance the evaluation measures.
+    let mut trained = train_cnn(&base, &train, &out.join("lambda-0"), &dev)?;
+    for &n in &nuisances {
+        trained.meta.config.regularizer.nuisance = n;
+        rows.push(score(&trained, n, 0.0)?);
+    }
+    for &n in &nuisances {
+        for lambda in [0.1, 1.0, 10.0, 100.0] {
+            let mut cfg = base.clone();
+            cfg.regularizer.nuisance = n;
+            cfg.regularizer.lambda = lambda;
+            let trained = train_cnn(&cfg, &train, &out.join(format!("{n}-{lambda}")), &dev)?;
+            rows.push(score(&trained, n, lambda)?);
+            eprintln!("{n} λ = {lambda} done");
+        }
+    }
+    rows.sort_by(|a, b| {
+        (a.nuisance as u8, a.lambda)
+            .partial_cmp(&(b.nuisance as u8, b.lambda))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    let mut t = String::from(
+        "| regulariser | λ | held-out R | clean | gain −20 dB | gain +20 dB | ramp −10..+10 dB | epochs |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in &rows {
+        t += &format!(
+            "| {} | {} | {:.2e} | {} | {} | {} | {} | {} |\n",
+            r.nuisance,
+            r.lambda,
+            r.r,
+            pct(r.clean),
+            pct(r.gain_minus20),
+            pct(r.gain_plus20),
+            pct(r.ramp),
+            r.epochs
+        );
+    }
+    println!("λ sweep, unit-L2 off, seed 0 (chunk accuracy %):\n{t}");
+    invar_io::write_json(out.join("lambda.json"), &rows)?;
+    invar_io::write_text(out.join("lambda.md"), &t)?;
+    Ok(())
+}
+
+fn cv_stage(out: &Path) -> Result<()> {
+    let (train, test) = elsdsr_corpus(out)?;
+    let audio: Vec<LabeledAudio> = train.into_iter().chain(test).collect();
+    let cv = CrossValidationConfig::default();
+    let mut t = String::new();
+    for (cfg, with_baselines) in [
+        (SpeakerCnnConfig::original(), true),
+        (SpeakerCnnConfig::logmel(), false),
+    ] {
+        let base = with_baselines.then(BaselineConfig::default);
+        let r = cross_validate(
+            &quiet(cfg.clone()),
+            base.as_ref(),
+            &audio,
+            &cv,
+            &out.join(&cfg.name),
+            &Device::Cpu,
+            &mut |k, n| eprintln!("{} fold {k}/{n}", cfg.name),
+        )?;
+        t += &r.markdown();
+    }
+    println!("5-fold CV over utterances:\n{t}");
+    invar_io::write_text(out.join("cv.md"), &t)?;
+    Ok(())
+}
+
+fn timit_stage(out: &Path) -> Result<()> {
+    let dir = out.join("corpus-timit");
+    if !dir.exists() {
+        let mut synth = invar_synth::SynthConfig {
+            speakers: 12,
+            utterances: 10,
+            seed: 2,
+            ..invar_synth::SynthConfig::default()
+        };
+        synth.text.words_min = 8;
+        synth.text.words_max = 12;
+        invar_synth::generate(&synth, &dir, invar_synth::Layout::Timit)?;
+    }
+    let mut recipe = CorpusRecipe::for_layout(Layout::Timit);
+    if let Some(f) = recipe.filter.as_mut() {
+        // Generated sentences are shorter than TIMIT's: 200 frames (≈ 1.6 s) instead of 300.
+        f.min_frames = 200;
+    }
+    let (train, test) = load_corpus(Layout::Timit, &dir, &recipe)?;
+    eprintln!(
+        "TIMIT recipe: {} train / {} test utterances",
+        train.len(),
+        test.len()
+    );
+    let conditions = [Condition::Clean];
+    let mut rows = Vec::new();
+    for (cfg, with_baselines) in [
+        (SpeakerCnnConfig::original(), true),
+        (SpeakerCnnConfig::logmel(), false),
+    ] {
+        let base = with_baselines.then(BaselineConfig::default);
+        let r = run_method(
+            &quiet(cfg.clone()),
+            base.as_ref(),
+            &train,
+            &test,
+            &conditions,
+            &out.join(&cfg.name),
+            &Device::Cpu,
+        )?;
+        for e in &r.evaluations {
+            rows.push(Row {
+                model: format!("cnn-{}", cfg.name),
+                seed: Some(0),
+                condition: e.condition.label(),
+                chunk_accuracy: e.chunk_accuracy,
+                utterance_accuracy: e.utterance_accuracy,
+                epochs: r.epochs,
+            });
+        }
+        for b in &r.baselines {
+            rows.push(Row {
+                model: b.method.clone(),
+                seed: None,
+                condition: b.condition.label(),
+                chunk_accuracy: b.chunk_accuracy,
+                utterance_accuracy: b.utterance_accuracy,
+                epochs: 0,
+            });
+        }
+    }
+    let speakers = train
+        .iter()
+        .map(|u| u.speaker.as_str())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    let t = format!(
+        "{speakers} speakers, {} train / {} test utterances\n\n{}",
+        train.len(),
+        test.len(),
+        table(&rows, &conditions)
+    );
+    println!("TIMIT-81 recipe (chunk / utterance accuracy %):\n{t}");
+    invar_io::write_json(out.join("timit.json"), &rows)?;
+    invar_io::write_text(out.join("timit.md"), &t)?;
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(out), Some(stage)) = (args.get(1), args.get(2)) else {
+        bail!("usage: experiments OUT seeds|robustness|lambda|cv|timit [SEEDS]");
+    };
+    let seeds: Vec<u64> = args
+        .get(3)
+        .map_or("0,1,2", String::as_str)
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    let out = PathBuf::from(out).join(stage);
+    std::fs::create_dir_all(&out)?;
+    match stage.as_str() {
+        "seeds" => seeds_stage(&out, &seeds),
+        "robustness" => robustness_stage(&out, &seeds),
+        "lambda" => lambda_stage(&out),
+        "cv" => cv_stage(&out),
+        "timit" => timit_stage(&out),
+        other => bail!("unknown stage `{other}`"),
+    }
+}
