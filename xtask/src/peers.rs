@@ -105,6 +105,8 @@ struct Options {
     json: Option<PathBuf>,
     bin_dir: Option<PathBuf>,
     check: bool,
+    /// `OMP_WAIT_POLICY=PASSIVE` for PyTorch (a machine shared with other work).
+    omp_passive: bool,
 }
 
 impl Default for Options {
@@ -121,6 +123,7 @@ impl Default for Options {
             json: None,
             bin_dir: None,
             check: true,
+            omp_passive: false,
         }
     }
 }
@@ -128,7 +131,10 @@ impl Default for Options {
 pub(crate) const USAGE: &str = "cargo xtask bench --peers [--threads T (2)] [--rounds R (5)]
       [--steps N] [--warmup W] [--model NAME]... [--python PATH] [--device cpu|cuda]
       [--bin-dir DIR] [--no-check] [--out FILE (BENCHMARKS.md)]
-      [--json FILE (target/xtask-peers/results.json)]
+      [--json FILE (target/xtask-peers/results.json)] [--omp-passive]
+  --omp-passive: OMP_WAIT_POLICY=PASSIVE for PyTorch. On a machine shared with other work,
+      libgomp's default spin-waiting collapses PyTorch's multi-threaded steps (measured 10-30x
+      slower on a loaded 2-core machine); on a quiet machine leave it off (the default users get).
   models: speaker-cnn, speaker-cnn-scale, supervector-ae, partition (a prefix selects several)";
 
 fn parse(args: &[String]) -> Result<Options> {
@@ -158,6 +164,7 @@ fn parse(args: &[String]) -> Result<Options> {
             "--json" => o.json = Some(value()?.into()),
             "--bin-dir" => o.bin_dir = Some(value()?.into()),
             "--no-check" => o.check = false,
+            "--omp-passive" => o.omp_passive = true,
             other => bail!("unknown `cargo xtask bench --peers` argument `{other}`\n\n{USAGE}"),
         }
     }
@@ -325,6 +332,16 @@ fn render(rows: &[Row], opts: &Options, machine: &[(String, String)], command: &
         opts.threads
     );
     let _ = writeln!(md, "- device: {}", opts.device);
+    let _ = writeln!(
+        md,
+        "- PyTorch's OpenMP wait policy: {}",
+        if opts.omp_passive {
+            "PASSIVE (`--omp-passive`: the machine was shared with other work, where libgomp's \
+             default spin-waiting collapses multi-threaded steps)"
+        } else {
+            "libgomp's default (spin, then sleep)"
+        }
+    );
     let _ = writeln!(
         md,
         "- rounds: {}; steps per round: {}",
@@ -618,7 +635,11 @@ pub fn run(args: &[String]) -> Result<()> {
             .args(extra)
             // Keep OpenMP/MKL to the same count even where torch.set_num_threads is not reached.
             .env("OMP_NUM_THREADS", &threads)
-            .env("MKL_NUM_THREADS", &threads);
+            .env("MKL_NUM_THREADS", &threads)
+            .env("PYTHONDONTWRITEBYTECODE", "1");
+        if opts.omp_passive {
+            c.env("OMP_WAIT_POLICY", "PASSIVE");
+        }
         c
     };
 
@@ -803,6 +824,7 @@ mod tests {
             "--bin-dir",
             "bins",
             "--no-check",
+            "--omp-passive",
             "--out",
             "GPU.md",
             "--json",
@@ -818,6 +840,7 @@ mod tests {
         assert_eq!(o.out, Some(PathBuf::from("GPU.md")));
         assert_eq!(o.json, Some(PathBuf::from("gpu.json")));
         assert!(!o.check);
+        assert!(o.omp_passive);
         // A prefix selects both 001 rows and nothing else.
         let names: Vec<&str> = selected(&o.models).iter().map(|p| p.name).collect();
         assert_eq!(names, ["speaker-cnn", "speaker-cnn-scale"]);
