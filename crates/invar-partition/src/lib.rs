@@ -19,7 +19,7 @@ mod train;
 pub use config::{LossConfig, ModelConfig, OptimConfig, PairConfig, PartitionConfig, TimingConfig};
 pub use error::{Error, Result};
 pub use loss::{partition_loss, LossParts};
-pub use model::{weights, weights_f32, Mapping, Partition};
+pub use model::{project, weights, weights_f32, Mapping, Partition};
 pub use output::{
     apply_featureset, model_files, plot_heatmap, read_model, write_model, HEATMAP_FILE,
     MAPPING_FILE, V_FILE, W_FILE,
@@ -28,4 +28,4 @@ pub use pairs::{build_pairs, gold_classes, FramePairs, PairStats};
 pub use pipeline::{run, PartitionReport};
 pub use posteriors::Posteriorgrams;
 pub use silhouette::{silhouette, SilhouetteConfig};
-pub use train::{train, train_config, PairBatch, PairBatches, PartitionStep, Trained};
+pub use train::{pair_loss, train, train_config, PairBatch, PairBatches, PartitionStep, Trained};

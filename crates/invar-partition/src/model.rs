@@ -1,21 +1,203 @@
 //! The model `f(x) = x·W` with `W = rownorm(|V|)`: the differentiable form used in training, and the
 //! trained [`Partition`] (plain `f32`) used to map posteriorgrams, soft or hard.
 
-use candle_core::{Device, Tensor, D};
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Device, Layout, Shape, Tensor, D};
 use invar_io::Matrix;
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
 
 /// `W = |V| ⊘ (|V| 1 1ᵀ)` from `V` `[M, D]`, differentiable in `V`. A row of `V` that is all zeros
-/// (whose normalisation would divide by 0) becomes the uniform row `1/D`, with a zero gradient.
+/// (whose normalisation would divide by 0) becomes the uniform row `1/D`; its gradient is the
+/// incoming one (`|·|` takes slope +1 at 0, as candle's does), so such a row can leave 0.
+/// On the CPU (f32, f64) one fused op; elsewhere [`weights_composite`].
 pub fn weights(v: &Tensor) -> Result<Tensor> {
+    if v.rank() == 2 && v.device().is_cpu() && matches!(v.dtype(), DType::F32 | DType::F64) {
+        return Ok(v.apply_op1(RowNormAbs)?);
+    }
+    weights_composite(v)
+}
+
+/// [`weights`] from candle's own ops: the path on devices without the fused op, and its reference.
+pub fn weights_composite(v: &Tensor) -> Result<Tensor> {
     let d = v.dim(D::Minus1)?;
     let a = v.abs()?; // [M, D]
     let s = a.sum_keepdim(D::Minus1)?; // [M, 1]
     let zero = s.eq(0.0)?.to_dtype(v.dtype())?; // [M, 1], 1 where the row is all zeros
     let w = a.broadcast_div(&(s + &zero)?)?; // [M, D]
     Ok(w.broadcast_add(&(zero / d as f64)?)?)
+}
+
+/// Element types of the fused CPU kernels; they compute in f64 whatever they store.
+pub(crate) trait Real: Copy + Send + Sync + 'static {
+    fn get(self) -> f64;
+    fn put(v: f64) -> Self;
+    fn slice(s: &CpuStorage) -> Option<&[Self]>;
+    fn storage(v: Vec<Self>) -> CpuStorage;
+}
+
+macro_rules! real {
+    ($t:ty, $variant:ident) => {
+        impl Real for $t {
+            #[inline]
+            fn get(self) -> f64 {
+                f64::from(self)
+            }
+            #[inline]
+            #[allow(clippy::cast_possible_truncation)]
+            fn put(v: f64) -> Self {
+                v as $t
+            }
+            fn slice(s: &CpuStorage) -> Option<&[Self]> {
+                match s {
+                    CpuStorage::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn storage(v: Vec<Self>) -> CpuStorage {
+                CpuStorage::$variant(v)
+            }
+        }
+    };
+}
+real!(f32, F32);
+real!(f64, F64);
+
+/// The contiguous `[rows, cols]` elements of a CPU storage, or an error naming `what`.
+pub(crate) fn matrix<'a, T: Real>(
+    s: &'a CpuStorage,
+    l: &Layout,
+    what: &str,
+) -> candle_core::Result<(&'a [T], usize, usize)> {
+    let dims = l.dims();
+    let data = T::slice(s)
+        .zip(l.contiguous_offsets())
+        .and_then(|(v, (a, b))| v.get(a..b))
+        .filter(|_| dims.len() == 2)
+        .ok_or_else(|| {
+            candle_core::Error::Msg(format!(
+                "{what}: expected a contiguous matrix of the op's dtype, got {:?} {:?}",
+                dims,
+                s.dtype()
+            ))
+        })?;
+    Ok((data, dims[0], dims[1]))
+}
+
+/// `W = rownorm(|V|)` in one pass per row (forward) and one per row (backward).
+struct RowNormAbs;
+
+impl RowNormAbs {
+    fn fwd<T: Real>(s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (v, m, d) = matrix::<T>(s, l, "weights V")?;
+        let mut w = vec![T::put(0.0); m * d];
+        if d > 0 {
+            for (wr, vr) in w.chunks_exact_mut(d).zip(v.chunks_exact(d)) {
+                let sum: f64 = vr.iter().map(|x| x.get().abs()).sum();
+                let (denom, uniform) = if sum == 0.0 {
+                    (1.0, 1.0 / d as f64)
+                } else {
+                    (sum, 0.0)
+                };
+                for (o, x) in wr.iter_mut().zip(vr) {
+                    *o = T::put(x.get().abs() / denom + uniform);
+                }
+            }
+        }
+        Ok((T::storage(w), Shape::from((m, d))))
+    }
+
+    fn bwd_cpu<T: Real>(
+        v: (&CpuStorage, &Layout),
+        g: (&CpuStorage, &Layout),
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (v, m, d) = matrix::<T>(v.0, v.1, "weights V")?;
+        let (g, gm, gd) = matrix::<T>(g.0, g.1, "weights gradient")?;
+        if (gm, gd) != (m, d) {
+            return Err(candle_core::Error::Msg(format!(
+                "weights gradient: [{gm}, {gd}] for V [{m}, {d}]"
+            )));
+        }
+        let mut out = vec![T::put(0.0); m * d];
+        if d > 0 {
+            for ((o, vr), gr) in out
+                .chunks_exact_mut(d)
+                .zip(v.chunks_exact(d))
+                .zip(g.chunks_exact(d))
+            {
+                // W_j = a_j / (s + z) + z / D, z = [s = 0] held constant: ∂L/∂a_l = (g_l − Σ_j g_j a_j
+                // / (s + z)) / (s + z); ∂a/∂v = +1 for v ≥ 0, −1 below (candle's |·|).
+                let sum: f64 = vr.iter().map(|x| x.get().abs()).sum();
+                let denom = if sum == 0.0 { 1.0 } else { sum };
+                let dot: f64 = vr
+                    .iter()
+                    .zip(gr)
+                    .map(|(x, g)| x.get().abs() * g.get())
+                    .sum::<f64>()
+                    / denom;
+                for ((o, x), g) in o.iter_mut().zip(vr).zip(gr) {
+                    let sign = if x.get() >= 0.0 { 1.0 } else { -1.0 };
+                    *o = T::put(sign * (g.get() - dot) / denom);
+                }
+            }
+        }
+        Ok((T::storage(out), Shape::from((m, d))))
+    }
+}
+
+impl CustomOp1 for RowNormAbs {
+    fn name(&self) -> &'static str {
+        "invar-partition-rownorm-abs"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        match s {
+            CpuStorage::F64(_) => Self::fwd::<f64>(s, l),
+            _ => Self::fwd::<f32>(s, l),
+        }
+    }
+
+    fn bwd(&self, v: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        let grad = grad.contiguous()?;
+        let v = v.contiguous()?;
+        Ok(Some(v.apply_op2_no_bwd(&grad, &RowNormAbsGrad)?))
+    }
+}
+
+/// The backward kernel of [`RowNormAbs`] on `(V, ∂L/∂W)`.
+struct RowNormAbsGrad;
+
+impl CustomOp2 for RowNormAbsGrad {
+    fn name(&self) -> &'static str {
+        "invar-partition-rownorm-abs-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        match s1 {
+            CpuStorage::F64(_) => RowNormAbs::bwd_cpu::<f64>((s1, l1), (s2, l2)),
+            _ => RowNormAbs::bwd_cpu::<f32>((s1, l1), (s2, l2)),
+        }
+    }
+}
+
+/// `f(x) = x·W` for a batch of posteriorgrams `x` `[B, M]` and `W` `[M, D]`: one fused product
+/// (invar-ops' `linear`, which computes no gradient for `x` when `x` is data); candle's `matmul`
+/// on devices without the custom op.
+pub fn project(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    Ok(invar_ops::linear(
+        x,
+        w,
+        None,
+        invar_ops::WeightLayout::InOut,
+        invar_ops::Activation::Identity,
+    )?)
 }
 
 /// `W` from a row-major `V` (`m × d`) without candle: the same rule as [`weights`].
@@ -173,5 +355,36 @@ impl Partition {
         let wt = Tensor::from_slice(&self.w.data, (self.w.rows, d), &dev)?; // [M, D]
         let y = xt.matmul(&wt)?.flatten_all()?.to_vec1::<f32>()?; // [N, D]
         Ok(Matrix::new(x.rows, d, y)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Var;
+
+    #[test]
+    fn fused_weights_equal_the_composite_with_zero_rows_and_zero_entries() -> anyhow::Result<()> {
+        let (m, d) = (5, 4);
+        let mut v: Vec<f64> = (0..m * d).map(|i| ((i as f64 + 1.0) * 4.1).sin()).collect();
+        v[d..2 * d].fill(0.0); // an all-zero row: uniform W, gradient passed through
+        v[2 * d + 1] = 0.0; // an exact zero in a normal row: |·| takes slope +1
+        let dev = Device::Cpu;
+        let var = Var::from_tensor(&Tensor::from_vec(v, (m, d), &dev)?)?;
+        let g: Vec<f64> = (0..m * d).map(|i| (i as f64 * 0.7).cos()).collect();
+        let g = Tensor::from_vec(g, (m, d), &dev)?;
+        let fused = weights(var.as_tensor())?;
+        let composite = weights_composite(var.as_tensor())?;
+        let diff = |a: &Tensor, b: &Tensor| -> anyhow::Result<f64> {
+            Ok((a - b)?.abs()?.flatten_all()?.max(0)?.to_scalar::<f64>()?)
+        };
+        assert!(diff(&fused, &composite)? < 1e-15);
+        let row1: Vec<f64> = fused.get(1)?.to_vec1()?;
+        assert_eq!(row1, vec![0.25; 4]);
+        let g1 = (fused * &g)?.sum_all()?.backward()?;
+        let g2 = (composite * &g)?.sum_all()?.backward()?;
+        let (a, e) = (g1.get(var.as_tensor()), g2.get(var.as_tensor()));
+        assert!(diff(a.expect("fused"), e.expect("composite"))? < 1e-14);
+        Ok(())
     }
 }

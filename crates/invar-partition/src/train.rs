@@ -15,7 +15,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::loss::partition_loss;
-use crate::model::weights;
+use crate::model::{project, weights};
 use crate::{Error, FramePairs, LossConfig, Partition, PartitionConfig, Posteriorgrams, Result};
 
 /// A labelled frame pair: `(x, y, same)`.
@@ -28,6 +28,13 @@ pub struct PairBatch {
     y: Tensor,
     same: Tensor,
     n_same: usize,
+}
+
+impl PairBatch {
+    /// A batch of `(x, y, same)` frame-index pairs on `device`.
+    pub fn new(pairs: &[(u32, u32, bool)], device: &Device) -> Result<Self> {
+        make_batch(pairs, device)
+    }
 }
 
 fn make_batch(pairs: &[Pair], device: &Device) -> Result<PairBatch> {
@@ -89,16 +96,17 @@ pub struct PartitionStep {
     val: Vec<PairBatch>,
 }
 
-/// Loss and its parts for one batch.
-fn forward(
+/// The loss of one batch and its parts, as the training step computes it: `W = rownorm(|V|)`,
+/// both sides' frames gathered from `frames` (`[N, M]`) and mapped by `W`, then the siamese loss.
+pub fn pair_loss(
     v: &Tensor,
     frames: &Tensor,
     b: &PairBatch,
     cfg: &LossConfig,
 ) -> Result<crate::loss::LossParts> {
     let w = weights(v)?; // [M, D]
-    let xh = frames.index_select(&b.x, 0)?.matmul(&w)?; // [B, M]·[M, D] → [B, D]
-    let yh = frames.index_select(&b.y, 0)?.matmul(&w)?; // [B, D]
+    let xh = project(&frames.index_select(&b.x, 0)?, &w)?; // [B, M]·[M, D] → [B, D]
+    let yh = project(&frames.index_select(&b.y, 0)?, &w)?; // [B, D]
     partition_loss(&xh, &yh, &b.same, b.n_same, cfg)
 }
 
@@ -122,7 +130,7 @@ impl TrainStep<PairBatch> for PartitionStep {
         batch: &PairBatch,
         _ctx: &mut StepContext<'_>,
     ) -> invar_train::Result<StepOutput> {
-        let parts = forward(self.v.as_tensor(), &self.frames, batch, &self.loss)
+        let parts = pair_loss(self.v.as_tensor(), &self.frames, batch, &self.loss)
             .map_err(|e| invar_train::Error::method("partition step", e))?;
         let metrics = Self::metrics(&parts);
         Ok(StepOutput {
@@ -137,7 +145,7 @@ impl TrainStep<PairBatch> for PartitionStep {
         let mut n = 0usize;
         let (mut same, mut n_same, mut diff, mut n_diff) = (0.0, 0usize, 0.0, 0usize);
         for b in &self.val {
-            let parts = forward(self.v.as_tensor(), &self.frames, b, &self.loss)
+            let parts = pair_loss(self.v.as_tensor(), &self.frames, b, &self.loss)
                 .map_err(|e| invar_train::Error::method("partition validation", e))?;
             let k = b.x.elem_count();
             loss += f64::from(parts.total.to_scalar::<f32>()?) * k as f64;
