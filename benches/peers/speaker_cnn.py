@@ -2,10 +2,11 @@
 
 The original network as `SpeakerCnnConfig::original()` builds it: input [B, 129, 100];
 conv1d 129→32 (width 8, valid) + ReLU, max-pool 4 (floor), conv1d 32→32 (width 8) + ReLU,
-max-pool 4, flatten (channel-major, 32·4 = 128), dense 100 + ReLU, dense K; log-softmax + NLL
-(mean). Glorot-uniform weights with Lasagne's fans (= torch's xavier_uniform_ fans for conv and
-linear), zero biases. SGD with Nesterov momentum, lr 0.001, momentum 0.9 (invar-train's SGD is
-PyTorch's form, dampening 0). With --lambda > 0 the loss adds λ·R, R = mean_i (∂P_{i,k_i}/∂α)²
+max-pool 4, flatten (channel-major, 32·4 = 128), dropout 0.5 (inverted, as invar's), dense 100 +
+ReLU, dense K; log-softmax + NLL (mean). Glorot-uniform weights with Lasagne's fans (= torch's
+xavier_uniform_ fans for conv and linear), zero biases. SGD with Nesterov momentum, lr 0.01,
+momentum 0.9 (invar-train's SGD is PyTorch's form, dampening 0). The equivalence check runs both
+sides with --no-dropout (their masks come from different generators). With --lambda > 0 the loss adds λ·R, R = mean_i (∂P_{i,k_i}/∂α)²
 along the scale tangent (input tangent x), by forward-mode `torch.func.jvp` of log P — as invar
 computes it by tangent propagation — differentiated by ordinary backward.
 
@@ -22,9 +23,10 @@ BINS, FRAMES = 129, 100
 
 
 class SpeakerCnn(nn.Module):
-    def __init__(self, classes, f1=32, w1=8, f2=32, w2=8, pool=4, dense=100):
+    def __init__(self, classes, dropout, f1=32, w1=8, f2=32, w2=8, pool=4, dense=100):
         super().__init__()
         self.pool = pool
+        self.dropout = dropout
         self.conv1 = nn.Conv1d(BINS, f1, w1)
         self.conv2 = nn.Conv1d(f1, f2, w2)
         steps = ((FRAMES - w1 + 1) // pool - w2 + 1) // pool
@@ -37,7 +39,10 @@ class SpeakerCnn(nn.Module):
     def forward(self, x):  # x: [B, 129, 100]
         h = F.max_pool1d(F.relu(self.conv1(x)), self.pool)  # [B, 32, 23]
         h = F.max_pool1d(F.relu(self.conv2(h)), self.pool)  # [B, 32, 4]
-        h = F.relu(self.dense(h.flatten(1)))  # [B, 100]
+        h = h.flatten(1)  # [B, 128]
+        if self.dropout > 0:
+            h = F.dropout(h, self.dropout, training=True)
+        h = F.relu(self.dense(h))  # [B, 100]
         return F.log_softmax(self.out(h), dim=-1)  # [B, K] log P
 
 
@@ -59,9 +64,13 @@ def main():
     p.add_argument("--lambda", dest="lam", type=float, default=0.0)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--classes", type=int, default=22)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--dropout", type=float, default=0.5)
+    p.add_argument("--no-dropout", action="store_true")
     args = p.parse_args()
     device = common.setup(args)
-    model = SpeakerCnn(args.classes).to(device)
+    dropout = 0.0 if args.no_dropout else args.dropout
+    model = SpeakerCnn(args.classes, dropout).to(device)
     x = torch.randn(args.batch, BINS, FRAMES, device=device)
     y = torch.randint(0, args.classes, (args.batch,), device=device)
     if args.check_dir:
@@ -70,7 +79,7 @@ def main():
                                if k not in ("x", "y")})
         x = torch.from_numpy(dump["x"]).to(device)
         y = torch.from_numpy(dump["y"]).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9, nesterov=True)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, nesterov=True)
     ces, rs = [], []
 
     def step():
@@ -97,8 +106,8 @@ def main():
         "model": "speaker-cnn",
         "variant": f"lambda={args.lam:g}",
         "shapes": {"input": [args.batch, BINS, FRAMES], "conv": [[32, BINS, 8], [32, 32, 8]],
-                   "pool": 4, "dense": 100, "classes": args.classes},
-        "optimizer": {"kind": "sgd", "lr": 0.001, "momentum": 0.9, "nesterov": True},
+                   "pool": 4, "dropout": dropout or None, "dense": 100, "classes": args.classes},
+        "optimizer": {"kind": "sgd", "lr": args.lr, "momentum": 0.9, "nesterov": True},
         "device": args.device,
         "warmup": args.warmup,
         "step_seconds": seconds,

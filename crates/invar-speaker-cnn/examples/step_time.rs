@@ -1,7 +1,8 @@
 //! Times method 001's training step as invar-train's loop runs it, for `cargo xtask bench --peers`.
 //!
 //! The original network (`SpeakerCnnConfig::original()`: conv 129→32 ×8, ReLU, max-pool 4, conv
-//! 32→32 ×8, ReLU, max-pool 4, dense 100, ReLU, dense K, log-softmax + NLL, Nesterov SGD) on one
+//! 32→32 ×8, ReLU, max-pool 4, dropout, dense 100, ReLU, dense K, log-softmax + NLL, Nesterov SGD,
+//! all as the config says) on one
 //! seeded random batch `[B, 129, 100]`, driven by `Trainer::fit` with one batch per epoch, so every
 //! epoch's `seconds` is one full step: forward (with the tangent when λ > 0), loss, backward, the
 //! gradient norm and the optimiser update. `benches/peers/speaker_cnn.py` is the PyTorch twin.
@@ -9,7 +10,7 @@
 //! ```text
 //! cargo run --release -p invar-speaker-cnn --example step_time_speaker_cnn -- \
 //!     --steps 10 --warmup 2 --threads 2 [--lambda 0.1] [--batch 32] [--classes 22] [--device cpu]
-//!     [--check-dir DIR]   # write weights, inputs and the first steps' losses for the peer's check
+//!     [--no-dropout] [--check-dir DIR]   # write weights, inputs and the first losses for the check
 //! ```
 //!
 //! Prints one JSON line: the per-step seconds (after the warm-up), model, shapes, threads.
@@ -38,6 +39,7 @@ struct Args {
     batch: usize,
     classes: usize,
     seed: u64,
+    no_dropout: bool,
     check_dir: Option<std::path::PathBuf>,
 }
 
@@ -51,6 +53,7 @@ fn parse() -> Result<Args> {
         batch: SpeakerCnnConfig::original().batch_size,
         classes: 22,
         seed: 0,
+        no_dropout: false,
         check_dir: None,
     };
     let mut it = std::env::args().skip(1);
@@ -65,6 +68,7 @@ fn parse() -> Result<Args> {
             "--batch" => a.batch = value()?.parse().context("--batch")?,
             "--classes" => a.classes = value()?.parse().context("--classes")?,
             "--seed" => a.seed = value()?.parse().context("--seed")?,
+            "--no-dropout" => a.no_dropout = true,
             "--check-dir" => a.check_dir = Some(value()?.into()),
             other => bail!("unknown flag `{other}` (see the header of examples/step_time.rs)"),
         }
@@ -123,6 +127,10 @@ fn main() -> Result<()> {
     let mut config = SpeakerCnnConfig::original();
     config.batch_size = args.batch;
     config.init_seed = args.seed;
+    if args.no_dropout {
+        // The equivalence check: dropout masks come from different generators on the two sides.
+        config.model.dropout = None;
+    }
     let frames = config.features.chunk_frames;
 
     // Synthetic z-normalised chunks and labels: the step's cost does not depend on the values.
@@ -213,6 +221,7 @@ fn main() -> Result<()> {
             "conv": [[config.model.conv1_filters, BINS, config.model.conv1_width],
                      [config.model.conv2_filters, config.model.conv1_filters, config.model.conv2_width]],
             "pool": config.model.pool,
+            "dropout": config.model.dropout,
             "dense": config.model.dense,
             "classes": args.classes,
         },
