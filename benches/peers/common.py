@@ -38,8 +38,13 @@ def setup(args):
     except RuntimeError:
         pass  # already set (only allowed once per process)
     torch.manual_seed(args.seed)
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        sys.exit("error: --device cuda but torch sees no CUDA device")
+    if args.device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            sys.exit("error: --device cuda but torch sees no CUDA device")
+        # Full f32 as invar (candle does not reduce f32 GEMM precision unless asked): no TF32
+        # in cuBLAS matmuls or cuDNN convolutions (the latter is on by default).
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     return torch.device(args.device)
 
 
