@@ -460,6 +460,26 @@ fn adam_scalars(
 }
 
 /// Σ g² in f64, over contiguous CPU data in parallel chunks summed in order, else with tensor ops.
+/// `Σ x²` in f64 over 16 independent accumulators: one running sum would be a chain of dependent
+/// f64 additions (3–4 cycles each), which made the gradient norm of a 95 M-parameter model cost
+/// ~90 ms on one core; with 16 lanes it runs at memory speed.
+fn sum_squares_f64(c: &[f32]) -> f64 {
+    let mut acc = [0f64; 16];
+    let mut blocks = c.chunks_exact(16);
+    for b in &mut blocks {
+        for (a, &x) in acc.iter_mut().zip(b) {
+            let x = f64::from(x);
+            *a += x * x;
+        }
+    }
+    let rest: f64 = blocks
+        .remainder()
+        .iter()
+        .map(|&x| f64::from(x) * f64::from(x))
+        .sum();
+    acc.iter().sum::<f64>() + rest
+}
+
 fn sum_squares(g: &Tensor) -> Result<f64> {
     if g.device().is_cpu() && g.dtype() == DType::F32 {
         let (storage, layout) = g.storage_and_layout();
@@ -467,10 +487,7 @@ fn sum_squares(g: &Tensor) -> Result<f64> {
             (&*storage, layout.contiguous_offsets())
         {
             let data = &data[start..end];
-            let partial: Vec<f64> = data
-                .par_chunks(CHUNK)
-                .map(|c| c.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>())
-                .collect();
+            let partial: Vec<f64> = data.par_chunks(CHUNK).map(sum_squares_f64).collect();
             return Ok(partial.iter().sum());
         }
     }
@@ -697,4 +714,28 @@ fn adamax_update(
     p.state[0] = m;
     p.state[1] = u;
     Ok(())
+}
+
+#[cfg(test)]
+mod sum_squares_tests {
+    use super::*;
+
+    #[test]
+    fn sum_of_squares_is_exact_on_integers_and_matches_the_tensor_path() -> Result<()> {
+        // Σ_{i<1037} i² = 1036·1037·2073/6 = 371 181 706, exact in f64; 1037 = 64·16 + 13 exercises
+        // the 16-lane blocks and the remainder.
+        let v: Vec<f32> = (0..1037).map(|i| i as f32).collect();
+        assert_eq!(sum_squares_f64(&v), 371_181_706.0);
+        // Over several rayon chunks, against candle's own sqr().sum_all() (f32: rel. 1e-6).
+        let n = 3 * CHUNK + 5;
+        let v: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.37).sin()).collect();
+        let t = Tensor::from_vec(v, n, &candle_core::Device::Cpu)?;
+        let fused = sum_squares(&t)?;
+        let reference = f64::from(t.sqr()?.sum_all()?.to_scalar::<f32>()?);
+        assert!(
+            (fused - reference).abs() <= 1e-6 * reference,
+            "{fused} vs {reference}"
+        );
+        Ok(())
+    }
 }
