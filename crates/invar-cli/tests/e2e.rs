@@ -365,3 +365,76 @@ fn demo_refuses_a_used_folder_and_a_bad_config() {
         "nothing is written for a bad config"
     );
 }
+
+/// Method 001 through `invar speaker train` and `invar speaker cv` on a small ELSDSR corpus: each
+/// prints its table and writes the same numbers as JSON.
+#[test]
+fn speaker_train_and_cv_print_tables_and_write_json() {
+    if !has_command("speaker") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let corpus = d.join("corpus");
+    invar(&[
+        "synth",
+        "--out",
+        s(&corpus),
+        "--layout",
+        "elsdsr",
+        "--speakers",
+        "3",
+        "--utterances",
+        "5",
+        "--seed",
+        "4",
+    ]);
+    let train = d.join("train");
+    let out = invar(&[
+        "speaker",
+        "train",
+        "--corpus",
+        s(&corpus),
+        "--config",
+        "logmel",
+        "--epochs",
+        "2",
+        "--baselines",
+        "--out",
+        s(&train),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("chunk acc") && stdout.contains("gmm-mfcc"),
+        "{stdout}"
+    );
+    let r = json(&train.join("results.json"));
+    rate(&r["evaluations"][0]["chunk_accuracy"], "chunk accuracy");
+    assert_eq!(r["config"]["name"], "logmel");
+
+    let cv = d.join("cv");
+    let out = invar(&[
+        "speaker",
+        "cv",
+        "--corpus",
+        s(&corpus),
+        "--config",
+        "logmel",
+        "--epochs",
+        "1",
+        "--folds",
+        "2",
+        "--out",
+        s(&cv),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("chunk misclassification"), "{stdout}");
+    let r = json(&cv.join("cv.json"));
+    let scores = r["scores"].as_array().unwrap();
+    assert_eq!(scores.len(), 2, "one CNN score per fold: {r}");
+    let summary = &r["summary"][0];
+    assert_eq!(summary["folds"], 2);
+    let acc = rate(&summary["chunk_accuracy"], "cv chunk accuracy");
+    let err = rate(&summary["chunk_error"], "cv chunk error");
+    assert!((acc + err - 1.0).abs() < 1e-12);
+}
