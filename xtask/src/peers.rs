@@ -464,10 +464,15 @@ fn machine(device: &str) -> Vec<(String, String)> {
                 has.join(", ")
             },
         ),
-        (
-            "commit".into(),
-            output("git", &["rev-parse", "--short", "HEAD"]),
-        ),
+        ("commit".into(), {
+            let head = output("git", &["rev-parse", "--short", "HEAD"]);
+            let dirty = output("git", &["status", "--porcelain", "--untracked-files=no"]);
+            if dirty.is_empty() || dirty == "unknown" {
+                head
+            } else {
+                format!("{head} with uncommitted changes in the working tree")
+            }
+        }),
         (
             "date (UTC)".into(),
             output("date", &["-u", "+%Y-%m-%d %H:%M"]),
