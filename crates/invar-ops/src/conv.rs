@@ -30,14 +30,38 @@ use rayon::prelude::*;
 
 use crate::{Error, Result};
 
-/// Batch items whose weight gradients are summed together before the groups are added in order:
-/// fixed, so `dW` is the same bytes at any thread count.
-const DW_GROUP: usize = 4;
+/// Batch items per GEMM block: the forward product and the weight gradient run block by block
+/// (rayon over blocks); the weight gradient's per-block partial sums are added in block order, so
+/// it is the same bytes at any thread count.
+const BLOCK_ITEMS: usize = 8;
 
-/// Element types of the CPU kernels.
-trait Float: WithDType + sealed::Sealed {}
-impl Float for f32 {}
-impl Float for f64 {}
+/// Element types of the CPU kernels, each with a per-thread scratch buffer for im2col blocks
+/// (reused across calls: a fresh multi-megabyte buffer per call costs more in page faults than
+/// the GEMM it feeds).
+trait Float: WithDType + sealed::Sealed {
+    /// Runs `f` with this thread's scratch buffer (a fresh one if it is already in use).
+    fn with_scratch<R>(f: impl FnOnce(&mut Vec<Self>) -> R) -> R;
+}
+thread_local! {
+    static SCRATCH_F32: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SCRATCH_F64: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+macro_rules! impl_float {
+    ($t:ty, $tls:ident) => {
+        impl Float for $t {
+            fn with_scratch<R>(f: impl FnOnce(&mut Vec<Self>) -> R) -> R {
+                // `with` fails only while this thread's locals are being destroyed, which no
+                // caller of the kernels runs in.
+                $tls.with(|cell| match cell.try_borrow_mut() {
+                    Ok(mut buf) => f(&mut buf),
+                    Err(_) => f(&mut Vec::new()),
+                })
+            }
+        }
+    };
+}
+impl_float!(f32, SCRATCH_F32);
+impl_float!(f64, SCRATCH_F64);
 mod sealed {
     pub trait Sealed {}
     impl Sealed for f32 {}
@@ -65,21 +89,53 @@ fn gemm<T: Float>(
     dst_rs: usize,
     accumulate: bool,
 ) -> candle_core::Result<()> {
-    if m == 0 || n == 0 {
-        return Ok(());
+    if k == 0 && !accumulate {
+        for i in 0..m {
+            dst[i * dst_rs..i * dst_rs + n].fill(T::from_f64(0.0));
+        }
     }
+    gemm_raw(m, n, k, a, b, dst, (dst_rs, 1), accumulate)
+}
+
+/// `dst = a · b` with `dst` of any (row, column) strides (`dst` written, not accumulated).
+fn gemm_to<T: Float>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat<'_, T>,
+    b: Mat<'_, T>,
+    dst: &mut [T],
+    dst_strides: (usize, usize),
+) -> candle_core::Result<()> {
     if k == 0 {
-        if !accumulate {
-            for i in 0..m {
-                dst[i * dst_rs..i * dst_rs + n].fill(T::from_f64(0.0));
+        for i in 0..m {
+            for j in 0..n {
+                dst[i * dst_strides.0 + j * dst_strides.1] = T::from_f64(0.0);
             }
         }
+    }
+    gemm_raw(m, n, k, a, b, dst, dst_strides, false)
+}
+
+/// The one call into `gemm`, after checking every index the strides can reach.
+#[allow(clippy::too_many_arguments)]
+fn gemm_raw<T: Float>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat<'_, T>,
+    b: Mat<'_, T>,
+    dst: &mut [T],
+    (dst_rs, dst_cs): (usize, usize),
+    accumulate: bool,
+) -> candle_core::Result<()> {
+    if m == 0 || n == 0 || k == 0 {
         return Ok(());
     }
     let last = |rows: usize, cols: usize, rs: usize, cs: usize| (rows - 1) * rs + (cols - 1) * cs;
     if last(m, k, a.rs, a.cs) >= a.data.len()
         || last(k, n, b.rs, b.cs) >= b.data.len()
-        || last(m, n, dst_rs, 1) >= dst.len()
+        || last(m, n, dst_rs, dst_cs) >= dst.len()
     {
         bail!(
             "conv gemm {m}×{k}·{k}×{n}: operand too short ({}, {}, {})",
@@ -91,6 +147,7 @@ fn gemm<T: Float>(
     // SAFETY: the check above guarantees that every index the strides can reach — at most
     // (rows-1)·rs + (cols-1)·cs for each operand — lies inside its slice; `dst` is borrowed
     // mutably so it cannot alias `a` or `b`; T is f32 or f64 (sealed), which `gemm` supports.
+    // Callers never pass a `dst` whose strides make two (i, j) share an address.
     #[allow(unsafe_code)]
     unsafe {
         gemm::gemm(
@@ -98,7 +155,7 @@ fn gemm<T: Float>(
             n,
             k,
             dst.as_mut_ptr(),
-            1,
+            dst_cs as isize,
             dst_rs as isize,
             accumulate,
             a.data.as_ptr(),
@@ -157,19 +214,45 @@ impl ConvDims {
     }
 }
 
-/// `cols [C·K, T']`: row `c·K + k` is `x_b[c, k .. k + T']`.
-fn im2col<T: Float>(xb: &[T], d: ConvDims, cols: &mut [T]) {
-    let out = d.out();
-    for c in 0..d.c {
-        let row = &xb[c * d.t..(c + 1) * d.t];
-        for k in 0..d.k {
-            let r = (c * d.k + k) * out;
-            cols[r..r + out].copy_from_slice(&row[k..k + out]);
+/// One block's im2col matrix `[items·T', C·K]`: row `i·T' + t` holds `x[i, c, t .. t + K]` for
+/// c = 0..C, one after another (the receptive field of output step t, contiguous). Built by
+/// appending (no zero fill); the K-element copies have a fixed length for K = 8 and 5, so they
+/// compile to a few vector moves instead of `memcpy` calls.
+fn im2col_block<T: Float>(xg: &[T], d: ConvDims, cols: &mut Vec<T>) {
+    fn fill<T: Float, const K: usize>(xg: &[T], d: ConvDims, cols: &mut Vec<T>) {
+        let out = d.t + 1 - K;
+        for xb in xg.chunks_exact(d.c * d.t) {
+            for t in 0..out {
+                for c in 0..d.c {
+                    let at = c * d.t + t;
+                    if let Ok(w) = <&[T; K]>::try_from(&xb[at..at + K]) {
+                        cols.extend_from_slice(w);
+                    }
+                }
+            }
+        }
+    }
+    cols.clear();
+    cols.reserve(xg.len() / (d.c * d.t) * d.out() * d.c * d.k);
+    match d.k {
+        8 => fill::<T, 8>(xg, d, cols),
+        5 => fill::<T, 5>(xg, d, cols),
+        k => {
+            for xb in xg.chunks_exact(d.c * d.t) {
+                for t in 0..d.out() {
+                    for c in 0..d.c {
+                        let at = c * d.t + t;
+                        cols.extend_from_slice(&xb[at..at + k]);
+                    }
+                }
+            }
         }
     }
 }
 
-/// Forward: `y_b = W [F, C·K] · cols_b (+ bias)` for every batch item, rayon over items.
+/// Forward, rayon over blocks of [`BLOCK_ITEMS`] batch items: the block's im2col matrix (in this
+/// thread's scratch), `yᵀ [items·T', F] = cols · Wᵀ`, then each item's `[T', F]` transposed into
+/// `y [B, F, T']` with the bias added.
 fn conv_forward<T: Float>(
     x: &[T],
     w: &[T],
@@ -179,70 +262,110 @@ fn conv_forward<T: Float>(
     let out = d.out();
     let ck = d.c * d.k;
     let mut y = vec![T::from_f64(0.0); d.b * d.f * out];
-    y.par_chunks_mut(d.f * out)
-        .zip(x.par_chunks(d.c * d.t))
-        .try_for_each_init(
-            || vec![T::from_f64(0.0); ck * out],
-            |cols, (yb, xb)| {
-                im2col(xb, d, cols);
-                if let Some(bias) = bias {
-                    for (row, &bv) in yb.chunks_mut(out).zip(bias) {
-                        row.fill(bv);
-                    }
-                }
+    y.par_chunks_mut(BLOCK_ITEMS * d.f * out)
+        .zip(x.par_chunks(BLOCK_ITEMS * d.c * d.t))
+        .try_for_each(|(yg, xg)| {
+            T::with_scratch(|cols| {
+                im2col_block(xg, d, cols);
+                let rows = cols.len() / ck;
+                let mut yt = vec![T::from_f64(0.0); rows * d.f];
                 let a = Mat {
-                    data: w,
+                    data: &cols[..],
                     rs: ck,
                     cs: 1,
                 };
+                // Wᵀ[ck, f] = w[f·C·K + ck]
                 let b = Mat {
-                    data: &cols[..],
-                    rs: out,
-                    cs: 1,
+                    data: w,
+                    rs: 1,
+                    cs: ck,
                 };
-                gemm(d.f, out, ck, a, b, yb, out, bias.is_some())
-            },
-        )?;
+                gemm(rows, d.f, ck, a, b, &mut yt, d.f, false)?;
+                for (yb, ytb) in yg
+                    .chunks_exact_mut(d.f * out)
+                    .zip(yt.chunks_exact(out * d.f))
+                {
+                    for (f, row) in yb.chunks_exact_mut(out).enumerate() {
+                        let bv = bias.map_or(T::from_f64(0.0), |b| b[f]);
+                        for (t, v) in row.iter_mut().enumerate() {
+                            *v = ytb[t * d.f + f] + bv;
+                        }
+                    }
+                }
+                Ok::<(), candle_core::Error>(())
+            })
+        })?;
     Ok(y)
 }
 
-/// `dW [F, C·K] = Σ_b dY_b [F, T'] · cols_bᵀ [T', C·K]`, over fixed groups of batch items.
+/// `dW [F, C·K] = Σ_blocks colsᵀ · dYᵀ`, rayon over blocks: the block's im2col matrix again (in
+/// this thread's scratch; cheaper than keeping every block's between forward and backward), one
+/// GEMM `[C·K, items·T'] · [items·T', F]` written straight into `dW`'s layout; the partial sums
+/// are added in block order.
 fn conv_grad_kernel<T: Float>(x: &[T], dy: &[T], d: ConvDims) -> candle_core::Result<Vec<T>> {
     let out = d.out();
     let ck = d.c * d.k;
     let partial = x
-        .par_chunks(DW_GROUP * d.c * d.t)
-        .zip(dy.par_chunks(DW_GROUP * d.f * out))
+        .par_chunks(BLOCK_ITEMS * d.c * d.t)
+        .zip(dy.par_chunks(BLOCK_ITEMS * d.f * out))
         .map(|(xg, dyg)| -> candle_core::Result<Vec<T>> {
-            let mut acc = vec![T::from_f64(0.0); d.f * ck];
-            let mut cols = vec![T::from_f64(0.0); ck * out];
-            for (i, (xb, dyb)) in xg.chunks(d.c * d.t).zip(dyg.chunks(d.f * out)).enumerate() {
-                im2col(xb, d, &mut cols);
+            T::with_scratch(|cols| {
+                im2col_block(xg, d, cols);
+                let rows = cols.len() / ck;
+                // dYᵀ of the block: [items·T', F]
+                let mut dyt = vec![T::from_f64(0.0); rows * d.f];
+                for (dtb, dyb) in dyt
+                    .chunks_exact_mut(out * d.f)
+                    .zip(dyg.chunks_exact(d.f * out))
+                {
+                    for (f, row) in dyb.chunks_exact(out).enumerate() {
+                        for (t, &v) in row.iter().enumerate() {
+                            dtb[t * d.f + f] = v;
+                        }
+                    }
+                }
+                let mut acc = vec![T::from_f64(0.0); d.f * ck];
+                // colsᵀ[ck, r] = cols[r·C·K + ck]; dWᵀ[ck, f] lands at acc[f·C·K + ck]
                 let a = Mat {
-                    data: dyb,
-                    rs: out,
-                    cs: 1,
-                };
-                let b = Mat {
                     data: &cols[..],
                     rs: 1,
-                    cs: out,
+                    cs: ck,
                 };
-                gemm(d.f, ck, out, a, b, &mut acc, ck, i > 0)?;
-            }
-            Ok(acc)
+                let b = Mat {
+                    data: &dyt,
+                    rs: d.f,
+                    cs: 1,
+                };
+                gemm_to(ck, d.f, rows, a, b, &mut acc, (1, ck))?;
+                Ok(acc)
+            })
         })
         .collect::<candle_core::Result<Vec<_>>>()?;
-    let mut groups = partial.into_iter();
-    let mut dw = groups
+    let mut blocks = partial.into_iter();
+    let mut dw = blocks
         .next()
         .unwrap_or_else(|| vec![T::from_f64(0.0); d.f * ck]);
-    for g in groups {
+    for g in blocks {
         for (a, v) in dw.iter_mut().zip(g) {
             *a += v;
         }
     }
     Ok(dw)
+}
+
+/// `db [F] = Σ_{b,t} dY[b, f, t]`, in a fixed order.
+fn conv_grad_bias<T: Float>(dy: &[T], f: usize, out: usize) -> Vec<T> {
+    let mut db = vec![T::from_f64(0.0); f];
+    for item in dy.chunks_exact(f * out) {
+        for (acc, row) in db.iter_mut().zip(item.chunks_exact(out)) {
+            let mut s = T::from_f64(0.0);
+            for &v in row {
+                s += v;
+            }
+            *acc += s;
+        }
+    }
+    db
 }
 
 /// `dX_b [C, T]`: for each tap k, `dX_b[:, k .. k + T'] += W_kᵀ [C, F] · dY_b [F, T']`.
@@ -295,9 +418,39 @@ struct Conv1d;
 struct Conv1dBias;
 /// Backward for the kernel: `(x, dY) → dW`.
 struct Conv1dGradKernel;
+/// Backward for the bias: `dY → db`.
+struct Conv1dGradBias;
 /// Backward for the input: `(w, dY) → dX`, `t` the input length.
 struct Conv1dGradInput {
     t: usize,
+}
+
+/// The forward pass shared by both forward ops.
+fn conv_fwd_cpu(
+    name: &'static str,
+    (sx, lx): (&CpuStorage, &Layout),
+    (sw, lw): (&CpuStorage, &Layout),
+    bias: Option<(&CpuStorage, &Layout)>,
+) -> candle_core::Result<(CpuStorage, Shape)> {
+    let d = ConvDims::from_layouts(lx, lw)?;
+    if let Some((_, lb)) = bias {
+        if lb.shape().dims() != [d.f] {
+            bail!(
+                "conv1d: bias {:?} does not match {} filters",
+                lb.shape(),
+                d.f
+            );
+        }
+    }
+    float_dispatch!(sx.dtype(), name, |T| {
+        let bias = match bias {
+            Some((sb, lb)) => Some(slice::<T>(sb, lb, "conv1d bias")?),
+            None => None,
+        };
+        let x = slice(sx, lx, "conv1d input")?;
+        let y = conv_forward::<T>(x, slice(sw, lw, "conv1d kernel")?, bias, d)?;
+        Ok((T::to_cpu_storage_owned(y), Shape::from((d.b, d.f, d.out()))))
+    })
 }
 
 /// Gradients of a conv node: `dX` (when `x` is tracked), `dW`, `db` (when a bias was given).
@@ -306,16 +459,20 @@ fn conv_backward(
     w: &Tensor,
     has_bias: bool,
     grad: &Tensor,
-) -> candle_core::Result<(Option<Tensor>, Tensor, Option<Tensor>)> {
+) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
     let grad = grad.contiguous()?;
-    let dw = x.apply_op2_no_bwd(&grad, &Conv1dGradKernel)?;
+    let dw = if w.track_op() {
+        Some(x.apply_op2_no_bwd(&grad, &Conv1dGradKernel)?)
+    } else {
+        None
+    };
     let dx = if x.track_op() {
         Some(w.apply_op2_no_bwd(&grad, &Conv1dGradInput { t: x.dim(2)? })?)
     } else {
         None
     };
     let db = if has_bias {
-        Some(grad.sum((0, 2))?)
+        Some(grad.apply_op1_no_bwd(&Conv1dGradBias)?)
     } else {
         None
     };
@@ -333,16 +490,7 @@ impl CustomOp2 for Conv1d {
         sw: &CpuStorage,
         lw: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let d = ConvDims::from_layouts(lx, lw)?;
-        float_dispatch!(sx.dtype(), self.name(), |T| {
-            let y = conv_forward::<T>(
-                slice(sx, lx, "conv1d input")?,
-                slice(sw, lw, "conv1d kernel")?,
-                None,
-                d,
-            )?;
-            Ok((T::to_cpu_storage_owned(y), Shape::from((d.b, d.f, d.out()))))
-        })
+        conv_fwd_cpu(self.name(), (sx, lx), (sw, lw), None)
     }
     fn bwd(
         &self,
@@ -352,7 +500,7 @@ impl CustomOp2 for Conv1d {
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
         let (dx, dw, _) = conv_backward(x, w, false, grad)?;
-        Ok((dx, Some(dw)))
+        Ok((dx, dw))
     }
 }
 
@@ -369,23 +517,7 @@ impl CustomOp3 for Conv1dBias {
         sb: &CpuStorage,
         lb: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let d = ConvDims::from_layouts(lx, lw)?;
-        if lb.shape().dims() != [d.f] {
-            bail!(
-                "conv1d: bias {:?} does not match {} filters",
-                lb.shape(),
-                d.f
-            );
-        }
-        float_dispatch!(sx.dtype(), self.name(), |T| {
-            let y = conv_forward::<T>(
-                slice(sx, lx, "conv1d input")?,
-                slice(sw, lw, "conv1d kernel")?,
-                Some(slice(sb, lb, "conv1d bias")?),
-                d,
-            )?;
-            Ok((T::to_cpu_storage_owned(y), Shape::from((d.b, d.f, d.out()))))
-        })
+        conv_fwd_cpu(self.name(), (sx, lx), (sw, lw), Some((sb, lb)))
     }
     fn bwd(
         &self,
@@ -395,8 +527,7 @@ impl CustomOp3 for Conv1dBias {
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (dx, dw, db) = conv_backward(x, w, true, grad)?;
-        Ok((dx, Some(dw), db))
+        conv_backward(x, w, true, grad)
     }
 }
 
@@ -424,12 +555,25 @@ impl CustomOp2 for Conv1dGradKernel {
             k: t + 1 - out,
         };
         float_dispatch!(sx.dtype(), self.name(), |T| {
-            let dw = conv_grad_kernel::<T>(
-                slice(sx, lx, "conv1d input")?,
-                slice(sg, lg, "conv1d output gradient")?,
-                d,
-            )?;
+            let dy = slice::<T>(sg, lg, "conv1d output gradient")?;
+            let dw = conv_grad_kernel::<T>(slice(sx, lx, "conv1d input")?, dy, d)?;
             Ok((T::to_cpu_storage_owned(dw), Shape::from((d.f, d.c, d.k))))
+        })
+    }
+}
+
+impl CustomOp1 for Conv1dGradBias {
+    fn name(&self) -> &'static str {
+        "invar-conv1d-grad-bias"
+    }
+    fn cpu_fwd(&self, sg: &CpuStorage, lg: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (_, f, out) = lg.shape().dims3()?;
+        float_dispatch!(sg.dtype(), self.name(), |T| {
+            let dy = slice::<T>(sg, lg, "conv1d output gradient")?;
+            Ok((
+                T::to_cpu_storage_owned(conv_grad_bias(dy, f, out)),
+                Shape::from(f),
+            ))
         })
     }
 }
@@ -570,10 +714,11 @@ pub fn conv1d_unfold(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Te
 /// Index of the first maximal entry of `w` (NaN never wins over a number).
 #[inline]
 fn argmax_first<T: Float>(w: &[T]) -> usize {
-    let mut best = 0;
-    for (i, v) in w.iter().enumerate().skip(1) {
-        if *v > w[best] {
+    let (mut best, mut top) = (0, w[0]);
+    for (i, &v) in w.iter().enumerate().skip(1) {
+        if v > top {
             best = i;
+            top = v;
         }
     }
     best
@@ -583,12 +728,10 @@ fn argmax_first<T: Float>(w: &[T]) -> usize {
 /// for plain pooling).
 fn pool_gather<T: Float>(key: &[T], src: &[T], len: usize, k: usize) -> Vec<T> {
     let n = len / k;
-    let rows = key.len() / len;
-    let mut y = Vec::with_capacity(rows * n);
+    let mut y = Vec::with_capacity(key.len() / len * n);
     for (kr, sr) in key.chunks_exact(len).zip(src.chunks_exact(len)) {
-        for j in 0..n {
-            let at = j * k + argmax_first(&kr[j * k..(j + 1) * k]);
-            y.push(sr[at]);
+        for (kw, sw) in kr[..n * k].chunks_exact(k).zip(sr[..n * k].chunks_exact(k)) {
+            y.push(sw[argmax_first(kw)]);
         }
     }
     y
@@ -603,9 +746,12 @@ fn pool_scatter<T: Float>(key: &[T], grad: &[T], len: usize, k: usize) -> Vec<T>
         .zip(grad.chunks_exact(n.max(1)))
         .zip(dx.chunks_exact_mut(len))
     {
-        for j in 0..n {
-            let at = j * k + argmax_first(&kr[j * k..(j + 1) * k]);
-            dr[at] = gr[j];
+        for ((kw, &g), dw) in kr[..n * k]
+            .chunks_exact(k)
+            .zip(gr)
+            .zip(dr[..n * k].chunks_exact_mut(k))
+        {
+            dw[argmax_first(kw)] = g;
         }
     }
     dx
@@ -807,6 +953,86 @@ pub fn max_pool_time_gather(
     Ok((y, ty))
 }
 
+/// `(v, key) → v · [key > 0]` (CustomOp2); backward masks the gradient the same way into `v`
+/// only (the mask is piecewise constant in `key`).
+struct MaskPositive;
+
+fn mask_positive<T: Float>(v: &[T], key: &[T]) -> Vec<T> {
+    let zero = T::from_f64(0.0);
+    v.iter()
+        .zip(key)
+        .map(|(&v, &k)| if k > zero { v } else { zero })
+        .collect()
+}
+
+impl CustomOp2 for MaskPositive {
+    fn name(&self) -> &'static str {
+        "invar-mask-positive"
+    }
+    fn cpu_fwd(
+        &self,
+        sv: &CpuStorage,
+        lv: &Layout,
+        sk: &CpuStorage,
+        lk: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        if lv.shape() != lk.shape() {
+            bail!("relu mask: {:?} vs key {:?}", lv.shape(), lk.shape());
+        }
+        float_dispatch!(sv.dtype(), self.name(), |T| {
+            let v = slice::<T>(sv, lv, "relu input")?;
+            let k = slice::<T>(sk, lk, "relu mask key")?;
+            Ok((
+                T::to_cpu_storage_owned(mask_positive(v, k)),
+                lv.shape().clone(),
+            ))
+        })
+    }
+    fn bwd(
+        &self,
+        _v: &Tensor,
+        key: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        Ok((
+            Some(grad.contiguous()?.apply_op2_no_bwd(key, &MaskPositive)?),
+            None,
+        ))
+    }
+}
+
+/// `relu(pre)` and, when given, the tangent `t · [pre > 0]` (ReLU's derivative is a constant
+/// mask). On CPU (f32, f64) one masking pass each way, forward and backward; elsewhere candle's
+/// `relu` and a comparison mask, with the same values and gradients.
+pub fn relu_with_tangent(pre: &Tensor, t: Option<&Tensor>) -> Result<(Tensor, Option<Tensor>)> {
+    if let Some(t) = t {
+        if t.dims() != pre.dims() {
+            return Err(Error::Shape {
+                op: "relu_with_tangent (pre-activation and tangent)",
+                left: pre.dims().to_vec(),
+                right: t.dims().to_vec(),
+            });
+        }
+    }
+    if !has_cpu_kernel(pre) {
+        let y = pre.relu()?;
+        let t = match t {
+            Some(t) => Some((t * pre.gt(0.0)?.to_dtype(pre.dtype())?)?),
+            None => None,
+        };
+        return Ok((y, t));
+    }
+    let pre = pre.contiguous()?;
+    let key = pre.detach();
+    let y = pre.apply_op2(&key, MaskPositive)?;
+    let t = match t {
+        Some(t) => Some(t.contiguous()?.apply_op2(&key, MaskPositive)?),
+        None => None,
+    };
+    Ok((y, t))
+}
+
 #[cfg(test)]
 mod tests {
     //! Values against the defining sums, gradients against the composite path and central finite
@@ -847,8 +1073,9 @@ mod tests {
         y
     }
 
-    /// Odd sizes: K = 1, B = 1, T' = 1, and B = 7 (two dW groups, one partial).
-    const SIZES: [ConvDims; 4] = [
+    /// Odd sizes: K = 1, B = 1, T' = 1; B = 9 (two blocks, one partial); K = 5 and 8 (the
+    /// fixed-length im2col copies) beside the generic K.
+    const SIZES: [ConvDims; 6] = [
         ConvDims {
             b: 1,
             c: 3,
@@ -876,6 +1103,20 @@ mod tests {
             t: 13,
             f: 5,
             k: 4,
+        },
+        ConvDims {
+            b: 9,
+            c: 2,
+            t: 11,
+            f: 3,
+            k: 5,
+        },
+        ConvDims {
+            b: 2,
+            c: 3,
+            t: 12,
+            f: 2,
+            k: 8,
         },
     ];
 
@@ -1278,6 +1519,39 @@ mod tests {
             max_pool_time_with_tangent(&x, &t, 2),
             Err(Error::Shape { .. })
         ));
+        Ok(())
+    }
+
+    #[test]
+    fn relu_with_tangent_matches_candles_relu_and_mask() -> R {
+        let mut rng = ChaCha8Rng::seed_from_u64(8);
+        let pre = Var::from_tensor(&tensor(&mut rng, &[3, 4, 7])?)?;
+        let t = Var::from_tensor(&tensor(&mut rng, &[3, 4, 7])?)?;
+        let (cy, ct) = (tensor(&mut rng, &[3, 4, 7])?, tensor(&mut rng, &[3, 4, 7])?);
+        let (y, ty) = relu_with_tangent(pre.as_tensor(), Some(t.as_tensor()))?;
+        let ty = ty.ok_or("no tangent")?;
+        let y2 = pre.as_tensor().relu()?;
+        let mask = pre.as_tensor().gt(0.0)?.to_dtype(DType::F64)?;
+        let ty2 = (t.as_tensor() * &mask)?;
+        let flat = |v: &Tensor| -> R<Vec<f64>> { Ok(v.flatten_all()?.to_vec1()?) };
+        assert_eq!(flat(&y)?, flat(&y2)?);
+        assert_eq!(flat(&ty)?, flat(&ty2)?);
+        let g = ((y * &cy)?.sum_all()? + (ty * &ct)?.sum_all()?)?.backward()?;
+        let g2 = ((y2 * &cy)?.sum_all()? + (ty2 * &ct)?.sum_all()?)?.backward()?;
+        for v in [&pre, &t] {
+            let a = g.get(v.as_tensor()).ok_or("no grad")?;
+            let b = g2.get(v.as_tensor()).ok_or("no grad")?;
+            assert_eq!(flat(a)?, flat(b)?);
+        }
+        // by hand: d relu(x)/dx is 1 above 0 and 0 at or below it
+        let x = Var::from_tensor(&Tensor::new(&[-1f64, 0., 2.], &Device::Cpu)?)?;
+        let (r, _) = relu_with_tangent(x.as_tensor(), None)?;
+        assert_eq!(r.to_vec1::<f64>()?, vec![0., 0., 2.]);
+        let g = r.sum_all()?.backward()?;
+        assert_eq!(
+            g.get(x.as_tensor()).ok_or("no dx")?.to_vec1::<f64>()?,
+            vec![0., 0., 1.]
+        );
         Ok(())
     }
 }

@@ -1,60 +1,46 @@
-//! The network's layers with their tangents: valid conv1d over time (unfold + one matrix product),
-//! max-pooling over time by reshape and arg-max gather, and ReLU. Each takes or returns the tangent
-//! beside the value, so the forward-mode regulariser reuses them.
+//! The network's layers with their tangents: valid conv1d over time, max-pooling over time and ReLU.
+//! Each takes or returns the tangent beside the value, so the forward-mode regulariser reuses them.
+//!
+//! Convolution and pooling are invar-ops' custom ops on CPU (im2col + GEMM with an exact backward,
+//! arg-max scatter) and their composite candle paths elsewhere: candle 0.11's own `conv1d` backward
+//! is wrong on CPU (`tests/conv.rs`) and its `max_pool2d` backward is wrong everywhere.
 
 use candle_core::Tensor;
 
-use crate::Result;
+use crate::{Error, Result};
+
+/// invar-ops' errors in this crate's terms (a shape error keeps its shapes).
+fn ops_err(e: invar_ops::Error) -> Error {
+    match e {
+        invar_ops::Error::Candle(e) => Error::Candle(e),
+        invar_ops::Error::Shape { op, left, right } => {
+            Error::shape(op, "shapes that fit", format!("{left:?} and {right:?}"))
+        }
+        other => Error::shape("speaker cnn layer", "valid shapes", other.to_string()),
+    }
+}
 
 /// Max-pooling of width `k` over the last axis of `x` `[B, C, T]` (T cropped to a multiple of `k`),
 /// and the tangent `t` (same shape as `x`) taken at the arg-max. Returns `[B, C, T/k]` twice.
+/// The gradient of each window goes to its first maximal entry.
 pub fn max_pool_time(x: &Tensor, t: Option<&Tensor>, k: usize) -> Result<(Tensor, Option<Tensor>)> {
-    let (b, c, len) = x.dims3()?;
-    let n = len / k;
-    let windows = |v: &Tensor| -> Result<Tensor> {
-        Ok(v.narrow(2, 0, n * k)?.contiguous()?.reshape((b, c, n, k))?)
-    };
-    let xw = windows(x)?; // [B, C, n, k]
-    let idx = xw.argmax_keepdim(3)?; // [B, C, n, 1] u32, constant
-    let y = xw.gather(&idx, 3)?.squeeze(3)?; // [B, C, n]
-    let ty = match t {
-        Some(t) => Some(windows(t)?.gather(&idx, 3)?.squeeze(3)?),
-        None => None,
-    };
-    Ok((y, ty))
-}
-
-/// Valid 1-D cross-correlation of `x` `[B, C, T]` with `w` `[F, C, K]` → `[B, F, T − K + 1]`,
-/// as an unfold (K shifted views stacked) and one matrix product. candle 0.11's own `conv1d`
-/// backward gives wrong gradients on CPU (measured in `tests/tangent.rs`), so the network uses this.
-pub fn conv1d_valid(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    let (b, c, t) = x.dims3()?;
-    let (f, wc, k) = w.dims3()?;
-    if wc != c || k > t {
-        return Err(crate::Error::shape(
-            "conv1d input",
-            format!("{wc} channels and at least {k} steps"),
-            format!("{c} channels and {t} steps"),
-        ));
+    match t {
+        Some(t) => {
+            let (y, ty) = invar_ops::max_pool_time_with_tangent(x, t, k).map_err(ops_err)?;
+            Ok((y, Some(ty)))
+        }
+        None => Ok((invar_ops::max_pool_time(x, k).map_err(ops_err)?, None)),
     }
-    let out = t - k + 1;
-    let views = (0..k)
-        .map(|i| x.narrow(2, i, out))
-        .collect::<candle_core::Result<Vec<_>>>()?;
-    let cols = Tensor::stack(&views, 3)? // [B, C, T', K]
-        .permute((0, 2, 1, 3))?
-        .contiguous()?
-        .reshape((b * out, c * k))?; // [B·T', C·K]
-    let y = cols.matmul(&w.reshape((f, c * k))?.t()?)?; // [B·T', F]
-    Ok(y.reshape((b, out, f))?.transpose(1, 2)?.contiguous()?)
 }
 
-/// `relu(pre)` and the tangent `mask · t` (the mask is a constant: ReLU's derivative).
+/// Valid 1-D cross-correlation of `x` `[B, C, T]` with `w` `[F, C, K]` → `[B, F, T − K + 1]`
+/// (invar-ops' [`invar_ops::conv1d`]: im2col + GEMM on CPU, exact gradients for `x` and `w`).
+pub fn conv1d_valid(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    invar_ops::conv1d(x, w, None).map_err(ops_err)
+}
+
+/// `relu(pre)` and the tangent `mask · t` (the mask `[pre > 0]` is a constant: ReLU's derivative),
+/// one masking pass each way on CPU ([`invar_ops::relu_with_tangent`]).
 pub(crate) fn relu_tangent(pre: &Tensor, t: Option<Tensor>) -> Result<(Tensor, Option<Tensor>)> {
-    let y = pre.relu()?;
-    let t = match t {
-        Some(t) => Some((t * pre.gt(0.0)?.to_dtype(pre.dtype())?)?),
-        None => None,
-    };
-    Ok((y, t))
+    invar_ops::relu_with_tangent(pre, t.as_ref()).map_err(ops_err)
 }
