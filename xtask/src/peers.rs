@@ -504,12 +504,20 @@ fn root() -> PathBuf {
     }
 }
 
+/// Cargo's target folder: `CARGO_TARGET_DIR` when set (relative to the root), else `root/target`.
+fn target_dir(root: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) if !d.is_empty() => root.join(d),
+        _ => root.join("target"),
+    }
+}
+
 /// The interpreter: `--python`, or `target/peers-venv` (created with the pinned torch if absent).
 fn python(opts: &Options, root: &Path) -> Result<PathBuf> {
     if let Some(p) = &opts.python {
         return Ok(p.clone());
     }
-    let venv = root.join("target").join("peers-venv");
+    let venv = target_dir(root).join("peers-venv");
     let py = venv.join("bin").join("python");
     let pinned = TORCH.trim_start_matches("torch==");
     if py.exists() {
@@ -622,7 +630,7 @@ pub fn run(args: &[String]) -> Result<()> {
                 a.extend(["--features", features.as_str()]);
             }
             cargo(&a)?;
-            root.join("target").join("release").join("examples")
+            target_dir(&root).join("release").join("examples")
         }
     };
     let threads = opts.threads.to_string();
@@ -660,7 +668,7 @@ pub fn run(args: &[String]) -> Result<()> {
         .collect();
 
     if opts.check {
-        let dir = root.join("target").join("xtask-peers").join("check");
+        let dir = target_dir(&root).join("xtask-peers").join("check");
         for (p, row) in peers.iter().zip(rows.iter_mut()) {
             let d = dir.join(p.name);
             let _ = std::fs::remove_dir_all(&d);
@@ -738,7 +746,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let json_path = opts
         .json
         .clone()
-        .unwrap_or_else(|| root.join("target").join("xtask-peers").join("results.json"));
+        .unwrap_or_else(|| target_dir(&root).join("xtask-peers").join("results.json"));
     if let Some(dir) = json_path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
