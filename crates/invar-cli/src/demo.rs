@@ -14,7 +14,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 
-use config::ClassSource;
+use config::{ClassSource, UnitNormRuns};
 pub use config::DemoConfig;
 use stages::{Runner, Stage};
 use summary::{DemoSummary, Section};
@@ -406,10 +406,12 @@ fn plan(cfg: &DemoConfig, out: &Path) -> Plan {
             &p("speaker"),
         ],
     );
-    if cfg.speaker_only_without_unit_norm {
-        robustness.args.push("--only-without-unit-norm".to_owned());
+    match cfg.speaker_unit_norm {
+        UnitNormRuns::Both => {}
+        UnitNormRuns::On => robustness.args.push("--only-with-unit-norm".to_owned()),
+        UnitNormRuns::Off => robustness.args.push("--only-without-unit-norm".to_owned()),
     }
-    let mut synth_elsdsr = Stage::new(
+    let synth_elsdsr = Stage::new(
         "synth elsdsr",
         &[
             &"synth",
@@ -423,11 +425,10 @@ fn plan(cfg: &DemoConfig, out: &Path) -> Plan {
             &cfg.utterances,
             &"--seed",
             &seed,
+            &"--config",
+            &p(SPEAKER_SYNTH_FILE),
         ],
     );
-    if cfg.quick_corpus {
-        synth_elsdsr.args.push("--quick".to_owned());
-    }
     let speaker = vec![synth_elsdsr, robustness];
     Plan {
         shared,
@@ -435,6 +436,24 @@ fn plan(cfg: &DemoConfig, out: &Path) -> Plan {
         supervector,
         speaker,
     }
+}
+
+/// The synthesiser config of method 001's ELSDSR-layout corpus, written beside the demo's outputs.
+const SPEAKER_SYNTH_FILE: &str = "synth-elsdsr.json";
+
+/// Method 001's corpus: the demo's (or the quick) generator with seconds-long sentences and
+/// ELSDSR's split (of 9 utterances per speaker, 7 train and 2 test); speakers, utterances and
+/// seed come from the `synth` flags.
+fn speaker_synth(cfg: &DemoConfig) -> invar_synth::SynthConfig {
+    let mut synth = if cfg.quick_corpus {
+        invar_synth::SynthConfig::quick()
+    } else {
+        invar_synth::SynthConfig::default()
+    };
+    synth.text.words_min = cfg.speaker_sentence_words[0];
+    synth.text.words_max = cfg.speaker_sentence_words[1];
+    synth.test_fraction = 0.25;
+    synth
 }
 
 /// The MFCC front-end of the demo: 13 cepstra with Δ and ΔΔ, per-utterance mean and variance
@@ -518,6 +537,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     invar_io::write_json(out.join("config.json"), &cfg)?;
     let fe = frontend();
     invar_io::write_json(out.join("frontend.json"), &fe)?;
+    invar_io::write_json(out.join(SPEAKER_SYNTH_FILE), &speaker_synth(&cfg))?;
 
     let plan = plan(&cfg, &out);
     let all: Vec<&Stage> = plan

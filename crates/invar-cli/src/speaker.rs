@@ -210,8 +210,11 @@ pub struct RobustnessArgs {
     #[arg(long, value_delimiter = ',', default_value = "none,scale,offset,gain")]
     pub nuisances: Vec<Nuisance>,
     /// Only train with the unit-L2 scaling off (default: both on and off).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "only_with_unit_norm")]
     pub only_without_unit_norm: bool,
+    /// Only train with the unit-L2 scaling on (default: both on and off).
+    #[arg(long)]
+    pub only_with_unit_norm: bool,
     /// Output folder: one run per model, robustness.json, robustness.md, robustness.svg.
     #[arg(long)]
     pub out: PathBuf,
@@ -360,10 +363,10 @@ fn robustness(args: RobustnessArgs) -> anyhow::Result<()> {
     let grid = RobustnessConfig {
         nuisances: args.nuisances.clone(),
         lambda: args.model.lambda,
-        unit_norm: if args.only_without_unit_norm {
-            vec![false]
-        } else {
-            vec![true, false]
+        unit_norm: match (args.only_with_unit_norm, args.only_without_unit_norm) {
+            (true, _) => vec![true],
+            (_, true) => vec![false],
+            _ => vec![true, false],
         },
         seeds: args.seeds.clone(),
         ..RobustnessConfig::default()

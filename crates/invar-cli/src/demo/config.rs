@@ -34,11 +34,17 @@ pub struct DemoConfig {
     pub autoencoder_widths: Vec<usize>,
     /// Method 002: training epochs.
     pub autoencoder_epochs: usize,
-    /// Method 001: training epochs of each CNN (one per regulariser, with and without unit-L2
-    /// scaling unless `speaker_only_without_unit_norm`).
+    /// Method 001: training epochs of each CNN (one per regulariser, for each unit-L2 setting of
+    /// `speaker_unit_norm`).
     pub speaker_epochs: usize,
-    /// Method 001: only train with the unit-L2 scaling off (where a gain regulariser can matter).
-    pub speaker_only_without_unit_norm: bool,
+    /// Method 001: train with the original's unit-L2 scaling of each signal `on`, `off` (where a
+    /// gain regulariser can matter, but the generated channel's ±20 dB gain leaves a linear
+    /// spectrogram CNN near chance), or `both`.
+    pub speaker_unit_norm: UnitNormRuns,
+    /// Method 001: fewest and most words per sentence of its ELSDSR-layout corpus. ELSDSR's
+    /// sentences run for seconds; a CNN on 100-frame chunks needs many chunks per speaker, which
+    /// invar-synth's short default sentences (≈ 2 s) do not give.
+    pub speaker_sentence_words: [usize; 2],
 }
 
 impl Default for DemoConfig {
@@ -57,10 +63,23 @@ impl Default for DemoConfig {
             ivector_iters: 5,
             autoencoder_widths: vec![500, 100, 40],
             autoencoder_epochs: 60,
-            speaker_epochs: 10,
-            speaker_only_without_unit_norm: false,
+            speaker_epochs: 15,
+            speaker_unit_norm: UnitNormRuns::Both,
+            speaker_sentence_words: [14, 20],
         }
     }
+}
+
+/// Which unit-L2 settings method 001's CNNs are trained with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnitNormRuns {
+    /// With and without the scaling.
+    Both,
+    /// Only with it (a constant gain then changes nothing).
+    On,
+    /// Only without it.
+    Off,
 }
 
 /// Where method 000's fragment classes come from.
@@ -99,8 +118,9 @@ impl DemoConfig {
             ivector_iters: 3,
             autoencoder_widths: vec![200, 40],
             autoencoder_epochs: 15,
-            speaker_epochs: 2,
-            speaker_only_without_unit_norm: true,
+            speaker_epochs: 10,
+            speaker_unit_norm: UnitNormRuns::On,
+            speaker_sentence_words: [10, 14],
             ..Self::default()
         }
     }
@@ -131,6 +151,11 @@ impl DemoConfig {
             self.utterances >= 3,
             "demo config: `utterances` is {}; same-speaker pairs and ABX need at least 3 per speaker",
             self.utterances
+        );
+        let [lo, hi] = self.speaker_sentence_words;
+        anyhow::ensure!(
+            lo >= 1 && lo <= hi,
+            "demo config: `speaker_sentence_words` is [{lo}, {hi}]; give [fewest, most] words with 1 ≤ fewest ≤ most"
         );
         anyhow::ensure!(
             self.partition_outputs < self.components,
