@@ -6,21 +6,27 @@
 //! backward is wrong everywhere, and the composite replacements (unfold by stacked narrow views,
 //! reshape + arg-max gather) spend most of a training step copying. Here, on CPU:
 //!
-//! - [`conv1d`] `x [B, C, T] ⋆ w [F, C, K] (+ bias [F]) → [B, F, T − K + 1]`: per batch item an
-//!   im2col of `x` (`[C·K, T']`, built in a per-thread buffer, never the whole batch) and one GEMM
-//!   with `w` seen as `[F, C·K]`, rayon over batch items. Backward: `dW = Σ_b dY_b · cols_bᵀ`
-//!   (GEMMs reading the transposed operand through strides, summed over fixed groups of batch
-//!   items so the result does not depend on the thread count), `dX` by K strided GEMMs
-//!   `dX_b[:, k..k+T'] += W_kᵀ · dY_b` (no col2im buffer), `db` a reduction; `dX` only when `x`
-//!   is part of a graph.
-//! - [`conv1d_pair`] the same weights applied to an input and its tangent: both go through the one
-//!   op (one graph node, one set of weight-gradient GEMMs over both).
+//! - [`conv1d`] `x [B, C, T] ⋆ w [F, C, K] (+ bias [F]) → [B, F, T − K + 1]`, rayon over blocks
+//!   of 4 batch items: the block's im2col matrix `[items·T', C·K]` (each row the contiguous
+//!   receptive field of one output step) in a per-thread scratch buffer that is reused across
+//!   calls, one GEMM `cols · Wᵀ`, a transpose into `[F, T']` with the bias added. Backward:
+//!   `dW` per block as one GEMM `colsᵀ · dYᵀ` written straight into `dW`'s layout (im2col
+//!   recomputed: cheaper than keeping megabytes per call alive), block partial sums added in
+//!   block order so `dW` is the same bytes at any thread count; `dX` by K strided GEMMs
+//!   `dX_b[:, k..k+T'] += W_kᵀ · dY_b` (no col2im buffer), only when `x` is part of a graph;
+//!   `db` a plain reduction (candle's strided `sum` over two axes is slow).
+//!   An input and its tangent (the regulariser's forward-mode pass) are two calls with the same
+//!   kernel: batching them into one call measured slower (the concatenation costs a copy, and the
+//!   GEMMs per block are the same).
 //! - [`max_pool_time`] `[.., T] → [.., T / k]` (T cropped to a multiple of k), backward scatters
 //!   each window's gradient to its first maximal entry; [`max_pool_time_with_tangent`] also takes
 //!   a tangent at the same arg-max.
+//! - [`relu_with_tangent`] `relu(x)` and `t · [x > 0]`, one masking pass each way (candle's
+//!   `relu` backward is five passes).
 //!
-//! f32 and f64 take the custom ops on CPU; other dtypes and devices take [`conv1d_unfold`] and
-//! [`max_pool_time_gather`], the composite paths, which give the same values and gradients.
+//! f32 and f64 take the custom ops on CPU; other dtypes and devices take [`conv1d_unfold`],
+//! [`max_pool_time_gather`] and candle's `relu`, the composite paths, which give the same values
+//! and gradients (the tests compare them on CPU).
 
 use candle_core::{
     backend::BackendStorage, bail, CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Device,
@@ -33,7 +39,7 @@ use crate::{Error, Result};
 /// Batch items per GEMM block: the forward product and the weight gradient run block by block
 /// (rayon over blocks); the weight gradient's per-block partial sums are added in block order, so
 /// it is the same bytes at any thread count.
-const BLOCK_ITEMS: usize = 8;
+const BLOCK_ITEMS: usize = 4;
 
 /// Element types of the CPU kernels, each with a per-thread scratch buffer for im2col blocks
 /// (reused across calls: a fresh multi-megabyte buffer per call costs more in page faults than
@@ -215,35 +221,43 @@ impl ConvDims {
 }
 
 /// One block's im2col matrix `[items·T', C·K]`: row `i·T' + t` holds `x[i, c, t .. t + K]` for
-/// c = 0..C, one after another (the receptive field of output step t, contiguous). Built by
-/// appending (no zero fill); the K-element copies have a fixed length for K = 8 and 5, so they
-/// compile to a few vector moves instead of `memcpy` calls.
+/// c = 0..C, one after another (the receptive field of output step t, contiguous). `cols` is
+/// resized (a no-op when this thread's scratch already has the size) and overwritten; the
+/// K-element copies have a fixed length for K = 8 and 5, so they compile to a few vector moves
+/// instead of `memcpy` calls.
 fn im2col_block<T: Float>(xg: &[T], d: ConvDims, cols: &mut Vec<T>) {
-    fn fill<T: Float, const K: usize>(xg: &[T], d: ConvDims, cols: &mut Vec<T>) {
+    fn fill<T: Float, const K: usize>(xg: &[T], d: ConvDims, cols: &mut [T]) {
         let out = d.t + 1 - K;
-        for xb in xg.chunks_exact(d.c * d.t) {
-            for t in 0..out {
-                for c in 0..d.c {
-                    let at = c * d.t + t;
-                    if let Ok(w) = <&[T; K]>::try_from(&xb[at..at + K]) {
-                        cols.extend_from_slice(w);
-                    }
+        let rows = cols.chunks_exact_mut(d.c * K);
+        let steps = xg
+            .chunks_exact(d.c * d.t)
+            .flat_map(|xb| (0..out).map(move |t| (xb, t)));
+        for (row, (xb, t)) in rows.zip(steps) {
+            for (c, dst) in row.chunks_exact_mut(K).enumerate() {
+                let at = c * d.t + t;
+                if let (Ok(dst), Ok(src)) = (
+                    <&mut [T; K]>::try_from(dst),
+                    <&[T; K]>::try_from(&xb[at..at + K]),
+                ) {
+                    *dst = *src;
                 }
             }
         }
     }
-    cols.clear();
-    cols.reserve(xg.len() / (d.c * d.t) * d.out() * d.c * d.k);
+    let ck = d.c * d.k;
+    cols.resize(xg.len() / (d.c * d.t) * d.out() * ck, T::from_f64(0.0));
     match d.k {
         8 => fill::<T, 8>(xg, d, cols),
         5 => fill::<T, 5>(xg, d, cols),
         k => {
-            for xb in xg.chunks_exact(d.c * d.t) {
-                for t in 0..d.out() {
-                    for c in 0..d.c {
-                        let at = c * d.t + t;
-                        cols.extend_from_slice(&xb[at..at + k]);
-                    }
+            let rows = cols.chunks_exact_mut(ck);
+            let steps = xg
+                .chunks_exact(d.c * d.t)
+                .flat_map(|xb| (0..d.out()).map(move |t| (xb, t)));
+            for (row, (xb, t)) in rows.zip(steps) {
+                for (c, dst) in row.chunks_exact_mut(k).enumerate() {
+                    let at = c * d.t + t;
+                    dst.copy_from_slice(&xb[at..at + k]);
                 }
             }
         }
@@ -661,34 +675,6 @@ pub fn conv1d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     })
 }
 
-/// [`conv1d`] of an input `x` and its tangent `t` (same shape) with the same kernel: the tangent
-/// carries no bias. Both pass through one op, so their kernel gradients come from one pass.
-/// Returns `(conv(x) + bias, conv(t))`.
-pub fn conv1d_pair(
-    x: &Tensor,
-    t: &Tensor,
-    w: &Tensor,
-    bias: Option<&Tensor>,
-) -> Result<(Tensor, Tensor)> {
-    if x.dims() != t.dims() {
-        return Err(Error::Shape {
-            op: "conv1d_pair (input and tangent)",
-            left: x.dims().to_vec(),
-            right: t.dims().to_vec(),
-        });
-    }
-    check_conv(x, w, bias)?;
-    let b = x.dim(0)?;
-    let both = conv1d(&Tensor::cat(&[x, t], 0)?, w, None)?;
-    let y = both.narrow(0, 0, b)?;
-    let ty = both.narrow(0, b, b)?;
-    let y = match bias {
-        Some(bias) => y.broadcast_add(&bias.reshape((1, (), 1))?)?,
-        None => y,
-    };
-    Ok((y, ty))
-}
-
 /// The composite path of [`conv1d`] from candle primitives, on any device: K shifted views
 /// stacked into `[B·T', C·K]` and one matrix product. Same values and gradients, more copies.
 pub fn conv1d_unfold(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
@@ -1073,7 +1059,7 @@ mod tests {
         y
     }
 
-    /// Odd sizes: K = 1, B = 1, T' = 1; B = 9 (two blocks, one partial); K = 5 and 8 (the
+    /// Odd sizes: K = 1, B = 1, T' = 1; B = 7 and 9 (several blocks, the last partial); K = 5 and 8 (the
     /// fixed-length im2col copies) beside the generic K.
     const SIZES: [ConvDims; 6] = [
         ConvDims {
@@ -1317,41 +1303,6 @@ mod tests {
     }
 
     #[test]
-    fn conv1d_pair_equals_two_convolutions_and_sums_their_kernel_gradients() -> R {
-        let mut rng = ChaCha8Rng::seed_from_u64(5);
-        let d = ConvDims {
-            b: 3,
-            c: 4,
-            t: 12,
-            f: 5,
-            k: 3,
-        };
-        let x = tensor(&mut rng, &[d.b, d.c, d.t])?;
-        let t = tensor(&mut rng, &[d.b, d.c, d.t])?;
-        let w = Var::from_tensor(&tensor(&mut rng, &[d.f, d.c, d.k])?)?;
-        let bias = Var::from_tensor(&tensor(&mut rng, &[d.f])?)?;
-        let (cy, ct) = (
-            tensor(&mut rng, &[d.b, d.f, d.out()])?,
-            tensor(&mut rng, &[d.b, d.f, d.out()])?,
-        );
-        let (y, ty) = conv1d_pair(&x, &t, w.as_tensor(), Some(bias.as_tensor()))?;
-        let y2 = conv1d_unfold(&x, w.as_tensor(), Some(bias.as_tensor()))?;
-        let ty2 = conv1d_unfold(&t, w.as_tensor(), None)?;
-        let diff = |a: &Tensor, b: &Tensor| -> R<f64> {
-            Ok((a - b)?.abs()?.max_all()?.to_scalar::<f64>()?)
-        };
-        assert!(diff(&y, &y2)? < 1e-12 && diff(&ty, &ty2)? < 1e-12);
-        let g1 = ((y * &cy)?.sum_all()? + (ty * &ct)?.sum_all()?)?.backward()?;
-        let g2 = ((y2 * &cy)?.sum_all()? + (ty2 * &ct)?.sum_all()?)?.backward()?;
-        for v in [&w, &bias] {
-            let a = g1.get(v.as_tensor()).ok_or("no grad")?;
-            let b = g2.get(v.as_tensor()).ok_or("no grad")?;
-            assert!(diff(a, b)? < 1e-10);
-        }
-        Ok(())
-    }
-
-    #[test]
     fn conv1d_rejects_shapes_that_do_not_fit() -> R {
         let dev = Device::Cpu;
         let x = Tensor::zeros((2, 3, 5), DType::F32, &dev)?;
@@ -1363,11 +1314,6 @@ mod tests {
         let bias = Tensor::zeros(3, DType::F32, &dev)?;
         assert!(matches!(
             conv1d(&x, &w, Some(&bias)),
-            Err(Error::Shape { .. })
-        ));
-        let t = Tensor::zeros((2, 3, 4), DType::F32, &dev)?;
-        assert!(matches!(
-            conv1d_pair(&x, &t, &w, None),
             Err(Error::Shape { .. })
         ));
         Ok(())

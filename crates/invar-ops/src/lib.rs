@@ -16,8 +16,8 @@ mod linear;
 mod numerics;
 
 pub use conv::{
-    conv1d, conv1d_pair, conv1d_unfold, max_pool_time, max_pool_time_gather,
-    max_pool_time_with_tangent, relu_with_tangent,
+    conv1d, conv1d_unfold, max_pool_time, max_pool_time_gather, max_pool_time_with_tangent,
+    relu_with_tangent,
 };
 pub use device::device;
 pub use dtw::{Dtw, DtwCost, DtwResult};
