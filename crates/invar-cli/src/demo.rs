@@ -14,8 +14,8 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 
-use config::{ClassSource, UnitNormRuns};
 pub use config::DemoConfig;
+use config::{ClassSource, UnitNormRuns};
 use stages::{Runner, Stage};
 use summary::{DemoSummary, Section};
 
