@@ -213,7 +213,7 @@ impl ConvDims {
     fn from_layouts(lx: &Layout, lw: &Layout) -> candle_core::Result<Self> {
         let (b, c, t) = lx.shape().dims3()?;
         let (f, wc, k) = lw.shape().dims3()?;
-        if wc != c || k == 0 || k > t {
+        if wc != c || c == 0 || f == 0 || k == 0 || k > t {
             bail!("conv1d: input [{b}, {c}, {t}] and kernel [{f}, {wc}, {k}] do not fit");
         }
         Ok(Self { b, c, t, f, k })
@@ -634,7 +634,7 @@ fn has_cpu_kernel(x: &Tensor) -> bool {
     matches!(x.device(), Device::Cpu) && matches!(x.dtype(), DType::F32 | DType::F64)
 }
 
-/// Checks `x [B, C, T]`, `w [F, C, K]` (1 ≤ K ≤ T) and `bias [F]`.
+/// Checks `x [B, C, T]`, `w [F, C, K]` (C, F ≥ 1, 1 ≤ K ≤ T) and `bias [F]`.
 fn check_conv(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<()> {
     let shape_err = || Error::Shape {
         op: "conv1d (input [B, C, T], kernel [F, C, K ≤ T])",
@@ -643,7 +643,7 @@ fn check_conv(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<()> {
     };
     let (_, c, t) = x.dims3().map_err(|_| shape_err())?;
     let (f, wc, k) = w.dims3().map_err(|_| shape_err())?;
-    if wc != c || k == 0 || k > t {
+    if wc != c || c == 0 || f == 0 || k == 0 || k > t {
         return Err(shape_err());
     }
     if let Some(bias) = bias {
@@ -1306,7 +1306,7 @@ mod tests {
     fn conv1d_rejects_shapes_that_do_not_fit() -> R {
         let dev = Device::Cpu;
         let x = Tensor::zeros((2, 3, 5), DType::F32, &dev)?;
-        for w in [(4, 2, 3), (4, 3, 6), (4, 3, 0)] {
+        for w in [(4, 2, 3), (4, 3, 6), (4, 3, 0), (0, 3, 2)] {
             let w = Tensor::zeros(w, DType::F32, &dev)?;
             assert!(matches!(conv1d(&x, &w, None), Err(Error::Shape { .. })));
         }
@@ -1316,6 +1316,15 @@ mod tests {
             conv1d(&x, &w, Some(&bias)),
             Err(Error::Shape { .. })
         ));
+        let empty = Tensor::zeros((2, 0, 5), DType::F32, &dev)?;
+        let w0 = Tensor::zeros((4, 0, 2), DType::F32, &dev)?;
+        assert!(matches!(
+            conv1d(&empty, &w0, None),
+            Err(Error::Shape { .. })
+        ));
+        // an empty batch is no error: an empty output
+        let none = Tensor::zeros((0, 3, 5), DType::F32, &dev)?;
+        assert_eq!(conv1d(&none, &w, None)?.dims(), [0, 4, 4]);
         Ok(())
     }
 
