@@ -181,6 +181,10 @@ impl PairTerms {
                 .enumerate()
                 .for_each(|(task, (dxr, dyr))| {
                     let first = task * ROWS_PER_TASK;
+                    // ln(p + ε), ln(q + ε), ln(m + ε) of one pair, computed once and used for both
+                    // the JS value (the same sums, in the same order, as the forward pass) and
+                    // the derivatives.
+                    let mut logs = vec![0f64; 3 * d];
                     for (k, (dxi, dyi)) in dxr
                         .chunks_exact_mut(d)
                         .zip(dyr.chunks_exact_mut(d))
@@ -188,7 +192,19 @@ impl PairTerms {
                     {
                         let i = first + k;
                         let (x, y) = (&xs[i * d..(i + 1) * d], &ys[i * d..(i + 1) * d]);
-                        let (sx, sy, sm) = xlnx_sums(x, y);
+                        let (lx, rest) = logs.split_at_mut(d);
+                        let (ly, lmid) = rest.split_at_mut(d);
+                        let (mut sx, mut sy, mut sm) = (0.0, 0.0, 0.0);
+                        for j in 0..d {
+                            let (p, q) = (x[j].get(), y[j].get());
+                            let m = 0.5 * (p + q);
+                            lx[j] = (p + XLNX_EPS).ln();
+                            ly[j] = (q + XLNX_EPS).ln();
+                            lmid[j] = (m + XLNX_EPS).ln();
+                            sx += p * lx[j];
+                            sy += q * ly[j];
+                            sm += m * lmid[j];
+                        }
                         let raw = (0.5 * (sx + sy) - sm) / LN_2;
                         // ∂√(JS+ε)/∂JS = 1/(2√(JS+ε)); JS = relu(raw) takes slope 1 at 0 (candle's).
                         let mask = if raw >= 0.0 { 1.0 } else { 0.0 };
@@ -200,9 +216,9 @@ impl PairTerms {
                             let (p, q) = (x[j].get(), y[j].get());
                             let m = 0.5 * (p + q);
                             // d/dp [p ln(p + ε)] = ln(p + ε) + p / (p + ε)
-                            let lp = (p + XLNX_EPS).ln() + p / (p + XLNX_EPS);
-                            let lq = (q + XLNX_EPS).ln() + q / (q + XLNX_EPS);
-                            let lm = (m + XLNX_EPS).ln() + m / (m + XLNX_EPS);
+                            let lp = lx[j] + p / (p + XLNX_EPS);
+                            let lq = ly[j] + q / (q + XLNX_EPS);
+                            let lm = lmid[j] + m / (m + XLNX_EPS);
                             dxi[j] = T::put(c_js * (lp - lm) - c_hx * lp);
                             dyi[j] = T::put(c_js * (lq - lm) - c_hy * lq);
                         }
