@@ -5,9 +5,10 @@
 #   .gpu/bin/                      the step_time_* examples (cuda-built) and xtask, for the peers bench
 #   .gpu/lib/                      shared libraries a bare CUDA image may lack (fontconfig and
 #                                  freetype, which plotters links) and a zstd to unpack with
-#   .gpu/payload.tar.zst           tests/, bin/ and tests.tsv in one archive: the binaries share
-#                                  ~45 MB of candle and its kernels, which zstd --long stores once
-# Carry .gpu/payload.tar.zst and .gpu/lib; there, benches/gpu/unpack.sh restores the folders.
+#   .gpu/tests.tar.zst             tests/ and tests.tsv, and .gpu/bin.tar.zst, bin/: each binary
+#                                  holds ~45 MB of candle and its kernels, which zstd --long stores
+#                                  once per archive (22 tests: ~45 MB; bin: ~20 MB)
+# Carry .gpu/lib and one archive per call (64 MiB limit); there, benches/gpu/unpack.sh unpacks it.
 # All stripped; release profile, like `cargo test --release`. Usage, from the repository root:
 #   source benches/gpu/cuda-env.sh CUDA_ROOT && nice -n 10 benches/gpu/build.sh
 set -euo pipefail
@@ -23,7 +24,7 @@ cargo test --release --no-run "${pkgs[@]}" --features cuda --message-format=json
 # `xtask bench --peers --bin-dir .gpu/bin` expects.
 python3 - <<'PY'
 import json, shutil, subprocess
-rows = []
+rows, bins = [], []
 for line in open(".gpu/build-tests.json"):
     m = json.loads(line)
     if m.get("reason") != "compiler-artifact" or not m.get("executable"):
@@ -39,6 +40,11 @@ for line in open(".gpu/build-tests.json"):
         target += "-lib" if kind == "lib" else ""
         dest = f".gpu/tests/{crate}--{target}"
         rows.append((crate, target, dest.split("/")[-1]))
+    elif kind == "bin":
+        # A binary a test runs by its build path (env!("CARGO_BIN_EXE_<name>")): run-tests.sh
+        # links it there.
+        dest = f".gpu/tests/{target}.bin"
+        bins.append((dest.split("/")[-1], m["executable"]))
     else:
         continue
     shutil.copy(m["executable"], dest)
@@ -46,13 +52,16 @@ for line in open(".gpu/build-tests.json"):
 with open(".gpu/tests.tsv", "w") as f:
     for r in sorted(rows):
         f.write("\t".join(r) + "\n")
+with open(".gpu/tests/bins.tsv", "w") as f:
+    for b in sorted(bins):
+        f.write("\t".join(b) + "\n")
 print(f"{len(rows)} test binaries")
 PY
 cargo build --release -p xtask
 cp "$CARGO_TARGET_DIR/release/xtask" .gpu/bin/xtask
 strip .gpu/bin/xtask
 # Libraries the binaries link that a CUDA image need not have, and zstd itself.
-for lib in $(ldd .gpu/tests/* .gpu/bin/* /usr/bin/zstd 2>/dev/null | awk '/=>/ {print $3}' | sort -u); do
+for lib in $(ldd .gpu/tests/* .gpu/bin/* /usr/bin/zstd 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u); do
     case "$(basename "$lib")" in
         libc.so*|libm.so*|libgcc_s*|libstdc++*|ld-linux*|libpthread*|libdl*|librt*|libz.so*) ;;
         libcu*|libnvrtc*) ;; # CUDA: from the GPU machine's toolkit (gpu-libs.sh)
@@ -60,5 +69,18 @@ for lib in $(ldd .gpu/tests/* .gpu/bin/* /usr/bin/zstd 2>/dev/null | awk '/=>/ {
     esac
 done
 cp /usr/bin/zstd .gpu/lib/zstd
-tar -cf - -C .gpu tests bin tests.tsv | zstd -q -T0 -12 --long=27 -f -o .gpu/payload.tar.zst
-du -sh .gpu/payload.tar.zst .gpu/lib
+# A font and a fontconfig file for the plots, where the GPU machine has no fonts.
+mkdir -p .gpu/lib/fonts
+cp -L "$(fc-match -f '%{file}' sans-serif)" .gpu/lib/fonts/
+cat > .gpu/lib/fonts.conf <<'XML'
+<?xml version="1.0"?>
+<!DOCTYPE fontconfig SYSTEM "urn:fontconfig:fonts.dtd">
+<fontconfig>
+  <dir prefix="relative">fonts</dir>
+  <cachedir>/tmp/invar-fontconfig</cachedir>
+  <alias><family>sans-serif</family><prefer><family>DejaVu Sans</family></prefer></alias>
+</fontconfig>
+XML
+tar -cf - -C .gpu tests tests.tsv | zstd -q -T0 -12 --long=27 -f -o .gpu/tests.tar.zst
+tar -cf - -C .gpu bin | zstd -q -T0 -12 --long=27 -f -o .gpu/bin.tar.zst
+du -sh .gpu/tests.tar.zst .gpu/bin.tar.zst .gpu/lib

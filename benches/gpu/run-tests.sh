@@ -14,6 +14,10 @@ mkdir -p "$out"
 source benches/gpu/unpack.sh
 # Tests that name files by the path they were built at (env!("CARGO_MANIFEST_DIR")) find them here.
 if [ ! -e /work/main ]; then mkdir -p /work && ln -s "$repo" /work/main; fi
+# Binaries the tests start by their build path.
+while IFS=$'\t' read -r file built; do
+    mkdir -p "$(dirname "$built")" && ln -sf "$repo/.gpu/tests/$file" "$built"
+done < <(cat .gpu/tests/bins.tsv 2>/dev/null)
 printf 'crate\ttarget\tstatus\tms\tsummary\n' > "$out/summary.tsv"
 fail=0
 while IFS=$'\t' read -r crate target file; do

@@ -4,7 +4,8 @@
 //! the same seeded weights and batch on both devices, with the waveform-gain tangent carried beside
 //! the input: log-probabilities, the probability tangent, CE + λR, every gradient and the weights
 //! after one Nesterov-SGD update must agree. Then invar-train's loop runs the method's own step
-//! (`CnnStep`, with validation) for a few epochs on each device and the loss curves must agree.
+//! (`CnnStep`, with validation) for a few epochs on each device and the loss curves must agree to
+//! 0.1 % of the first epoch's loss.
 //!
 //! Tolerance: both devices compute in f32 (cuBLAS's TF32 is off in candle) and differ only in
 //! summation order: a tensor must agree to `RTOL` of its largest magnitude. The first convolution
@@ -202,6 +203,13 @@ fn the_training_loop_runs_the_method_step_on_the_gpu_like_on_the_cpu() {
         all_classes: false,
     };
     config.train.epochs = 3;
+    // Pinned, not the method's default (lr 0.01): on this easy task that step size makes the loss
+    // jump (1.8 → ~0 → 11 by epoch 3 on the CPU), and a diverging run amplifies rounding
+    // differences between devices without bound. At 0.001 training is smooth and comparable.
+    config.train.optimizer = OptimizerConfig::Sgd(SgdConfig {
+        lr: 0.001,
+        ..SgdConfig::default()
+    });
     config.train.progress = ProgressMode::Off;
     config.train.plot = false;
 
@@ -232,12 +240,16 @@ fn the_training_loop_runs_the_method_step_on_the_gpu_like_on_the_cpu() {
     assert_eq!(cpu.1, cuda.1, "same number of steps");
     assert_eq!(cpu.0.len(), cuda.0.len(), "early stopping agrees");
     assert!(!cuda.0.is_empty());
+    // The curves agree to 0.1 % of the first epoch's loss. Not relative to each value: this task is
+    // easy, the validation loss falls to ~2.5e-3 by the second epoch, and there the rounding
+    // differences of a few steps are ~1e-3 of the value (measured on an H100: 3.3e-6 absolute).
+    let scale = cpu.0[0].0.abs();
     for (e, (a, b)) in cpu.0.iter().zip(&cuda.0).enumerate() {
         for (what, x, y) in [("train", a.0, b.0), ("validation", a.1, b.1)] {
             assert!(x.is_finite() && y.is_finite());
             assert!(
-                (x - y).abs() <= 1e-3 * x.abs(),
-                "epoch {e} {what} loss: cpu {x}, gpu {y}"
+                (x - y).abs() <= 1e-3 * scale,
+                "epoch {e} {what} loss: cpu {x}, gpu {y} (first train loss {scale})"
             );
         }
     }
