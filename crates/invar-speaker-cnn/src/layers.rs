@@ -39,6 +39,12 @@ pub fn conv1d_valid(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     invar_ops::conv1d(x, w, None).map_err(ops_err)
 }
 
+/// [`conv1d_valid`] plus a per-filter bias `b` `[F]`, added inside the op on CPU (its gradient is
+/// one sum per filter, not candle's two-axis `sum` behind a `broadcast_add`).
+pub fn conv1d_bias(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+    invar_ops::conv1d(x, w, Some(b)).map_err(ops_err)
+}
+
 /// `relu(pre)` and the tangent `mask · t` (the mask `[pre > 0]` is a constant: ReLU's derivative),
 /// one masking pass each way on CPU ([`invar_ops::relu_with_tangent`]).
 pub(crate) fn relu_tangent(pre: &Tensor, t: Option<Tensor>) -> Result<(Tensor, Option<Tensor>)> {

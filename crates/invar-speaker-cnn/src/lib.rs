@@ -31,7 +31,7 @@ pub use cv::{
 };
 pub use data::{input_tangent, subtract_utterance_mean, ChunkSet, Normalizer};
 pub use error::{Error, Result};
-pub use layers::{conv1d_valid, max_pool_time};
+pub use layers::{conv1d_bias, conv1d_valid, max_pool_time};
 pub use method::{run_method, MethodResults};
 pub use model::{cross_entropy, regularizer, Forward, SpeakerCnn};
 pub use pipeline::{

@@ -11,7 +11,7 @@ use candle_nn::{Init, VarBuilder, VarMap};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::layers::{conv1d_valid, max_pool_time, relu_tangent};
+use crate::layers::{conv1d_bias, conv1d_valid, max_pool_time, relu_tangent};
 use crate::{ModelConfig, Result, TimePooling};
 
 /// Glorot-uniform bound √(6 / (fan_in + fan_out)), fans counted as Lasagne does (receptive field
@@ -140,8 +140,7 @@ impl SpeakerCnn {
     ) -> Result<Forward> {
         let m = &self.config;
         // conv1: [B, bins, T] → [B, F1, T − w1 + 1]
-        let pre = conv1d_valid(x, &self.w1)?;
-        let pre = pre.broadcast_add(&self.b1.reshape((1, (), 1))?)?;
+        let pre = conv1d_bias(x, &self.w1, &self.b1)?;
         let t1 = match t {
             Some(t) => Some(conv1d_valid(t, &self.w1)?),
             None => None,
@@ -149,8 +148,7 @@ impl SpeakerCnn {
         let (h, th) = relu_tangent(&pre, t1)?;
         let (h, th) = max_pool_time(&h, th.as_ref(), m.pool)?; // [B, F1, T1/p]
                                                                // conv2: [B, F1, T1'] → [B, F2, T1' − w2 + 1]
-        let pre = conv1d_valid(&h, &self.w2)?;
-        let pre = pre.broadcast_add(&self.b2.reshape((1, (), 1))?)?;
+        let pre = conv1d_bias(&h, &self.w2, &self.b2)?;
         let t2 = match th {
             Some(t) => Some(conv1d_valid(&t, &self.w2)?),
             None => None,
