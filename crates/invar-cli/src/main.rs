@@ -56,6 +56,11 @@ enum Command {
     // </variants>
 }
 
+// glibc's allocator hands freed tensor buffers back to the OS after every step and page-faults them
+// back in on the next: on the 001 CNN step that was a third of the CPU time (BENCHMARKS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     init_tracing();
     let cli = Cli::parse();

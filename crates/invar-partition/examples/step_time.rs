@@ -28,6 +28,10 @@ use invar_train::{EarlyStoppingConfig, ProgressMode};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+// The allocator the `invar` binary uses, so the step is timed as users run it.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug)]
 struct Args {
     steps: usize,
