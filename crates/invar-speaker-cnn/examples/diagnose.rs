@@ -4,7 +4,8 @@
 //!
 //! `cargo run -p invar-speaker-cnn --example diagnose -- OUT key=value ...` with keys `speakers`,
 //! `utts`, `words_min`, `words_max`, `test_fraction`, `eq_db`, `config` (original|logmel), `lr`,
-//! `epochs`, `hop`, `dropout`, `cmn` (0|1), `mean_pool` (0|1), `gl` (0|1), `patience`, `seed`, `unit_norm` (0|1), `baselines` (0|1), `same`
+//! `epochs`, `hop`, `dropout`, `filters1`, `filters2`, `width1`, `width2`, `pool`, `dense`,
+//! `batch`, `mels`, `cmn` (0|1), `mean_pool` (0|1), `gl` (0|1), `patience`, `seed`, `unit_norm` (0|1), `baselines` (0|1), `same`
 //! (0|1), `nuisance`, `lambda`, `corpus_seed`.
 
 use std::collections::BTreeMap;
@@ -105,6 +106,20 @@ fn main() -> Result<()> {
     }
     if let Some(h) = kv.get("hop") {
         cfg.features.train_hop = Some(h.parse()?);
+    }
+    for (key, field) in [
+        ("filters1", &mut cfg.model.conv1_filters),
+        ("filters2", &mut cfg.model.conv2_filters),
+        ("width1", &mut cfg.model.conv1_width),
+        ("width2", &mut cfg.model.conv2_width),
+        ("pool", &mut cfg.model.pool),
+        ("dense", &mut cfg.model.dense),
+        ("batch", &mut cfg.batch_size),
+        ("mels", &mut cfg.features.frontend.mel.num_bins),
+    ] {
+        if let Some(v) = kv.get(key) {
+            *field = v.parse()?;
+        }
     }
     if get("mean_pool", "0") == "1" {
         cfg.model.time_pooling = invar_speaker_cnn::TimePooling::Mean;
