@@ -248,7 +248,8 @@ impl SpeakerCnnConfig {
     /// channel EQ is a per-bin offset there, and the mean normalisation removes it), 64 filters
     /// of width 5 per convolution, pooling 2, the second convolution's output averaged over time
     /// (a bag of local patterns instead of a position-dependent flatten), dropout 0.3, dense 128,
-    /// Adam (lr 0.001).
+    /// Adam (lr 0.001); training chunks every 25 frames, at most 60 epochs with patience 15 on
+    /// the validation loss (chosen on the validation split: the crate README has the runs).
     pub fn logmel() -> Self {
         let mut frontend = FrontendConfig::for_kind(FeatureKind::LogMel);
         frontend.mel.num_bins = 40;
@@ -258,7 +259,7 @@ impl SpeakerCnnConfig {
             frontend,
             chunk_frames: 100,
             chunk_hop: 100,
-            train_hop: Some(50),
+            train_hop: Some(25),
             utterance_mean_norm: true,
         };
         cfg.model = ModelConfig {
@@ -272,6 +273,8 @@ impl SpeakerCnnConfig {
             time_pooling: TimePooling::Mean,
         };
         cfg.train.optimizer = OptimizerConfig::Adam(AdamConfig::default());
+        cfg.train.epochs = 60;
+        cfg.train.early_stopping.patience = Some(15);
         cfg
     }
 
@@ -402,6 +405,9 @@ mod tests {
         assert_eq!(l.model.flat_width(100), 64);
         assert!(l.features.utterance_mean_norm && l.features.is_log());
         assert_eq!(l.features.chunk_hop, 100);
+        assert_eq!(l.features.train_hop, Some(25));
+        assert_eq!(l.train.epochs, 60);
+        assert_eq!(l.train.early_stopping.patience, Some(15));
     }
 
     #[test]

@@ -119,7 +119,8 @@ fn training_with_lambda_lowers_r_on_held_out_chunks() -> Result<()> {
 /// it reaches 0.67 chunk / 0.83 utterance accuracy against logistic regression's 0.92 / 1.00 (and
 /// on the README's larger corpus ≈ 0.77 vs 0.81 at chunk level), so this asserts what reliably
 /// holds, with margin: the original learns far above chance (1/6), and the log-mel variant
-/// (measured 0.88 / 1.00) gets every test utterance right, as logistic regression does.
+/// (measured 0.927 / 1.00 with its training chunks every 25 frames; 0.88 with 50) gets every
+/// test utterance right, as logistic regression does, at ≥ 0.85 per chunk.
 #[test]
 fn default_configs_learn_and_logmel_matches_the_logistic_baseline() -> Result<()> {
     let tmp = tempfile::tempdir()?;
@@ -168,7 +169,7 @@ fn default_configs_learn_and_logmel_matches_the_logistic_baseline() -> Result<()
     // Chance is 1/6.
     assert!(original.chunk_accuracy > 0.5, "original {original:?}");
     assert!(original.utterance_accuracy >= 0.75, "original {original:?}");
-    assert!(logmel.chunk_accuracy > 0.8, "logmel {logmel:?}");
+    assert!(logmel.chunk_accuracy > 0.85, "logmel {logmel:?}");
     assert!(
         logmel.utterance_accuracy >= lr.utterance_accuracy,
         "logmel {logmel:?} vs logistic {lr:?}"
