@@ -34,6 +34,7 @@ use candle_core::{
 };
 use rayon::prelude::*;
 
+use crate::gemm::{GemmElem, Operand as Mat};
 use crate::{Error, Result};
 
 /// Batch items per GEMM block: the forward product and the weight gradient run block by block
@@ -44,7 +45,7 @@ const BLOCK_ITEMS: usize = 4;
 /// Element types of the CPU kernels, each with a per-thread scratch buffer for im2col blocks
 /// (reused across calls: a fresh multi-megabyte buffer per call costs more in page faults than
 /// the GEMM it feeds).
-trait Float: WithDType + sealed::Sealed {
+trait Float: WithDType + GemmElem {
     /// Runs `f` with this thread's scratch buffer (a fresh one if it is already in use).
     fn with_scratch<R>(f: impl FnOnce(&mut Vec<Self>) -> R) -> R;
 }
@@ -68,22 +69,9 @@ macro_rules! impl_float {
 }
 impl_float!(f32, SCRATCH_F32);
 impl_float!(f64, SCRATCH_F64);
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for f32 {}
-    impl Sealed for f64 {}
-}
-
-/// A read-only matrix operand: `m[i, j] = data[i·rs + j·cs]`.
-#[derive(Clone, Copy)]
-struct Mat<'a, T> {
-    data: &'a [T],
-    rs: usize,
-    cs: usize,
-}
 
 /// `dst (m×n, row stride dst_rs, column stride 1) (+)= a (m×k) · b (k×n)`, single-threaded
-/// (callers parallelise over batch items). Checks every reachable index before the call.
+/// (callers parallelise over batch items).
 #[allow(clippy::too_many_arguments)]
 fn gemm<T: Float>(
     m: usize,
@@ -95,12 +83,7 @@ fn gemm<T: Float>(
     dst_rs: usize,
     accumulate: bool,
 ) -> candle_core::Result<()> {
-    if k == 0 && !accumulate {
-        for i in 0..m {
-            dst[i * dst_rs..i * dst_rs + n].fill(T::from_f64(0.0));
-        }
-    }
-    gemm_raw(m, n, k, a, b, dst, (dst_rs, 1), accumulate)
+    crate::gemm::gemm((m, n, k), a, b, dst, (dst_rs, 1), accumulate, false)
 }
 
 /// `dst = a · b` with `dst` of any (row, column) strides (`dst` written, not accumulated).
@@ -113,72 +96,7 @@ fn gemm_to<T: Float>(
     dst: &mut [T],
     dst_strides: (usize, usize),
 ) -> candle_core::Result<()> {
-    if k == 0 {
-        for i in 0..m {
-            for j in 0..n {
-                dst[i * dst_strides.0 + j * dst_strides.1] = T::from_f64(0.0);
-            }
-        }
-    }
-    gemm_raw(m, n, k, a, b, dst, dst_strides, false)
-}
-
-/// The one call into `gemm`, after checking every index the strides can reach.
-#[allow(clippy::too_many_arguments)]
-fn gemm_raw<T: Float>(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: Mat<'_, T>,
-    b: Mat<'_, T>,
-    dst: &mut [T],
-    (dst_rs, dst_cs): (usize, usize),
-    accumulate: bool,
-) -> candle_core::Result<()> {
-    if m == 0 || n == 0 || k == 0 {
-        return Ok(());
-    }
-    let last = |rows: usize, cols: usize, rs: usize, cs: usize| (rows - 1) * rs + (cols - 1) * cs;
-    if last(m, k, a.rs, a.cs) >= a.data.len()
-        || last(k, n, b.rs, b.cs) >= b.data.len()
-        || last(m, n, dst_rs, dst_cs) >= dst.len()
-    {
-        bail!(
-            "conv gemm {m}×{k}·{k}×{n}: operand too short ({}, {}, {})",
-            a.data.len(),
-            b.data.len(),
-            dst.len()
-        );
-    }
-    // SAFETY: the check above guarantees that every index the strides can reach — at most
-    // (rows-1)·rs + (cols-1)·cs for each operand — lies inside its slice; `dst` is borrowed
-    // mutably so it cannot alias `a` or `b`; T is f32 or f64 (sealed), which `gemm` supports.
-    // Callers never pass a `dst` whose strides make two (i, j) share an address.
-    #[allow(unsafe_code)]
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            dst_cs as isize,
-            dst_rs as isize,
-            accumulate,
-            a.data.as_ptr(),
-            a.cs as isize,
-            a.rs as isize,
-            b.data.as_ptr(),
-            b.cs as isize,
-            b.rs as isize,
-            T::from_f64(1.0),
-            T::from_f64(1.0),
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        );
-    }
-    Ok(())
+    crate::gemm::gemm((m, n, k), a, b, dst, dst_strides, false, false)
 }
 
 /// The contiguous slice of a CPU tensor's storage, or an error naming `what`.

@@ -12,6 +12,7 @@ pub mod dist;
 pub mod dtw;
 mod error;
 mod frame;
+mod gemm;
 mod linear;
 mod numerics;
 

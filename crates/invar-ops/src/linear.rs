@@ -18,6 +18,7 @@ use candle_core::{
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::gemm::{GemmElem, Operand};
 use crate::{Error, Result};
 
 /// The element-wise non-linearity applied to `x·W + b`.
@@ -48,7 +49,8 @@ pub enum WeightLayout {
 
 /// Element types of the CPU kernels (`gemm` accepts exactly these).
 trait Elem:
-    Copy
+    GemmElem
+    + Copy
     + Send
     + Sync
     + PartialOrd
@@ -149,6 +151,15 @@ impl<'a, T> View<'a, T> {
         Ok(v)
     }
 
+    /// The same matrix as a `gemm` operand.
+    fn operand(self) -> Operand<'a, T> {
+        Operand {
+            data: self.data,
+            rs: self.rs,
+            cs: self.cs,
+        }
+    }
+
     /// The transposed view (no copy).
     fn t(self) -> Self {
         Self {
@@ -161,58 +172,31 @@ impl<'a, T> View<'a, T> {
     }
 }
 
-/// `dst (m×n, row-major contiguous) = a·b`, or `dst += a·b` when `accumulate`.
-fn gemm_into<T: Elem>(dst: &mut [T], a: View<'_, T>, b: View<'_, T>, accumulate: bool) {
+/// `dst (m×n, row-major contiguous) = a·b`, or `dst += a·b` when `accumulate`; `gemm`'s own
+/// rayon split for products of at least `PARALLEL_MIN_FLOPS`.
+fn gemm_into<T: Elem>(
+    dst: &mut [T],
+    a: View<'_, T>,
+    b: View<'_, T>,
+    accumulate: bool,
+) -> candle_core::Result<()> {
     let (m, k, n) = (a.rows, a.cols, b.cols);
-    assert!(
-        b.rows == k && dst.len() >= m * n,
-        "gemm_into: {m}×{k} · {}×{n} into {}",
-        b.rows,
-        dst.len()
-    );
-    if m == 0 || n == 0 {
-        return;
+    if b.rows != k || dst.len() < m * n {
+        return Err(msg(format!(
+            "linear gemm: {m}×{k} · {}×{n} into {} elements",
+            b.rows,
+            dst.len()
+        )));
     }
-    if k == 0 {
-        if !accumulate {
-            dst[..m * n].fill(T::ZERO);
-        }
-        return;
-    }
-    let parallelism = if m * n * k >= PARALLEL_MIN_FLOPS {
-        gemm::Parallelism::Rayon(0)
-    } else {
-        gemm::Parallelism::None
-    };
-    // SAFETY: `View::new` checked that every element the strides reach, (rows−1)·rs + (cols−1)·cs,
-    // lies inside its slice, and `t()` only swaps rows with columns and their strides together;
-    // the assert above checks the inner dimensions agree and `dst` holds m·n elements, written
-    // with row stride n and column stride 1. `dst` is a unique borrow, so it aliases neither
-    // operand. T is f32 or f64 (the sealed `Elem`), types `gemm` supports.
-    #[allow(unsafe_code)]
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            1,
-            n as isize,
-            accumulate,
-            a.data.as_ptr(),
-            a.cs as isize,
-            a.rs as isize,
-            b.data.as_ptr(),
-            b.cs as isize,
-            b.rs as isize,
-            T::ONE,
-            T::ONE,
-            false,
-            false,
-            false,
-            parallelism,
-        );
-    }
+    crate::gemm::gemm(
+        (m, n, k),
+        a.operand(),
+        b.operand(),
+        dst,
+        (n, 1),
+        accumulate,
+        m * n * k >= PARALLEL_MIN_FLOPS,
+    )
 }
 
 impl Activation {
@@ -323,7 +307,7 @@ impl LinearOp {
                 }
             }
         }
-        gemm_into(&mut dst, xv, wv, b.is_some());
+        gemm_into(&mut dst, xv, wv, b.is_some())?;
         if self.act != Activation::Identity {
             let act = self.act;
             dst.par_chunks_mut(CHUNK)
@@ -479,7 +463,7 @@ impl MatMul {
             return Err(msg(format!("matmul: {:?} · {:?}", a.1.dims(), b.1.dims())));
         }
         let mut dst = vec![T::ZERO; av.rows * bv.cols];
-        gemm_into(&mut dst, av, bv, false);
+        gemm_into(&mut dst, av, bv, false)?;
         Ok((T::storage(dst), Shape::from((av.rows, bv.cols))))
     }
 }
@@ -711,8 +695,7 @@ impl AccumulateWeightGrad {
                     a.rows, a.cols, b.rows, b.cols
                 ))
             })?;
-        gemm_into(dst, a, b, self.accumulate);
-        Ok(())
+        gemm_into(dst, a, b, self.accumulate)
     }
 }
 
