@@ -1,7 +1,8 @@
 //! The experiments the crate README reports, on a generated ELSDSR-layout corpus (10 speakers ×
 //! 9 utterances of 14–20 words, ≈ 5.4 s each; 7 train / 2 test per speaker) or a TIMIT-layout one:
 //!
-//! `cargo run -p invar-speaker-cnn --example experiments -- OUT STAGE [SEEDS]` with STAGE one of
+//! `cargo run -p invar-speaker-cnn --example experiments -- OUT STAGE [SEEDS] [CONFIGS]` with STAGE
+//! one of (CONFIGS, default `original,logmel`, picks the CNN configs of `seeds`, `cv`, `timit`)
 //! - `seeds`: both baselines, and the `original` and `logmel` configs over SEEDS (default 0,1,2),
 //!   clean and under every condition;
 //! - `robustness`: none / scale / offset / gain (the `original` config, λ = 1, ≤ 15 epochs),
@@ -115,7 +116,7 @@ fn table(rows: &[Row], conditions: &[Condition]) -> String {
     t
 }
 
-fn seeds_stage(out: &Path, seeds: &[u64]) -> Result<()> {
+fn seeds_stage(out: &Path, seeds: &[u64], configs: &[SpeakerCnnConfig]) -> Result<()> {
     let (train, test) = elsdsr_corpus(out)?;
     let dev = Device::Cpu;
     let conditions = RobustnessConfig::default().conditions;
@@ -140,7 +141,7 @@ fn seeds_stage(out: &Path, seeds: &[u64]) -> Result<()> {
             epochs: 0,
         });
     }
-    for cfg in [SpeakerCnnConfig::original(), SpeakerCnnConfig::logmel()] {
+    for cfg in configs {
         for &seed in seeds {
             let c = seeded(&quiet(cfg.clone()), seed);
             let started = std::time::Instant::now();
@@ -348,16 +349,13 @@ fn lambda_stage(out: &Path) -> Result<()> {
     Ok(())
 }
 
-fn cv_stage(out: &Path) -> Result<()> {
+fn cv_stage(out: &Path, configs: &[SpeakerCnnConfig]) -> Result<()> {
     let (train, test) = elsdsr_corpus(out)?;
     let audio: Vec<LabeledAudio> = train.into_iter().chain(test).collect();
     let cv = CrossValidationConfig::default();
     let mut t = String::new();
-    for (cfg, with_baselines) in [
-        (SpeakerCnnConfig::original(), true),
-        (SpeakerCnnConfig::logmel(), false),
-    ] {
-        let base = with_baselines.then(BaselineConfig::default);
+    for (i, cfg) in configs.iter().enumerate() {
+        let base = (i == 0).then(BaselineConfig::default);
         let r = cross_validate(
             &quiet(cfg.clone()),
             base.as_ref(),
@@ -374,7 +372,7 @@ fn cv_stage(out: &Path) -> Result<()> {
     Ok(())
 }
 
-fn timit_stage(out: &Path) -> Result<()> {
+fn timit_stage(out: &Path, configs: &[SpeakerCnnConfig]) -> Result<()> {
     let dir = out.join("corpus-timit");
     if !dir.exists() {
         let mut synth = invar_synth::SynthConfig {
@@ -400,11 +398,8 @@ fn timit_stage(out: &Path) -> Result<()> {
     );
     let conditions = [Condition::Clean];
     let mut rows = Vec::new();
-    for (cfg, with_baselines) in [
-        (SpeakerCnnConfig::original(), true),
-        (SpeakerCnnConfig::logmel(), false),
-    ] {
-        let base = with_baselines.then(BaselineConfig::default);
+    for (i, cfg) in configs.iter().enumerate() {
+        let base = (i == 0).then(BaselineConfig::default);
         let r = run_method(
             &quiet(cfg.clone()),
             base.as_ref(),
@@ -455,7 +450,7 @@ fn timit_stage(out: &Path) -> Result<()> {
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let (Some(out), Some(stage)) = (args.get(1), args.get(2)) else {
-        bail!("usage: experiments OUT seeds|robustness|lambda|cv|timit [SEEDS]");
+        bail!("usage: experiments OUT seeds|robustness|lambda|cv|timit [SEEDS] [CONFIGS]");
     };
     let seeds: Vec<u64> = args
         .get(3)
@@ -463,14 +458,20 @@ fn main() -> Result<()> {
         .split(',')
         .map(str::parse)
         .collect::<Result<_, _>>()?;
+    let configs: Vec<SpeakerCnnConfig> = args
+        .get(4)
+        .map_or("original,logmel", String::as_str)
+        .split(',')
+        .map(SpeakerCnnConfig::named)
+        .collect::<Result<_, _>>()?;
     let out = PathBuf::from(out).join(stage);
     std::fs::create_dir_all(&out)?;
     match stage.as_str() {
-        "seeds" => seeds_stage(&out, &seeds),
+        "seeds" => seeds_stage(&out, &seeds, &configs),
         "robustness" => robustness_stage(&out, &seeds),
         "lambda" => lambda_stage(&out),
-        "cv" => cv_stage(&out),
-        "timit" => timit_stage(&out),
+        "cv" => cv_stage(&out, &configs),
+        "timit" => timit_stage(&out, &configs),
         other => bail!("unknown stage `{other}`"),
     }
 }

@@ -244,7 +244,7 @@ impl SpeakerCnnConfig {
         }
     }
 
-    /// The stronger variant: 40 log-mel bins with per-utterance mean normalisation (a gain or a
+    /// The stronger variant: 64 log-mel bins with per-utterance mean normalisation (a gain or a
     /// channel EQ is a per-bin offset there, and the mean normalisation removes it), 64 filters
     /// of width 5 per convolution, pooling 2, the second convolution's output averaged over time
     /// (a bag of local patterns instead of a position-dependent flatten), dropout 0.3, dense 128,
@@ -252,7 +252,7 @@ impl SpeakerCnnConfig {
     /// the validation loss (chosen on the validation split: the crate README has the runs).
     pub fn logmel() -> Self {
         let mut frontend = FrontendConfig::for_kind(FeatureKind::LogMel);
-        frontend.mel.num_bins = 40;
+        frontend.mel.num_bins = 64;
         let mut cfg = Self::original();
         cfg.name = "logmel".into();
         cfg.features = FeatureConfig {
@@ -406,6 +406,7 @@ mod tests {
         assert!(l.features.utterance_mean_norm && l.features.is_log());
         assert_eq!(l.features.chunk_hop, 100);
         assert_eq!(l.features.train_hop, Some(25));
+        assert_eq!(l.features.frontend.mel.num_bins, 64);
         assert_eq!(l.train.epochs, 60);
         assert_eq!(l.train.early_stopping.patience, Some(15));
     }
