@@ -96,12 +96,12 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let out = opts.out.unwrap_or_else(|| root.join("BENCHMARKS.md"));
     let mut text = render(&figures, &failed, &machine(&root), &opts.criterion);
-    // The peers section (`cargo xtask bench --peers`) is not this task's: keep it.
-    if let Some(peers) = std::fs::read_to_string(&out)
-        .ok()
-        .and_then(|old| crate::peers::extract_section(&old))
-    {
-        text = crate::peers::replace_section(&text, &peers);
+    // The peers sections (`cargo xtask bench --peers`, on CPU and GPU) are not this task's: keep them.
+    let old = std::fs::read_to_string(&out).unwrap_or_default();
+    for heading in [crate::peers::HEADING, crate::peers::GPU_HEADING] {
+        if let Some(section) = crate::peers::extract_section(&old, heading) {
+            text = crate::peers::replace_section(&text, &section);
+        }
     }
     let tmp = out.with_extension("md.tmp");
     std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;

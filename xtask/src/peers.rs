@@ -24,6 +24,18 @@ const TORCH: &str = "torch==2.5.1";
 const NUMPY: &str = "numpy>=1.26,<3";
 /// The heading of the section this task owns in `BENCHMARKS.md`.
 pub(crate) const HEADING: &str = "## Peers: training step against PyTorch";
+/// The heading of the same bench run with `--device cuda`: its own section, so a GPU run never
+/// replaces the CPU table (and `cargo xtask bench` keeps both).
+pub(crate) const GPU_HEADING: &str = "## Peers on GPU";
+
+/// The section heading a run on `device` writes.
+fn heading(device: &str) -> &'static str {
+    if device == "cpu" {
+        HEADING
+    } else {
+        GPU_HEADING
+    }
+}
 
 /// One row of the table: an invar example and its PyTorch twin with the same flags.
 #[derive(Debug, Clone, PartialEq)]
@@ -267,7 +279,7 @@ fn side_cell(s: &Side) -> String {
 
 /// The "Peers" section: table, how it was taken, the machine, and the command.
 fn render(rows: &[Row], opts: &Options, machine: &[(String, String)], command: &str) -> String {
-    let mut md = format!("{HEADING}\n\n");
+    let mut md = format!("{}\n\n", heading(&opts.device));
     md.push_str(
         "Written by `cargo xtask bench --peers`. One training step (forward, loss, backward, \
          optimiser update) of each invar model, timed inside invar-train's loop \
@@ -385,13 +397,14 @@ fn rows_steps(opts: &Options) -> String {
         .join(", ")
 }
 
-/// `text` with the section under [`HEADING`] (up to the next `## ` heading) replaced by
-/// `section`, or `section` appended when there is none.
+/// `text` with the section of `section`'s own heading (its first line; up to the next `## `
+/// heading) replaced by `section`, or `section` appended when there is none.
 pub(crate) fn replace_section(text: &str, section: &str) -> String {
     let section = section.trim_end();
-    match text.find(HEADING) {
-        Some(start) if start == 0 || text[..start].ends_with('\n') => {
-            let after = start + HEADING.len();
+    let heading = section.lines().next().unwrap_or_default();
+    match find_heading(text, heading) {
+        Some(start) => {
+            let after = start + heading.len();
             let end = text[after..]
                 .find("\n## ")
                 .map_or(text.len(), |i| after + i + 1);
@@ -416,10 +429,29 @@ pub(crate) fn replace_section(text: &str, section: &str) -> String {
     }
 }
 
-/// The section under [`HEADING`] in `text`, if any (for `cargo xtask bench` to keep it).
-pub(crate) fn extract_section(text: &str) -> Option<String> {
-    let start = text.find(HEADING)?;
-    let after = start + HEADING.len();
+/// Where the line `heading` starts in `text` (a whole line, not a prefix of a longer heading).
+fn find_heading(text: &str, heading: &str) -> Option<usize> {
+    if heading.is_empty() {
+        return None;
+    }
+    let mut from = 0;
+    while let Some(i) = text[from..].find(heading) {
+        let start = from + i;
+        let end = start + heading.len();
+        let line_start = start == 0 || text[..start].ends_with('\n');
+        let line_end = end == text.len() || text[end..].starts_with('\n');
+        if line_start && line_end {
+            return Some(start);
+        }
+        from = end;
+    }
+    None
+}
+
+/// The section under `heading` in `text`, if any (for `cargo xtask bench` to keep it).
+pub(crate) fn extract_section(text: &str, heading: &str) -> Option<String> {
+    let start = find_heading(text, heading)?;
+    let after = start + heading.len();
     let end = text[after..]
         .find("\n## ")
         .map_or(text.len(), |i| after + i + 1);
@@ -983,10 +1015,43 @@ mod tests {
         assert_eq!(replace_section("", &new), new);
         // Extracted for `cargo xtask bench`, which rewrites the rest.
         assert_eq!(
-            extract_section(&b).as_deref(),
+            extract_section(&b, HEADING).as_deref(),
             Some(format!("{HEADING}\n\nnew table").as_str())
         );
-        assert_eq!(extract_section("# B\n"), None);
+        assert_eq!(extract_section("# B\n", HEADING), None);
+    }
+
+    #[test]
+    fn gpu_section_is_its_own() {
+        let cpu = format!("{HEADING}\n\ncpu table\n");
+        let gpu = format!("{GPU_HEADING}\n\ngpu table\n");
+        let both = replace_section(&replace_section("# B\n", &cpu), &gpu);
+        assert_eq!(
+            both,
+            format!("# B\n\n{HEADING}\n\ncpu table\n\n{GPU_HEADING}\n\ngpu table\n")
+        );
+        // A new GPU run replaces only the GPU section, a new CPU run only the CPU one.
+        let gpu2 = format!("{GPU_HEADING}\n\ngpu 2\n");
+        let again = replace_section(&both, &gpu2);
+        assert_eq!(
+            again,
+            format!("# B\n\n{HEADING}\n\ncpu table\n\n{GPU_HEADING}\n\ngpu 2\n")
+        );
+        assert_eq!(
+            extract_section(&again, HEADING).as_deref(),
+            Some(format!("{HEADING}\n\ncpu table").as_str())
+        );
+        assert_eq!(
+            extract_section(&again, GPU_HEADING).as_deref(),
+            Some(format!("{GPU_HEADING}\n\ngpu 2").as_str())
+        );
+        // A heading that is only a prefix of another line is not the section.
+        assert_eq!(
+            extract_section("## Peers on GPU, old\n\nx\n", GPU_HEADING),
+            None
+        );
+        assert_eq!(heading("cpu"), HEADING);
+        assert_eq!(heading("cuda"), GPU_HEADING);
     }
 
     #[test]
