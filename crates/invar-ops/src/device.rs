@@ -1,4 +1,5 @@
-//! The one place that turns a user's `--device` string into a candle device.
+//! The one place that turns a user's `--device` string into a candle device, and a thread count
+//! into the threads candle's CPU kernels use.
 
 use candle_core::Device;
 
@@ -16,6 +17,25 @@ pub fn device(spec: &str) -> Result<Device> {
             _ => Err(Error::Device(spec)),
         },
     }
+}
+
+/// Makes candle's matrix products (`gemm` reads `RAYON_NUM_THREADS` on every call) and rayon's
+/// global pool (the custom ops' parallel loops) use exactly `threads` threads; 0 leaves the
+/// defaults. Returns the count in use. Call it once, at the start of `main`, before any tensor
+/// work: rayon's global pool can be sized only once, and a second call is an error.
+pub fn set_cpu_threads(threads: usize) -> Result<usize> {
+    if threads > 0 {
+        std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+        std::env::remove_var("CANDLE_NUM_THREADS");
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global()
+            .map_err(|e| Error::Threads {
+                threads,
+                reason: e.to_string(),
+            })?;
+    }
+    Ok(rayon::current_num_threads())
 }
 
 #[cfg(test)]

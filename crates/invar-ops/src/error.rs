@@ -16,6 +16,9 @@ pub enum Error {
     /// A device string is not `cpu`, `cuda` or `cuda:N`.
     #[error("unknown device `{0}`: expected `cpu`, `cuda` or `cuda:N`")]
     Device(String),
+    /// rayon's global pool was already built (or could not be) when a thread count was set.
+    #[error("cannot use {threads} threads: {reason}")]
+    Threads { threads: usize, reason: String },
     /// A frame-distance name is not one invar knows.
     #[error("unknown frame distance `{0}`: expected one of euclidean, cosine, angular, kl, symmetric-kl, js, sqrt-js, zero-one")]
     UnknownDistance(String),

@@ -20,7 +20,7 @@ pub use conv::{
     conv1d, conv1d_unfold, max_pool_time, max_pool_time_gather, max_pool_time_with_tangent,
     relu_with_tangent,
 };
-pub use device::device;
+pub use device::{device, set_cpu_threads};
 pub use dtw::{Dtw, DtwCost, DtwResult};
 pub use error::{Error, Result};
 pub use frame::FrameDistance;

@@ -83,20 +83,6 @@ fn parse() -> Result<Args> {
     Ok(a)
 }
 
-/// Makes candle's matrix products (gemm reads `RAYON_NUM_THREADS` on every call) and rayon's pool
-/// use exactly `threads` threads (0: leave the defaults); returns the count in use.
-fn pin_threads(threads: usize) -> Result<usize> {
-    if threads > 0 {
-        std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
-        std::env::remove_var("CANDLE_NUM_THREADS");
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build_global()
-            .context("could not size rayon's global pool")?;
-    }
-    Ok(rayon::current_num_threads())
-}
-
 /// Peaked random posteriorgram rows (u⁸ normalised), as a GMM's posteriors look.
 fn posteriorgram(rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
     let mut out = Vec::with_capacity(rows * cols);
@@ -111,7 +97,7 @@ fn posteriorgram(rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
 
 fn main() -> Result<()> {
     let args = parse()?;
-    let threads = pin_threads(args.threads)?;
+    let threads = invar_ops::set_cpu_threads(args.threads)?;
     let device = invar_ops::device(&args.device).with_context(|| {
         format!(
             "device `{}` (cuda needs the crate's `cuda` feature)",
