@@ -5,11 +5,11 @@
 //! one of (CONFIGS, default `original,logmel`, picks the CNN configs of `seeds`, `cv`, `timit`)
 //! - `seeds`: both baselines, and the `original` and `logmel` configs over SEEDS (default 0,1,2),
 //!   clean and under every condition;
-//! - `robustness`: none / scale / offset / gain (the `original` config, λ = 1, ≤ 15 epochs),
-//!   unit-L2 off over SEEDS and on for the first seed; table, JSON and SVG;
-//! - `lambda`: λ ∈ {0, 0.1, 1, 10, 100} × scale / offset / gain (unit-L2 off, seed 0, ≤ 15
-//!   epochs): R on the held-out test chunks along each model's transform, and accuracy clean and
-//!   under gains;
+//! - `robustness`: none / scale / offset / gain (the `original` config with its training
+//!   defaults, λ = 1), unit-L2 off and on, over SEEDS; table, JSON and SVG;
+//! - `lambda`: λ ∈ {0, 0.1, 1, 10, 100} × scale / offset / gain (the `original` config with its
+//!   training defaults, unit-L2 off, over SEEDS): R on the held-out test chunks along each model's
+//!   transform, and accuracy clean and under gains;
 //! - `cv`: 5-fold cross-validation over utterances of both configs and the baselines;
 //! - `timit`: a TIMIT-layout corpus through the TIMIT-81 recipe (filter relaxed to the generated
 //!   utterances' length), both configs and the baselines.
@@ -28,9 +28,6 @@ use invar_speaker_cnn::{
 };
 use invar_train::ProgressMode;
 use serde::Serialize;
-
-/// Epochs of each model of the robustness grid and the λ sweep (the CPU budget).
-const GRID_EPOCHS: usize = 15;
 
 /// The generated corpus every ELSDSR stage uses.
 fn elsdsr_corpus(out: &Path) -> Result<(Vec<LabeledAudio>, Vec<LabeledAudio>)> {
@@ -174,12 +171,11 @@ fn seeds_stage(out: &Path, seeds: &[u64], configs: &[SpeakerCnnConfig]) -> Resul
 
 fn robustness_stage(out: &Path, seeds: &[u64]) -> Result<()> {
     let (train, test) = elsdsr_corpus(out)?;
-    // The CPU budget of a shared 2-core machine: ≤ 15 epochs per model; every seed without the
-    // unit-L2 scaling (where a regulariser can matter), the first seed with it.
-    let mut cfg = quiet(SpeakerCnnConfig::original());
-    cfg.train.epochs = GRID_EPOCHS;
+    // The `original` config as users get it (≤ 30 epochs, patience 10, best epoch restored).
+    let cfg = quiet(SpeakerCnnConfig::original());
     let mut rows = Vec::new();
-    for (unit_norm, seeds) in [(false, seeds), (true, &seeds[..1])] {
+    let mut diverged = Vec::new();
+    for unit_norm in [false, true] {
         let grid = RobustnessConfig {
             lambda: Some(1.0),
             seeds: seeds.to_vec(),
@@ -196,10 +192,12 @@ fn robustness_stage(out: &Path, seeds: &[u64]) -> Result<()> {
             &mut |name, done, total| eprintln!("[{done}/{total}] {name}"),
         )?;
         rows.extend(part.rows);
+        diverged.extend(part.diverged);
     }
     let report = invar_speaker_cnn::RobustnessReport {
         config: cfg.name.clone(),
         rows,
+        diverged,
     };
     let t = report.markdown();
     println!("chunk accuracy %, mean (min–max) over seeds {seeds:?}:\n{t}");
@@ -232,6 +230,7 @@ fn train_or_load(
 struct LambdaRow {
     nuisance: Nuisance,
     lambda: f64,
+    seed: u64,
     /// R along `nuisance` on the clean test chunks.
     r: f64,
     clean: f64,
@@ -243,13 +242,25 @@ struct LambdaRow {
     note: String,
 }
 
-fn lambda_stage(out: &Path) -> Result<()> {
+/// Mean (min–max) of `v` in scientific notation (R spans orders of magnitude).
+fn sci_mean_min_max(v: &[f64]) -> String {
+    let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if v.len() > 1 {
+        format!("{mean:.2e} ({lo:.1e}–{hi:.1e})")
+    } else {
+        format!("{mean:.2e}")
+    }
+}
+
+fn lambda_stage(out: &Path, seeds: &[u64]) -> Result<()> {
     let (train, test) = elsdsr_corpus(out)?;
     let dev = Device::Cpu;
     let mut base = quiet(SpeakerCnnConfig::original());
     base.features.frontend.frame.unit_norm = false;
-    base.train.epochs = GRID_EPOCHS;
     let nuisances = [Nuisance::Scale, Nuisance::Offset, Nuisance::Gain];
+    let lambdas = [0.1, 1.0, 10.0, 100.0];
     let conds = [
         Condition::Clean,
         Condition::Gain { db: -20.0 },
@@ -262,7 +273,8 @@ fn lambda_stage(out: &Path) -> Result<()> {
     let mut rows = Vec::new();
     let score = |trained: &invar_speaker_cnn::TrainedCnn,
                  nuisance: Nuisance,
-                 lambda: f64|
+                 lambda: f64,
+                 seed: u64|
      -> Result<LambdaRow> {
         let acc: Vec<f64> = conds
             .iter()
@@ -271,6 +283,7 @@ fn lambda_stage(out: &Path) -> Result<()> {
         Ok(LambdaRow {
             nuisance,
             lambda,
+            seed,
             r: evaluate(trained, &test, Condition::Clean, &dev)?.r,
             clean: acc[0],
             gain_minus20: acc[1],
@@ -280,70 +293,84 @@ fn lambda_stage(out: &Path) -> Result<()> {
             note: String::new(),
         })
     };
-    // λ = 0: one model (the regulariser does not change its training), R measured along each
-    // transform by switching the nuisance the evaluation measures.
-    let mut trained = train_or_load(&base, &train, &out.join("lambda-0"), &dev)?;
-    for &n in &nuisances {
-        trained.meta.config.regularizer.nuisance = n;
-        rows.push(score(&trained, n, 0.0)?);
-    }
-    for &n in &nuisances {
-        for lambda in [0.1, 1.0, 10.0, 100.0] {
-            let mut cfg = base.clone();
-            cfg.regularizer.nuisance = n;
-            cfg.regularizer.lambda = lambda;
-            match train_or_load(&cfg, &train, &out.join(format!("{n}-{lambda}")), &dev) {
-                Ok(trained) => rows.push(score(&trained, n, lambda)?),
-                Err(e) => {
-                    eprintln!("{n} λ = {lambda}: {e:#}");
-                    rows.push(LambdaRow {
-                        nuisance: n,
-                        lambda,
-                        r: f64::NAN,
-                        clean: f64::NAN,
-                        gain_minus20: f64::NAN,
-                        gain_plus20: f64::NAN,
-                        ramp: f64::NAN,
-                        epochs: 0,
-                        note: format!("diverged: {e}"),
-                    });
+    for &seed in seeds {
+        // λ = 0: one model (the regulariser does not change its training), R measured along
+        // each transform by switching the nuisance the evaluation measures.
+        let dir = out.join(format!("lambda-0-seed{seed}"));
+        let mut trained = train_or_load(&seeded(&base, seed), &train, &dir, &dev)?;
+        for &n in &nuisances {
+            trained.meta.config.regularizer.nuisance = n;
+            rows.push(score(&trained, n, 0.0, seed)?);
+        }
+        for &n in &nuisances {
+            for lambda in lambdas {
+                let mut cfg = seeded(&base, seed);
+                cfg.regularizer.nuisance = n;
+                cfg.regularizer.lambda = lambda;
+                let dir = out.join(format!("{n}-{lambda}-seed{seed}"));
+                match train_or_load(&cfg, &train, &dir, &dev) {
+                    Ok(trained) => rows.push(score(&trained, n, lambda, seed)?),
+                    Err(e) => {
+                        eprintln!("{n} λ = {lambda} seed {seed}: {e:#}");
+                        rows.push(LambdaRow {
+                            nuisance: n,
+                            lambda,
+                            seed,
+                            r: f64::NAN,
+                            clean: f64::NAN,
+                            gain_minus20: f64::NAN,
+                            gain_plus20: f64::NAN,
+                            ramp: f64::NAN,
+                            epochs: 0,
+                            note: format!("diverged: {e}"),
+                        });
+                    }
                 }
+                eprintln!("{n} λ = {lambda} seed {seed} done");
             }
-            eprintln!("{n} λ = {lambda} done");
         }
     }
-    rows.sort_by(|a, b| {
-        (a.nuisance as u8, a.lambda)
-            .partial_cmp(&(b.nuisance as u8, b.lambda))
-            .unwrap_or(std::cmp::Ordering::Equal)
-    });
     let mut t = String::from(
         "| regulariser | λ | held-out R | clean | gain −20 dB | gain +20 dB | ramp −10..+10 dB | epochs |\n|---|---|---|---|---|---|---|---|\n",
     );
-    for r in rows.iter().filter(|r| !r.note.is_empty()) {
-        eprintln!("{} λ = {}: {}", r.nuisance, r.lambda, r.note);
-    }
-    for r in &rows {
-        if !r.note.is_empty() {
+    for &n in &nuisances {
+        for lambda in std::iter::once(0.0).chain(lambdas) {
+            let sel: Vec<&LambdaRow> = rows
+                .iter()
+                .filter(|r| r.nuisance == n && r.lambda == lambda)
+                .collect();
+            let ok: Vec<&LambdaRow> = sel.iter().copied().filter(|r| r.note.is_empty()).collect();
+            let col = |f: fn(&LambdaRow) -> f64| {
+                mean_min_max(&ok.iter().map(|r| f(r)).collect::<Vec<_>>())
+            };
+            let diverged = sel.len() - ok.len();
+            let epochs: Vec<String> = ok.iter().map(|r| r.epochs.to_string()).collect();
+            let label = if lambda == 0.0 {
+                format!("({n} R of the λ = 0 model)")
+            } else {
+                n.to_string()
+            };
+            if ok.is_empty() {
+                t += &format!("| {label} | {lambda} | diverged (NaN loss) | – | – | – | – | – |\n");
+                continue;
+            }
             t += &format!(
-                "| {} | {} | diverged (NaN loss) | – | – | – | – | – |\n",
-                r.nuisance, r.lambda
+                "| {label} | {lambda} | {} | {} | {} | {} | {} | {}{} |\n",
+                sci_mean_min_max(&ok.iter().map(|r| r.r).collect::<Vec<_>>()),
+                col(|r| r.clean),
+                col(|r| r.gain_minus20),
+                col(|r| r.gain_plus20),
+                col(|r| r.ramp),
+                epochs.join("/"),
+                if diverged > 0 {
+                    format!(" ({diverged} diverged)")
+                } else {
+                    String::new()
+                }
             );
-            continue;
         }
-        t += &format!(
-            "| {} | {} | {:.2e} | {} | {} | {} | {} | {} |\n",
-            r.nuisance,
-            r.lambda,
-            r.r,
-            pct(r.clean),
-            pct(r.gain_minus20),
-            pct(r.gain_plus20),
-            pct(r.ramp),
-            r.epochs
-        );
     }
-    println!("λ sweep, unit-L2 off, seed 0 (chunk accuracy %):\n{t}");
+    println!("λ sweep, unit-L2 off, seeds {seeds:?} (chunk accuracy %, mean (min–max)):\n{t}");
     invar_io::write_json(out.join("lambda.json"), &rows)?;
     invar_io::write_text(out.join("lambda.md"), &t)?;
     Ok(())
@@ -469,7 +496,7 @@ fn main() -> Result<()> {
     match stage.as_str() {
         "seeds" => seeds_stage(&out, &seeds, &configs),
         "robustness" => robustness_stage(&out, &seeds),
-        "lambda" => lambda_stage(&out),
+        "lambda" => lambda_stage(&out, &seeds),
         "cv" => cv_stage(&out, &configs),
         "timit" => timit_stage(&out, &configs),
         other => bail!("unknown stage `{other}`"),

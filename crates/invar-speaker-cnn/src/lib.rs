@@ -40,6 +40,7 @@ pub use pipeline::{
     META_FILE,
 };
 pub use robustness::{
-    plot_robustness, robustness, RobustnessConfig, RobustnessReport, RobustnessRow, SummaryRow,
+    plot_robustness, robustness, DivergedRun, RobustnessConfig, RobustnessReport, RobustnessRow,
+    SummaryRow,
 };
 pub use train::{new_model, ChunkBatch, ChunkBatches, ChunkScores, CnnStep};

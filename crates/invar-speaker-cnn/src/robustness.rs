@@ -95,11 +95,26 @@ pub struct RobustnessRow {
     pub epochs: usize,
 }
 
+/// A model of the grid whose training stopped on a NaN or infinite loss or gradient: it has no
+/// rows, and the grid goes on without it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DivergedRun {
+    pub nuisance: Nuisance,
+    pub lambda: f64,
+    pub unit_norm: bool,
+    pub seed: u64,
+    /// The training error, as invar-train reported it (epoch and step included).
+    pub reason: String,
+}
+
 /// The whole grid.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RobustnessReport {
     pub config: String,
     pub rows: Vec<RobustnessRow>,
+    /// Models whose training diverged (not in `rows`).
+    #[serde(default)]
+    pub diverged: Vec<DivergedRun>,
 }
 
 impl RobustnessReport {
@@ -125,7 +140,8 @@ impl RobustnessReport {
     }
 
     /// A markdown table: one line per (nuisance, unit-L2), one column per condition, cells
-    /// `chunk% (min–max over seeds)`.
+    /// `chunk% (min–max over seeds)`; a model with diverged seeds says how many in its first
+    /// column, and each diverged run is listed under the table.
     pub fn markdown(&self) -> String {
         let summary = self.summary();
         let mut conditions: Vec<String> = Vec::new();
@@ -138,10 +154,32 @@ impl RobustnessReport {
                 models.push((s.nuisance, s.unit_norm));
             }
         }
+        for d in &self.diverged {
+            if !models.contains(&(d.nuisance, d.unit_norm)) {
+                models.push((d.nuisance, d.unit_norm));
+            }
+        }
         let mut t = format!("| regulariser | unit-L2 | {} |\n", conditions.join(" | "));
         t += &format!("|---|---|{}\n", "---|".repeat(conditions.len()));
         for (n, u) in models {
-            t += &format!("| {n} | {} |", if u { "yes" } else { "no" });
+            let diverged = self
+                .diverged
+                .iter()
+                .filter(|d| d.nuisance == n && d.unit_norm == u)
+                .count();
+            let label = if diverged > 0 {
+                let trained = self
+                    .rows
+                    .iter()
+                    .filter(|r| r.nuisance == n && r.unit_norm == u)
+                    .map(|r| r.seed)
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len();
+                format!("{n} ({diverged} of {} diverged)", diverged + trained)
+            } else {
+                n.to_string()
+            };
+            t += &format!("| {label} | {} |", if u { "yes" } else { "no" });
             for c in &conditions {
                 match summary
                     .iter()
@@ -163,6 +201,19 @@ impl RobustnessReport {
                     None => t += " – |",
                 }
             }
+            t += "\n";
+        }
+        for d in &self.diverged {
+            t += &format!(
+                "\ndiverged: {}, λ = {}, unit-L2 {}, seed {}: {}",
+                d.nuisance,
+                d.lambda,
+                if d.unit_norm { "on" } else { "off" },
+                d.seed,
+                d.reason
+            );
+        }
+        if !self.diverged.is_empty() {
             t += "\n";
         }
         t
@@ -191,7 +242,10 @@ impl SummaryRow {
 }
 
 /// Trains every model of the grid into `out_dir/<nuisance>-l2<on|off>-seed<s>` and evaluates it
-/// under every condition. `on_run` hears each finished model (for progress).
+/// under every condition. `on_run` hears each finished model (for progress). A model whose
+/// training diverges (NaN or infinite loss or gradient) is recorded in
+/// [`RobustnessReport::diverged`] with its last good checkpoint left in its folder, and the grid
+/// goes on; any other error ends the grid.
 pub fn robustness(
     base: &SpeakerCnnConfig,
     grid: &RobustnessConfig,
@@ -220,6 +274,7 @@ pub fn robustness(
     }
     let total = nuisances.len() * grid.unit_norm.len() * grid.seeds.len();
     let mut rows = Vec::new();
+    let mut diverged = Vec::new();
     let mut done = 0;
     for &unit_norm in &grid.unit_norm {
         for &nuisance in &nuisances {
@@ -236,7 +291,28 @@ pub fn robustness(
                     "{nuisance}-l2{}-seed{seed}",
                     if unit_norm { "on" } else { "off" }
                 );
-                let trained = train_cnn(&cfg, train, &out_dir.join(&name), device)?;
+                let trained = match train_cnn(&cfg, train, &out_dir.join(&name), device) {
+                    Ok(t) => t,
+                    Err(
+                        e @ Error::Train(
+                            invar_train::Error::NonFiniteLoss { .. }
+                            | invar_train::Error::NonFiniteGradient { .. },
+                        ),
+                    ) => {
+                        tracing::warn!("{name}: {e}");
+                        diverged.push(DivergedRun {
+                            nuisance,
+                            lambda: cfg.regularizer.lambda,
+                            unit_norm,
+                            seed,
+                            reason: e.to_string(),
+                        });
+                        done += 1;
+                        on_run(&name, done, total);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
                 let epochs = trained.summary.as_ref().map_or(0, |s| s.epochs);
                 for &condition in &grid.conditions {
                     let e = evaluate(&trained, test, condition, device)?;
@@ -260,6 +336,7 @@ pub fn robustness(
     Ok(RobustnessReport {
         config: base.name.clone(),
         rows,
+        diverged,
     })
 }
 

@@ -5,8 +5,8 @@ use anyhow::Result;
 use candle_core::Device;
 use invar_data::Layout;
 use invar_speaker_cnn::{
-    evaluate, load_corpus, train_cnn, Condition, CorpusRecipe, LabeledAudio, Nuisance,
-    SpeakerCnnConfig,
+    evaluate, load_corpus, robustness, train_cnn, Condition, CorpusRecipe, LabeledAudio, Nuisance,
+    RobustnessConfig, SpeakerCnnConfig,
 };
 use invar_train::{OptimizerConfig, ProgressMode, SgdConfig};
 
@@ -173,6 +173,58 @@ fn default_configs_learn_and_logmel_matches_the_logistic_baseline() -> Result<()
     assert!(
         logmel.utterance_accuracy >= lr.utterance_accuracy,
         "logmel {logmel:?} vs logistic {lr:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_diverging_model_is_recorded_and_the_grid_goes_on() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let (train, test) = corpus(&tmp.path().join("corpus"))?;
+    let dev = Device::Cpu;
+    // λ = 1e12 on the offset tangent: the first update throws the weights so far that the
+    // offset model's loss is NaN or infinite within a few steps, while λ has no effect on the
+    // unregularised model, which trains as usual (lr 0.01).
+    let mut cfg = fast(SpeakerCnnConfig::original(), 2);
+    cfg.features.frontend.frame.unit_norm = false;
+    let grid = RobustnessConfig {
+        nuisances: vec![Nuisance::Offset, Nuisance::None],
+        lambda: Some(1e12),
+        unit_norm: vec![false],
+        seeds: vec![0],
+        conditions: vec![Condition::Clean],
+    };
+    let mut heard = Vec::new();
+    let report = robustness(
+        &cfg,
+        &grid,
+        &train,
+        &test,
+        tmp.path(),
+        &dev,
+        &mut |name, done, total| heard.push((name.to_string(), done, total)),
+    );
+    let report = report?;
+    println!("{}", report.markdown());
+    assert_eq!(heard.len(), 2, "both models are reported done: {heard:?}");
+    assert_eq!(report.diverged.len(), 1, "{:?}", report.diverged);
+    let d = &report.diverged[0];
+    assert_eq!(
+        (d.nuisance, d.unit_norm, d.seed),
+        (Nuisance::Offset, false, 0)
+    );
+    assert!(
+        d.reason.contains("NaN") || d.reason.contains("inf"),
+        "{}",
+        d.reason
+    );
+    assert!(report.rows.iter().all(|r| r.nuisance == Nuisance::None));
+    assert_eq!(report.rows.len(), 1);
+    let md = report.markdown();
+    assert!(md.contains("| offset (1 of 1 diverged) | no | – |"), "{md}");
+    assert!(
+        md.contains("diverged: offset, λ = 1000000000000, unit-L2 off, seed 0:"),
+        "{md}"
     );
     Ok(())
 }

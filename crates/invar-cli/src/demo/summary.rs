@@ -94,6 +94,16 @@ pub struct SpeakerRow {
 #[derive(Deserialize)]
 struct RobustnessFile {
     rows: Vec<RobustnessRow>,
+    /// Models whose training diverged (no rows of their own).
+    #[serde(default)]
+    diverged: Vec<DivergedRun>,
+}
+
+#[derive(Deserialize)]
+struct DivergedRun {
+    nuisance: String,
+    unit_norm: bool,
+    seed: u64,
 }
 
 #[derive(Deserialize)]
@@ -120,7 +130,11 @@ fn condition_label(c: &serde_json::Value) -> String {
 /// Method 001's table from `invar speaker robustness`'s robustness.json.
 pub fn read_speaker(folder: &Path) -> anyhow::Result<SpeakerSection> {
     let file: RobustnessFile = read(&folder.join("robustness.json"))?;
-    anyhow::ensure!(!file.rows.is_empty(), "{} has no rows", folder.display());
+    anyhow::ensure!(
+        !file.rows.is_empty() || !file.diverged.is_empty(),
+        "{} has no rows",
+        folder.display()
+    );
     let mut conditions: Vec<String> = Vec::new();
     let mut rows: Vec<SpeakerRow> = Vec::new();
     for r in &file.rows {
@@ -150,6 +164,15 @@ pub fn read_speaker(folder: &Path) -> anyhow::Result<SpeakerSection> {
             }
         };
         rows[ri].accuracy[ci] = Some(r.utterance_accuracy);
+    }
+    // A diverged model keeps its line, with no accuracies, so the table does not hide it.
+    for d in &file.diverged {
+        rows.push(SpeakerRow {
+            regulariser: format!("{} (diverged)", d.nuisance),
+            unit_norm: d.unit_norm,
+            seed: d.seed,
+            accuracy: vec![None; conditions.len()],
+        });
     }
     Ok(SpeakerSection { conditions, rows })
 }
@@ -630,6 +653,22 @@ mod tests {
             condition_label(&serde_json::json!({"kind": "ramp", "from_db": -10.0, "to_db": 10.0})),
             "ramp-10..+10dB"
         );
+    }
+
+    #[test]
+    fn a_diverged_speaker_model_keeps_a_line_without_numbers() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = serde_json::json!({"config": "original", "rows": [
+            {"nuisance": "none", "lambda": 1.0, "unit_norm": false, "seed": 0,
+             "condition": {"kind": "clean"}, "chunk_accuracy": 0.5, "utterance_accuracy": 0.5,
+             "r": 0.0, "epochs": 2}],
+            "diverged": [{"nuisance": "offset", "lambda": 1.0, "unit_norm": false, "seed": 0,
+             "reason": "loss is NaN at epoch 29, step 650"}]});
+        std::fs::write(dir.path().join("robustness.json"), file.to_string()).unwrap();
+        let sp = read_speaker(dir.path()).unwrap();
+        assert_eq!(sp.rows.len(), 2);
+        assert_eq!(sp.rows[1].regulariser, "offset (diverged)");
+        assert_eq!(sp.rows[1].accuracy, [None]);
     }
 
     #[test]
