@@ -45,6 +45,84 @@ fn rate(v: &Value, what: &str) -> f64 {
     x
 }
 
+/// `--threads` reaches every subcommand: the generated corpus (byte-identical for any thread
+/// count, invar-synth's contract) is the same with one thread as with two, and a bad count is an
+/// error before any work.
+#[test]
+fn threads_flag_is_global_and_keeps_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut wavs = Vec::new();
+    for t in ["1", "2"] {
+        let out = dir.path().join(format!("t{t}"));
+        invar(&[
+            "synth",
+            "--threads",
+            t,
+            "--out",
+            s(&out),
+            "--quick",
+            "--speakers",
+            "2",
+            "--utterances",
+            "2",
+            "--seed",
+            "5",
+        ]);
+        let mut files: Vec<_> = walk(&out)
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e.eq_ignore_ascii_case("wav")))
+            .collect();
+        files.sort();
+        assert!(
+            !files.is_empty(),
+            "synth wrote no wav under {}",
+            out.display()
+        );
+        wavs.push(
+            files
+                .iter()
+                .map(|p| {
+                    (
+                        p.strip_prefix(&out).unwrap().to_path_buf(),
+                        std::fs::read(p).unwrap(),
+                    )
+                })
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert!(
+        wavs[0] == wavs[1],
+        "one and two threads wrote different audio"
+    );
+    let bad = Command::new(env!("CARGO_BIN_EXE_invar"))
+        .args([
+            "--threads",
+            "many",
+            "corpus",
+            "info",
+            "--layout",
+            "timit",
+            "x",
+        ])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--threads"));
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
 /// synth → corpus info → features → gmm train/posteriors/supervectors → eval abx/verify.
 #[test]
 fn stage_commands_chain_on_a_generated_corpus() {
