@@ -6,6 +6,7 @@
 use clap::{Parser, Subcommand};
 
 // <modules> one line per subcommand module, kept sorted
+mod config_file;
 mod corpus;
 mod demo;
 mod eval;

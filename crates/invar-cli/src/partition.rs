@@ -49,7 +49,8 @@ pub struct TrainArgs {
     /// Output folder: W.npy, V.npy, mapping.json, W.svg, config.json, results.json, train/.
     #[arg(long)]
     pub out: PathBuf,
-    /// Configuration as JSON (a `PartitionConfig`; missing fields take the paper's defaults).
+    /// Config file, TOML or JSON (`*.json`): a `PartitionConfig`; missing fields take the paper's
+    /// defaults, flags below override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// D, the number of output classes (default 64, the paper's).
@@ -116,7 +117,7 @@ pub fn run(args: PartitionArgs) -> anyhow::Result<()> {
 
 fn train(a: TrainArgs) -> anyhow::Result<()> {
     let mut cfg: PartitionConfig = match &a.config {
-        Some(p) => invar_io::read_json(p)?,
+        Some(p) => crate::config_file::read(p)?,
         None => PartitionConfig::default(),
     };
     if let Some(v) = a.outputs {

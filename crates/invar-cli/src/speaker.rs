@@ -82,7 +82,8 @@ pub struct ConfigArgs {
     /// original (the 001 network) or logmel (the stronger variant).
     #[arg(long, default_value = "original", conflicts_with = "config_file")]
     pub config: String,
-    /// A JSON config file (a `SpeakerCnnConfig`; missing fields take the original's values).
+    /// A config file, TOML or JSON (`*.json`): a `SpeakerCnnConfig`; missing fields take the
+    /// original's values.
     #[arg(long)]
     pub config_file: Option<PathBuf>,
     /// Regulariser: none, scale, offset or gain.
@@ -116,7 +117,7 @@ pub struct ConfigArgs {
 impl ConfigArgs {
     fn resolve(&self) -> anyhow::Result<SpeakerCnnConfig> {
         let mut cfg = match &self.config_file {
-            Some(p) => invar_io::read_json::<SpeakerCnnConfig>(p)?,
+            Some(p) => crate::config_file::read::<SpeakerCnnConfig>(p)?,
             None => SpeakerCnnConfig::named(&self.config)?,
         };
         if let Some(n) = self.nuisance {

@@ -157,14 +157,7 @@ pub fn run(args: SupervectorArgs) -> anyhow::Result<()> {
 
 fn load_config(args: &TrainArgs) -> anyhow::Result<SupervectorConfig> {
     let mut c: SupervectorConfig = match &args.config {
-        Some(p) => {
-            let text = std::fs::read_to_string(p).with_context(|| format!("{}", p.display()))?;
-            if p.extension().is_some_and(|e| e == "json") {
-                serde_json::from_str(&text).with_context(|| format!("{}", p.display()))?
-            } else {
-                toml::from_str(&text).with_context(|| format!("{}", p.display()))?
-            }
-        }
+        Some(p) => crate::config_file::read(p)?,
         None => SupervectorConfig::default(),
     };
     if let Some(s) = &args.sizes {
