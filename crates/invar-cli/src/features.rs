@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 
 use crate::progress::Progress;
 use clap::Args;
@@ -37,21 +36,12 @@ pub struct FeaturesArgs {
     /// Use this channel (from 0) of multi-channel files instead of their mix.
     #[arg(long)]
     pub channel: Option<usize>,
-    /// Worker threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
     /// Write the summary as JSON here (default: OUT/results.json, or results.K-of-N.json).
     #[arg(long)]
     pub json: Option<PathBuf>,
 }
 
 pub fn run(args: FeaturesArgs) -> anyhow::Result<()> {
-    if let Some(n) = args.threads {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build_global()
-            .context("cannot set the number of threads")?;
-    }
     let mut frontend = match &args.config {
         Some(path) => invar_io::read_json::<FrontendConfig>(path)?,
         None => FrontendConfig::for_kind(args.kind),

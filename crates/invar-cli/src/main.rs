@@ -25,8 +25,8 @@ mod utd;
 #[derive(Debug, Parser)]
 #[command(name = "invar", version, about, long_about = None)]
 struct Cli {
-    /// CPU threads for matrix products and parallel loops (0: one per core). Sets
-    /// RAYON_NUM_THREADS, so the stages `invar demo` runs inherit it.
+    /// CPU threads for matrix products and parallel loops (0: one per core), before or after the
+    /// subcommand. Sets RAYON_NUM_THREADS, so the stages `invar demo` runs inherit it.
     #[arg(long, global = true, default_value_t = 0)]
     threads: usize,
     #[command(subcommand)]
@@ -69,7 +69,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> anyhow::Result<()> {
     init_tracing();
     let cli = Cli::parse();
-    invar_ops::set_cpu_threads(cli.threads)?;
+    // Only when asked: asking rayon for the count would start its default pool.
+    if cli.threads > 0 {
+        invar_ops::set_cpu_threads(cli.threads)?;
+    }
     match cli.command {
         // <arms> one arm per variant: `Some(Command::X(args)) => x::run(args),`
         Some(Command::Corpus(args)) => corpus::run(args),
