@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 
-
 use crate::progress::Progress;
 use clap::Args;
 use invar_audio::{ChannelSelect, FeatureKind, FrontendConfig, ReadOptions};
