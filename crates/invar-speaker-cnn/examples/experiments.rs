@@ -63,10 +63,16 @@ fn pct(x: f64) -> String {
     format!("{:.1}", 100.0 * x)
 }
 
-fn mean_min_max(v: &[f64]) -> String {
+/// Mean, min and max of `v`.
+fn stats(v: &[f64]) -> (f64, f64, f64) {
     let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
     let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (mean, lo, hi)
+}
+
+fn mean_min_max(v: &[f64]) -> String {
+    let (mean, lo, hi) = stats(v);
     if v.len() > 1 {
         format!("{} ({}–{})", pct(mean), pct(lo), pct(hi))
     } else {
@@ -244,9 +250,7 @@ struct LambdaRow {
 
 /// Mean (min–max) of `v` in scientific notation (R spans orders of magnitude).
 fn sci_mean_min_max(v: &[f64]) -> String {
-    let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (mean, lo, hi) = stats(v);
     if v.len() > 1 {
         format!("{mean:.2e} ({lo:.1e}–{hi:.1e})")
     } else {
@@ -310,7 +314,10 @@ fn lambda_stage(out: &Path, seeds: &[u64]) -> Result<()> {
                 let dir = out.join(format!("{n}-{lambda}-seed{seed}"));
                 match train_or_load(&cfg, &train, &dir, &dev) {
                     Ok(trained) => rows.push(score(&trained, n, lambda, seed)?),
-                    Err(e) => {
+                    Err(e)
+                        if e.downcast_ref::<invar_speaker_cnn::Error>()
+                            .is_some_and(invar_speaker_cnn::Error::is_divergence) =>
+                    {
                         eprintln!("{n} λ = {lambda} seed {seed}: {e:#}");
                         rows.push(LambdaRow {
                             nuisance: n,
@@ -325,6 +332,7 @@ fn lambda_stage(out: &Path, seeds: &[u64]) -> Result<()> {
                             note: format!("diverged: {e}"),
                         });
                     }
+                    Err(e) => return Err(e),
                 }
                 eprintln!("{n} λ = {lambda} seed {seed} done");
             }

@@ -50,6 +50,18 @@ pub enum Error {
 }
 
 impl Error {
+    /// Training stopped on a NaN or infinite loss or gradient (the run diverged), as opposed to
+    /// bad input or I/O: a grid of models records it and goes on.
+    pub fn is_divergence(&self) -> bool {
+        matches!(
+            self,
+            Error::Train(
+                invar_train::Error::NonFiniteLoss { .. }
+                    | invar_train::Error::NonFiniteGradient { .. }
+            )
+        )
+    }
+
     pub(crate) fn config(field: &'static str, reason: impl Into<String>) -> Self {
         Error::Config {
             field,
@@ -71,3 +83,29 @@ impl Error {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_non_finite_training_is_a_divergence() {
+        let nan = Error::Train(invar_train::Error::NonFiniteLoss {
+            epoch: 3,
+            step: 40,
+            value: f32::NAN,
+        });
+        let inf = Error::Train(invar_train::Error::NonFiniteGradient {
+            epoch: 1,
+            step: 2,
+            value: f64::INFINITY,
+        });
+        assert!(nan.is_divergence() && inf.is_divergence());
+        assert!(!Error::config("lr", "must be > 0").is_divergence());
+        let empty = Error::Empty {
+            what: "training chunks",
+            hint: "h".into(),
+        };
+        assert!(!empty.is_divergence());
+    }
+}

@@ -293,12 +293,7 @@ pub fn robustness(
                 );
                 let trained = match train_cnn(&cfg, train, &out_dir.join(&name), device) {
                     Ok(t) => t,
-                    Err(
-                        e @ Error::Train(
-                            invar_train::Error::NonFiniteLoss { .. }
-                            | invar_train::Error::NonFiniteGradient { .. },
-                        ),
-                    ) => {
+                    Err(e) if e.is_divergence() => {
                         tracing::warn!("{name}: {e}");
                         diverged.push(DivergedRun {
                             nuisance,
