@@ -1,4 +1,4 @@
-//! `cargo xtask ci`: formatting, lints with warnings denied, then the test suite.
+//! `cargo xtask ci`: formatting, lints with warnings denied, the map check (`tidy`), then the test suite.
 
 use anyhow::Result;
 
@@ -14,5 +14,6 @@ pub fn run() -> Result<()> {
         "-D",
         "warnings",
     ])?;
+    crate::tidy::run(&[])?;
     crate::test::run()
 }

@@ -4,6 +4,7 @@ mod bench;
 mod ci;
 mod peers;
 mod test;
+mod tidy;
 
 use std::process::Command;
 
@@ -12,8 +13,10 @@ use anyhow::{bail, Context, Result};
 const USAGE: &str = "usage: cargo xtask <task>
 
 tasks:
-  ci      cargo fmt --check, clippy -D warnings, then the whole test suite
+  ci      cargo fmt --check, clippy -D warnings, tidy, then the whole test suite
   test    the whole test suite only (what CI runs after the lints)
+  tidy    check ARCHITECTURE.md's map against the code: layering from cargo metadata,
+          where clap/terminal/candle crates and `unsafe` may appear, `//!` on every file
   bench   run the criterion benches of every crate and write BENCHMARKS.md
           (cargo xtask bench [-p CRATE]... [--out FILE] [-- CRITERION-ARGS...];
            e.g. `-- --warm-up-time 1 --measurement-time 3` for a shorter run)
@@ -27,6 +30,7 @@ fn main() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("ci") => ci::run(),
         Some("test") => test::run(),
+        Some("tidy") => tidy::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
         Some("-h" | "--help" | "help") | None => {
             println!("{USAGE}");

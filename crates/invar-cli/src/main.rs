@@ -96,9 +96,12 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-/// Logs go to stderr through `tracing`; `RUST_LOG` overrides the default `info` level.
+/// Logs go to stderr through `tracing`; `RUST_LOG` overrides the default `info` level. Colour codes
+/// only when stderr is a terminal: a batch job's log file gets plain text.
 fn init_tracing() {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),

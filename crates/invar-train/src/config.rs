@@ -71,12 +71,12 @@ impl Default for CheckpointConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum ProgressMode {
-    /// A bar when stderr is a terminal, one plain line per epoch otherwise.
+    /// A bar (and the epoch's line above it) when stderr is a terminal, `Plain` otherwise.
     #[default]
     Auto,
-    /// One plain line per epoch on stderr.
+    /// One `tracing` info line per epoch (what a batch job's log shows; needs a subscriber).
     Plain,
-    /// Nothing on stderr (tracing still logs).
+    /// No bar; the epoch line only at `tracing`'s debug level.
     Off,
 }
 

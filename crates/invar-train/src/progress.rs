@@ -1,5 +1,6 @@
 //! Progress display: an indicatif bar with the running loss and throughput when stderr is a terminal,
-//! one plain line per epoch otherwise (batch logs), nothing when turned off.
+//! one `tracing` line per epoch otherwise (batch logs), debug-level lines only when turned off. Each
+//! epoch line is printed once.
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -65,6 +66,8 @@ impl Progress {
     }
 
     pub(crate) fn end_epoch(&mut self, record: &EpochRecord) {
+        // Each epoch line is printed once: above the bar on a terminal, as a log line otherwise (a
+        // batch job's log keeps its timestamp), and only at debug level when progress is off.
         let line = epoch_line(record, self.epochs);
         match self.kind {
             Kind::Bar => {
@@ -73,10 +76,9 @@ impl Progress {
                 }
                 eprintln!("{line}");
             }
-            Kind::Plain => eprintln!("{line}"),
-            Kind::Off => {}
+            Kind::Plain => tracing::info!("{line}"),
+            Kind::Off => tracing::debug!("{line}"),
         }
-        tracing::info!("{line}");
     }
 }
 
