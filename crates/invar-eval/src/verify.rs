@@ -227,6 +227,18 @@ pub fn eer(target_scores: &[f32], nontarget_scores: &[f32]) -> Result<(f64, f32)
             ),
         ));
     }
+    if let Some(i) = target_scores.iter().position(|s| !s.is_finite()) {
+        return Err(Error::degenerate(
+            "EER",
+            format!("target score {i} is {}", target_scores[i]),
+        ));
+    }
+    if let Some(i) = nontarget_scores.iter().position(|s| !s.is_finite()) {
+        return Err(Error::degenerate(
+            "EER",
+            format!("nontarget score {i} is {}", nontarget_scores[i]),
+        ));
+    }
     let mut tgt = target_scores.to_vec();
     let mut non = nontarget_scores.to_vec();
     tgt.sort_unstable_by(f32::total_cmp);
@@ -326,7 +338,8 @@ pub fn det_curve(
     let mut i = 0;
     while i < all.len() {
         let s = all[i].0;
-        while i < all.len() && all[i].0 == s {
+        // `total_cmp`, not `==`: a NaN score must still advance `i` (with `==` it never did).
+        while i < all.len() && all[i].0.total_cmp(&s).is_eq() {
             if all[i].1 {
                 miss += 1;
             } else {
@@ -496,4 +509,19 @@ pub fn verify(distances: &[f32], trials: &[Trial], config: &VerifyConfig) -> Res
         threshold_count,
         det: det_curve(&tgt, &non, config.det_points),
     })
+}
+
+#[cfg(test)]
+mod nan_tests {
+    use super::*;
+
+    /// Before the fix, `det_curve` looped forever on a NaN score and `eer` accepted it.
+    #[test]
+    fn nan_scores_terminate_and_eer_refuses_them() {
+        let det = det_curve(&[0.5, f32::NAN], &[0.1, 0.2], 100);
+        assert!(!det.is_empty());
+        assert!(eer(&[0.5, f32::NAN], &[0.1]).is_err());
+        assert!(eer(&[0.5], &[f32::INFINITY]).is_err());
+        assert!(eer(&[0.5], &[0.1]).is_ok());
+    }
 }
