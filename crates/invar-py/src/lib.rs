@@ -441,6 +441,66 @@ fn verify(
     serde_json::to_string(&reports).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
+/// Where term discovery's features come from: a feature-set folder, or arrays by utterance id.
+fn utd_utterances(
+    features: &Bound<'_, PyAny>,
+) -> PyResult<(Vec<invar_utd::UtteranceFeatures>, Option<invar_utd::Timing>)> {
+    if let Ok(dict) = features.downcast::<PyDict>() {
+        let mut utts = Vec::with_capacity(dict.len());
+        for (k, v) in dict.iter() {
+            let id: String = k.extract()?;
+            let x: PyReadonlyArray2<'_, f32> = v.extract().map_err(|_| {
+                PyValueError::new_err(format!(
+                    "features[{id:?}]: expected a 2-D float32 array (frames × dims)"
+                ))
+            })?;
+            let frames = matrix(&x, &format!("features[{id:?}]"))?;
+            utts.push(invar_utd::UtteranceFeatures { id, frames });
+        }
+        Ok((utts, None))
+    } else {
+        let dir: PathBuf = features.extract().map_err(|_| {
+            PyValueError::new_err(
+                "features: expected a dict of id → array or a feature-set folder".to_string(),
+            )
+        })?;
+        let set = FeatureSet::open(&dir).py()?;
+        let timing = set
+            .config()
+            .ok()
+            .as_ref()
+            .and_then(invar_utd::Timing::from_feature_config);
+        Ok((invar_utd::load_featureset(&set).py()?, timing))
+    }
+}
+
+/// Unsupervised term discovery as `invar utd` runs it; returns the classes as JSON.
+#[pyfunction]
+#[pyo3(signature = (features, config=None))]
+fn utd(py: Python<'_>, features: &Bound<'_, PyAny>, config: Option<&str>) -> PyResult<String> {
+    let (utts, timing) = utd_utterances(features)?;
+    let mut base = invar_utd::UtdConfig::default();
+    if let Some(t) = timing {
+        base.timing = t;
+    }
+    let cfg = config_with(base, config, "UTD config")?;
+    cfg.validate().value()?;
+    let classes = py
+        .allow_threads(|| -> invar_utd::Result<Vec<invar_data::Class>> {
+            let discovery = invar_utd::discover(&utts, &cfg)?;
+            Ok(invar_utd::to_classes(&discovery, &utts, &cfg.timing))
+        })
+        .py()?;
+    serde_json::to_string(&classes).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// A ZRTools class file (as `invar utd` writes), as JSON.
+#[pyfunction]
+fn read_classes(path: PathBuf) -> PyResult<String> {
+    let classes = invar_data::read_classes(&path).py()?;
+    serde_json::to_string(&classes).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
 /// A diagonal-covariance GMM / UBM, trained and applied as `invar gmm` does.
 #[pyclass(module = "invar")]
 struct Gmm {
@@ -575,6 +635,8 @@ fn invar_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(eer, m)?)?;
     m.add_function(wrap_pyfunction!(min_dcf, m)?)?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;
+    m.add_function(wrap_pyfunction!(utd, m)?)?;
+    m.add_function(wrap_pyfunction!(read_classes, m)?)?;
     m.add_class::<Gmm>()?;
     Ok(())
 }

@@ -120,6 +120,23 @@ def test_verify_equals_the_cli(corpus):
     assert got == {r["metric"]: r for r in want["reports"]}
 
 
+def test_utd_equals_the_cli(corpus):
+    cli("utd", "--features", corpus / "mfcc", "--out", corpus / "classes.txt")
+    want = invar.read_classes(corpus / "classes.txt")
+    got = invar.utd(corpus / "mfcc")
+    assert want, "the generated corpus should give at least one class"
+    assert sorted(got) == sorted(want)
+    for c in want:
+        assert [f.file for f in got[c]] == [f.file for f in want[c]]
+        # the class file holds times to the precision invar writes them
+        assert [t for f in got[c] for t in (f.start, f.end)] == pytest.approx(
+            [t for f in want[c] for t in (f.start, f.end)], abs=1e-4)
+    arrays = {r["id"]: np.load(corpus / "mfcc" / r["path"]) for r in manifest(corpus / "mfcc")}
+    assert invar.utd(arrays) == got
+    with pytest.raises(ValueError, match="UTD config"):
+        invar.utd(corpus / "mfcc", serach={})
+
+
 # Kaldi's ivector-compute-eer.cc and compute_min_dcf.py, transcribed from the Kaldi sources
 # (src/ivectorbin/ivector-compute-eer.cc, egs/sre08/v1/sid/compute_min_dcf.py).
 def kaldi_eer(target, nontarget):

@@ -31,6 +31,9 @@ __all__ = [
     "eer",
     "min_dcf",
     "verify",
+    "Fragment",
+    "utd",
+    "read_classes",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -275,3 +278,38 @@ def verify(
         )
     )
     return {r["metric"]: r for r in reports}
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """A stretch of one utterance, in seconds."""
+
+    file: str
+    start: float
+    end: float
+
+
+def _classes(raw: List[Mapping[str, Any]]) -> Dict[int, List[Fragment]]:
+    return {
+        int(c["id"]): [Fragment(f["file"], float(f["start"]), float(f["end"])) for f in c["fragments"]]
+        for c in raw
+    }
+
+
+def utd(features: Union[Mapping[str, np.ndarray], PathLike], **config: Any) -> Dict[int, List[Fragment]]:
+    """Unsupervised term discovery as ``invar utd`` runs it: class id → fragments.
+
+    ``features`` is a dict of utterance id → frames × dims array, or a feature-set folder (whose
+    config gives the frame timing). ``config`` overrides invar's UTD settings (``search``,
+    ``refine``, ``cmvn``, ``seed``, … as in ``invar utd --config``).
+    """
+    if isinstance(features, Mapping):
+        source: Any = {str(k): _f32(v, 2, f"features[{k!r}]") for k, v in features.items()}
+    else:
+        source = os.fspath(features)
+    return _classes(json.loads(_invar.utd(source, json.dumps(config) if config else None)))
+
+
+def read_classes(path: PathLike) -> Dict[int, List[Fragment]]:
+    """Read a ZRTools class file (as ``invar utd`` writes): class id → fragments."""
+    return _classes(json.loads(_invar.read_classes(os.fspath(path))))

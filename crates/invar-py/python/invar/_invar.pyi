@@ -62,3 +62,9 @@ class Gmm:
     def components(self) -> int: ...
     @property
     def dims(self) -> Optional[int]: ...
+
+def utd(features: Any, config: Optional[str] = None) -> str:
+    """Term-discovery classes JSON."""
+
+def read_classes(path: str) -> str:
+    """A class file's classes as JSON."""
