@@ -623,6 +623,44 @@ impl Gmm {
     }
 }
 
+/// An i-vector extractor (T matrix) with its UBM, as `invar ivector train` writes it.
+#[pyclass(module = "invar")]
+struct Ivector {
+    ubm: DiagGmm,
+    model: invar_gmm::IvectorExtractor,
+}
+
+#[pymethods]
+impl Ivector {
+    /// Reads an extractor written by `invar ivector train`, against the UBM it was trained on.
+    #[staticmethod]
+    fn load(path: PathBuf, ubm: PyRef<'_, Gmm>) -> PyResult<Self> {
+        let ubm = ubm.model()?.clone();
+        let model = invar_gmm::IvectorExtractor::load(&path, &ubm).py()?;
+        Ok(Ivector { ubm, model })
+    }
+
+    /// The i-vector of one utterance's frames (unit length unless `length_norm` is false).
+    #[pyo3(signature = (frames, length_norm=true))]
+    fn extract<'py>(
+        &self,
+        py: Python<'py>,
+        frames: PyReadonlyArray2<'py, f32>,
+        length_norm: bool,
+    ) -> PyResult<Bound<'py, PyArray1<f32>>> {
+        let x = matrix(&frames, "frames")?;
+        let iv = py
+            .allow_threads(|| self.model.utterance_ivector(&self.ubm, &x, length_norm))
+            .py()?;
+        Ok(iv.data.into_pyarray(py))
+    }
+
+    #[getter]
+    fn rank(&self) -> usize {
+        self.model.rank()
+    }
+}
+
 #[pymodule]
 #[pyo3(name = "_invar")]
 fn invar_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -638,5 +676,6 @@ fn invar_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(utd, m)?)?;
     m.add_function(wrap_pyfunction!(read_classes, m)?)?;
     m.add_class::<Gmm>()?;
+    m.add_class::<Ivector>()?;
     Ok(())
 }

@@ -107,6 +107,23 @@ def test_gmm_posteriors_and_fit_equal_the_cli(corpus):
     assert np.array_equal(again.posteriors(frames[1]), mine.posteriors(frames[1]))
 
 
+def test_ivectors_equal_the_cli(corpus):
+    cli("gmm", "train", "--features", corpus / "mfcc", "--out", corpus / "ubm8",
+        "--components", "8", "--iters", "3", "--seed", "1")
+    ubm = corpus / "ubm8" / "ubm.safetensors"
+    cli("ivector", "train", "--ubm", ubm, "--features", corpus / "mfcc", "--out", corpus / "tv",
+        "--rank", "5", "--iters", "2")
+    cli("ivector", "extract", "--ubm", ubm, "--extractor", corpus / "tv" / "ivector.safetensors",
+        "--features", corpus / "mfcc", "--out", corpus / "iv")
+    ext = invar.IvectorExtractor.load(corpus / "tv" / "ivector.safetensors", invar.GMM.load(ubm))
+    assert ext.rank == 5
+    for r in manifest(corpus / "mfcc"):
+        iv = ext.extract(np.load(corpus / "mfcc" / r["path"]))
+        want = np.load(corpus / "iv" / f"{r['id']}.npy")
+        assert np.array_equal(iv, want.reshape(-1)), r["id"]
+        assert abs(np.linalg.norm(iv) - 1) < 1e-5
+
+
 def test_verify_equals_the_cli(corpus):
     rows = manifest(corpus / "mfcc")
     emb = np.stack([np.load(corpus / "mfcc" / r["path"]).mean(axis=0) for r in rows]).astype(np.float32)

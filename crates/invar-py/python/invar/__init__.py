@@ -27,6 +27,7 @@ __all__ = [
     "Utterance",
     "Corpus",
     "GMM",
+    "IvectorExtractor",
     "abx",
     "eer",
     "min_dcf",
@@ -192,6 +193,27 @@ class GMM:
     def dims(self) -> Optional[int]:
         """Frame dimension (None before fitting)."""
         return self._g.dims
+
+
+class IvectorExtractor:
+    """An i-vector extractor as ``invar ivector train`` writes it; load it with its UBM."""
+
+    def __init__(self, model: Any) -> None:
+        self._m = model
+
+    @classmethod
+    def load(cls, path: PathLike, ubm: GMM) -> "IvectorExtractor":
+        """Read ``ivector.safetensors`` (from ``invar ivector train``) against its UBM."""
+        return cls(_invar.Ivector.load(os.fspath(path), ubm._g))
+
+    def extract(self, frames: np.ndarray, length_norm: bool = True) -> np.ndarray:
+        """The i-vector of one utterance (``invar ivector extract``; unit length unless told)."""
+        return self._m.extract(_f32(frames, 2, "frames"), length_norm)
+
+    @property
+    def rank(self) -> int:
+        """The i-vector dimension."""
+        return self._m.rank
 
 
 def abx(

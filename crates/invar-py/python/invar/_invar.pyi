@@ -68,3 +68,12 @@ def utd(features: Any, config: Optional[str] = None) -> str:
 
 def read_classes(path: str) -> str:
     """A class file's classes as JSON."""
+
+class Ivector:
+    """An i-vector extractor (use ``invar.IvectorExtractor``)."""
+
+    @staticmethod
+    def load(path: str, ubm: Gmm) -> "Ivector": ...
+    def extract(self, frames: np.ndarray, length_norm: bool = True) -> np.ndarray: ...
+    @property
+    def rank(self) -> int: ...
