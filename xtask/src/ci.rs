@@ -1,4 +1,5 @@
-//! `cargo xtask ci`: formatting, lints with warnings denied, the map check (`tidy`), then the test suite.
+//! `cargo xtask ci`: formatting, lints with warnings denied, the map check (`tidy`), then the test suite and the
+//! Python package's tests (`py`).
 
 use anyhow::Result;
 
@@ -15,5 +16,6 @@ pub fn run() -> Result<()> {
         "warnings",
     ])?;
     crate::tidy::run(&[])?;
-    crate::test::run()
+    crate::test::run()?;
+    crate::py::run_tests()
 }

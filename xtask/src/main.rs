@@ -3,6 +3,7 @@
 mod bench;
 mod ci;
 mod peers;
+mod py;
 mod test;
 mod tidy;
 
@@ -13,8 +14,10 @@ use anyhow::{bail, Context, Result};
 const USAGE: &str = "usage: cargo xtask <task>
 
 tasks:
-  ci      cargo fmt --check, clippy -D warnings, tidy, then the whole test suite
+  ci      cargo fmt --check, clippy -D warnings, tidy, the whole test suite, then py
   test    the whole test suite only (what CI runs after the lints)
+  py      the Python package's pytest suite (crates/invar-py/tests) in a venv under
+          target/py-venv, against the CLI (what ci runs after the Rust tests)
   tidy    check ARCHITECTURE.md's map against the code: layering from cargo metadata,
           where clap/terminal/candle crates and `unsafe` may appear, `//!` on every file
   bench   run the criterion benches of every crate and write BENCHMARKS.md
@@ -30,6 +33,7 @@ fn main() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("ci") => ci::run(),
         Some("test") => test::run(),
+        Some("py") => py::run_tests(),
         Some("tidy") => tidy::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
         Some("-h" | "--help" | "help") | None => {

@@ -353,12 +353,7 @@ fn extract(args: ExtractArgs) -> anyhow::Result<()> {
     });
     let (utterances, frames, dims, complete) =
         per_utterance(&set, &args.out, &config, shard, "i-vectors", &|x| {
-            let bw = baum_welch(&ubm, x, 0)?;
-            let mut iv = Matrix::new(1, model.rank(), model.extract(&bw)?)?;
-            if length_norm {
-                invar_gmm::length_normalize(&mut iv);
-            }
-            Ok(iv)
+            Ok(model.utterance_ivector(&ubm, x, length_norm)?)
         })?;
     if complete {
         let stacked = stack_rows(&args.out, "ivectors")?;

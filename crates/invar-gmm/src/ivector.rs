@@ -422,6 +422,22 @@ impl IvectorExtractor {
         Ok(out)
     }
 
+    /// One utterance's i-vector from its frames, as `invar ivector extract` writes it (a 1 × R row):
+    /// Baum-Welch statistics against `ubm`, the posterior mean, then unit length if `length_norm`.
+    pub fn utterance_ivector(
+        &self,
+        ubm: &DiagGmm,
+        frames: &Matrix,
+        length_norm: bool,
+    ) -> Result<Matrix> {
+        let bw = baum_welch(ubm, frames, 0)?;
+        let mut iv = Matrix::new(1, self.rank, self.extract(&bw)?)?;
+        if length_norm {
+            length_normalize(&mut iv);
+        }
+        Ok(iv)
+    }
+
     /// i-vectors of many utterances, `utterances × R`.
     pub fn extract_all(&self, stats: &[BaumWelch]) -> Result<Matrix> {
         let r = self.rank;
