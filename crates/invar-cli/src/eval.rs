@@ -126,24 +126,11 @@ fn write_results<T: Serialize>(out: &Path, json: Option<&Path>, value: &T) -> an
     Ok(())
 }
 
-/// The first number under `key` anywhere in a JSON document (feature configs nest their frame config).
-fn find_number(v: &serde_json::Value, key: &str) -> Option<f64> {
-    match v {
-        serde_json::Value::Object(m) => m
-            .get(key)
-            .and_then(serde_json::Value::as_f64)
-            .or_else(|| m.values().find_map(|x| find_number(x, key))),
-        serde_json::Value::Array(a) => a.iter().find_map(|x| find_number(x, key)),
-        _ => None,
-    }
-}
-
 fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let set = FeatureSet::open(&args.features)?;
-    let feature_config = set.config().ok();
-    let from_config = |key: &str| feature_config.as_ref().and_then(|c| find_number(c, key));
+    let from_config = |key: &str| set.config_number(key);
     let timing = FrameTiming {
         hop_s: args
             .hop_ms

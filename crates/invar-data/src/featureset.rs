@@ -128,6 +128,23 @@ impl FeatureSet {
         Ok(invar_io::read_json(self.dir.join(CONFIG))?)
     }
 
+    /// The first number under `key` anywhere in `config.json` (feature configs nest their frame
+    /// config, e.g. `frontend.frame.shift_ms`); `None` when the file is missing, unreadable or has
+    /// no such number. The one lookup `invar eval abx` and the Python package share.
+    pub fn config_number(&self, key: &str) -> Option<f64> {
+        fn find(v: &serde_json::Value, key: &str) -> Option<f64> {
+            match v {
+                serde_json::Value::Object(m) => m
+                    .get(key)
+                    .and_then(serde_json::Value::as_f64)
+                    .or_else(|| m.values().find_map(|x| find(x, key))),
+                serde_json::Value::Array(a) => a.iter().find_map(|x| find(x, key)),
+                _ => None,
+            }
+        }
+        find(&self.config().ok()?, key)
+    }
+
     /// Feature dimension shared by all entries, or an error naming the first entry that differs.
     pub fn dims(&self) -> Result<usize> {
         let Some(first) = self.entries.first() else {

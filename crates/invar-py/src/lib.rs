@@ -222,19 +222,6 @@ fn read_corpus(py: Python<'_>, path: PathBuf, layout: &str) -> PyResult<String> 
     serde_json::to_string(&corpus).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
-/// The first number under `key` anywhere in a feature set's config.json, as `invar eval abx` looks
-/// its frame timing up.
-fn find_number(v: &serde_json::Value, key: &str) -> Option<f64> {
-    match v {
-        serde_json::Value::Object(m) => m
-            .get(key)
-            .and_then(serde_json::Value::as_f64)
-            .or_else(|| m.values().find_map(|x| find_number(x, key))),
-        serde_json::Value::Array(a) => a.iter().find_map(|x| find_number(x, key)),
-        _ => None,
-    }
-}
-
 /// Where ABX features come from: a feature-set folder, or arrays by file id.
 enum AbxSource {
     Set(FeatureSet),
@@ -282,14 +269,32 @@ fn abx(
         })?;
         AbxSource::Set(FeatureSet::open(&dir).py()?)
     };
-    let from_config = |key: &str| match &source {
-        AbxSource::Set(set) => set.config().ok().and_then(|c| find_number(&c, key)),
-        AbxSource::Arrays(_) => None,
-    };
-    let timing = FrameTiming {
-        hop_s: hop_ms.or_else(|| from_config("shift_ms")).unwrap_or(10.0) / 1000.0,
-        win_s: win_ms.or_else(|| from_config("length_ms")).unwrap_or(25.0) / 1000.0,
-    };
+    // A folder's timing comes from its config.json as `invar eval abx` reads it; bare arrays carry
+    // none, so their timing must be given: an assumed 10 ms would score 20 ms features wrongly.
+    let timing =
+        match &source {
+            AbxSource::Set(set) => FrameTiming {
+                hop_s: hop_ms
+                    .or_else(|| set.config_number("shift_ms"))
+                    .unwrap_or(10.0)
+                    / 1000.0,
+                win_s: win_ms
+                    .or_else(|| set.config_number("length_ms"))
+                    .unwrap_or(25.0)
+                    / 1000.0,
+            },
+            AbxSource::Arrays(_) => match (hop_ms, win_ms) {
+                (Some(hop), Some(win)) => FrameTiming {
+                    hop_s: hop / 1000.0,
+                    win_s: win / 1000.0,
+                },
+                _ => return Err(PyValueError::new_err(
+                    "abx on a dict of arrays needs hop_ms and win_ms (the frame shift and length \
+                     the features were computed with, e.g. hop_ms=10, win_ms=25 for invar's \
+                     default front-end): arrays carry no frame timing",
+                )),
+            },
+        };
     let results = py
         .allow_threads(|| -> invar_eval::Result<Vec<abx_lib::AbxResult>> {
             let items = invar_eval::read_items(&item)?;

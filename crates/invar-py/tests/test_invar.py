@@ -81,7 +81,14 @@ def test_abx_equals_the_cli_from_a_folder_and_from_arrays(corpus):
         got = invar.abx(corpus / "mfcc", item, distance=distance, convention=convention)
         assert got == want
         arrays = {r["id"]: np.load(corpus / "mfcc" / r["path"]) for r in manifest(corpus / "mfcc")}
-        assert invar.abx(arrays, item, distance=distance, convention=convention) == want
+        assert invar.abx(arrays, item, distance=distance, convention=convention,
+                         hop_ms=10, win_ms=25) == want
+        # Arrays carry no frame timing: no silent 10 ms.
+        with pytest.raises(ValueError, match="needs hop_ms and win_ms"):
+            invar.abx(arrays, item, distance=distance, convention=convention)
+        # The timing given is the timing used: a 20 ms hop moves the items' frames.
+        assert invar.abx(arrays, item, distance=distance, convention=convention,
+                         hop_ms=20, win_ms=25) != want
     assert 0.0 <= want["within"]["error"] <= 1.0 and want["within"]["pairs"]
 
 
@@ -236,7 +243,7 @@ def test_bad_input_raises_invar_errors(corpus, tmp_path):
     assert str(e.value) in r.stderr
     with pytest.raises(invar.InvarError, match="no features for file .* in <features dict>"):
         invar.abx({"MISSING0": np.zeros((5, 3), np.float32)},
-                  corpus / "corpus" / "train.item")
+                  corpus / "corpus" / "train.item", hop_ms=10, win_ms=25)
     with pytest.raises(ValueError, match="not fitted"):
         invar.GMM(2).posteriors(np.zeros((3, 2), np.float32))
 

@@ -229,8 +229,9 @@ def abx(
     """ABX error from a ZeroSpeech ``.item`` file, as ``invar eval abx`` computes it.
 
     ``features`` is a dict of file id → frames × dims array, or a feature-set folder. ``mode`` is
-    ``within``, ``across`` or ``both``. Frame timing defaults to the feature set's config (else
-    10 ms / 25 ms). Returns one result per mode: ``error``, ``pairs`` (per phone pair),
+    ``within``, ``across`` or ``both``. For a folder, frame timing defaults to the feature
+    set's config (as the CLI: else 10 ms / 25 ms); a dict of arrays carries none, so ``hop_ms`` and
+    ``win_ms`` are required (``ValueError`` otherwise). Returns one result per mode: ``error``, ``pairs`` (per phone pair),
     ``cell_scores``, ``cells``, ``triplets``, ``items``, … as the CLI's ``results.json``.
     """
     if isinstance(features, Mapping):
