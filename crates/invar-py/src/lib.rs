@@ -222,6 +222,22 @@ fn read_corpus(py: Python<'_>, path: PathBuf, layout: &str) -> PyResult<String> 
     serde_json::to_string(&corpus).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
+/// A dict of id → 2-D float32 array as matrices, in the dict's order; an error names the entry.
+fn dict_matrices(dict: &Bound<'_, PyDict>) -> PyResult<Vec<(String, Matrix)>> {
+    let mut out = Vec::with_capacity(dict.len());
+    for (k, v) in dict.iter() {
+        let id: String = k.extract()?;
+        let x: PyReadonlyArray2<'_, f32> = v.extract().map_err(|_| {
+            PyValueError::new_err(format!(
+                "features[{id:?}]: expected a 2-D float32 array (frames × dims)"
+            ))
+        })?;
+        let m = matrix(&x, &format!("features[{id:?}]"))?;
+        out.push((id, m));
+    }
+    Ok(out)
+}
+
 /// Where ABX features come from: a feature-set folder, or arrays by file id.
 enum AbxSource {
     Set(FeatureSet),
@@ -249,18 +265,7 @@ fn abx(
         m => vec![parse::<AbxMode>("mode", m)?],
     };
     let source = if let Ok(dict) = features.downcast::<PyDict>() {
-        let mut arrays = HashMap::with_capacity(dict.len());
-        for (k, v) in dict.iter() {
-            let id: String = k.extract()?;
-            let x: PyReadonlyArray2<'_, f32> = v.extract().map_err(|_| {
-                PyValueError::new_err(format!(
-                    "features[{id:?}]: expected a 2-D float32 array (frames × dims)"
-                ))
-            })?;
-            let m = matrix(&x, &format!("features[{id:?}]"))?;
-            arrays.insert(id, m);
-        }
-        AbxSource::Arrays(arrays)
+        AbxSource::Arrays(dict_matrices(dict)?.into_iter().collect())
     } else {
         let dir: PathBuf = features.extract().map_err(|_| {
             PyValueError::new_err(
@@ -451,17 +456,10 @@ fn utd_utterances(
     features: &Bound<'_, PyAny>,
 ) -> PyResult<(Vec<invar_utd::UtteranceFeatures>, Option<invar_utd::Timing>)> {
     if let Ok(dict) = features.downcast::<PyDict>() {
-        let mut utts = Vec::with_capacity(dict.len());
-        for (k, v) in dict.iter() {
-            let id: String = k.extract()?;
-            let x: PyReadonlyArray2<'_, f32> = v.extract().map_err(|_| {
-                PyValueError::new_err(format!(
-                    "features[{id:?}]: expected a 2-D float32 array (frames × dims)"
-                ))
-            })?;
-            let frames = matrix(&x, &format!("features[{id:?}]"))?;
-            utts.push(invar_utd::UtteranceFeatures { id, frames });
-        }
+        let utts = dict_matrices(dict)?
+            .into_iter()
+            .map(|(id, frames)| invar_utd::UtteranceFeatures { id, frames })
+            .collect();
         Ok((utts, None))
     } else {
         let dir: PathBuf = features.extract().map_err(|_| {
