@@ -95,6 +95,50 @@ mod tests {
         assert_eq!(names.len(), 1, "temporary file left behind: {names:?}");
     }
 
+    /// A really full disk: a 64 KiB tmpfs (needs root; skipped with the reason otherwise). The
+    /// write of 1 MiB fails with ENOSPC, the old file stays whole and no temporary is left.
+    #[test]
+    fn full_disk_leaves_old_file_and_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let mount = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+            .arg(dir.path())
+            .output();
+        match mount {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => {
+                eprintln!(
+                    "skipped: cannot mount a small tmpfs ({})",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+                return;
+            }
+            Err(e) => {
+                eprintln!("skipped: no `mount` to make a small full disk ({e})");
+                return;
+            }
+        }
+        struct Unmount<'a>(&'a Path);
+        impl Drop for Unmount<'_> {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(self.0).status();
+            }
+        }
+        let _unmount = Unmount(dir.path());
+        let path = dir.path().join("out.npy");
+        write_text(&path, "old").unwrap();
+        let big = vec![7u8; 1 << 20];
+        let err = atomic_write(&path, |w| w.write_all(&big)).unwrap_err();
+        let Error::Io { source, .. } = &err else {
+            panic!("not an I/O error: {err}");
+        };
+        assert_eq!(source.raw_os_error(), Some(28), "not ENOSPC: {err}");
+        assert!(err.to_string().contains("out.npy"), "{err}");
+        assert_eq!(fs::read_to_string(&path).unwrap(), "old");
+        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "temporary file left behind: {names:?}");
+    }
+
     #[test]
     fn creates_parents_and_replaces() {
         let dir = tempfile::tempdir().unwrap();

@@ -22,6 +22,36 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    /// Another run holds the output folder's lock.
+    #[error(
+        "{dir}: another run is writing this folder ({holder}); wait for it to finish or choose \
+         another folder (lock file {lock})"
+    )]
+    Locked {
+        dir: PathBuf,
+        lock: PathBuf,
+        holder: String,
+    },
+    /// A fresh run's output folder already holds files.
+    #[error(
+        "{dir}: not empty, holds {entries} entries ({made_by}); continue that run with --resume \
+         where the command has it, delete them first with --force, or choose another folder"
+    )]
+    NotEmpty {
+        dir: PathBuf,
+        entries: usize,
+        made_by: String,
+    },
+    /// A run would continue a folder that another kind of run made.
+    #[error(
+        "{dir}: made by another run ({found}), not by `{expected}` with these settings; delete \
+         it first with --force or choose another folder"
+    )]
+    OtherRun {
+        dir: PathBuf,
+        found: String,
+        expected: String,
+    },
     /// A matrix's data length does not match its shape.
     #[error("matrix of {rows}×{cols} needs {} values, got {len}", rows * cols)]
     Shape {
