@@ -154,7 +154,9 @@ fn io_err(path: &Path, source: std::io::Error) -> Error {
 }
 
 /// Reads only the header of a WAV or SPHERE file (detected by content) and reports rate, channels,
-/// frames and format.
+/// frames and format, after checking that the file holds the samples the header promises: a file
+/// with no samples is [`Error::Empty`] and one cut short [`Error::TruncatedData`] (or
+/// [`Error::TruncatedHeader`]), so a header alone never counts as audio.
 pub fn probe(path: impl AsRef<Path>) -> Result<AudioInfo> {
     let path = path.as_ref();
     let mut file = File::open(path).map_err(|e| io_err(path, e))?;
@@ -167,7 +169,7 @@ pub fn probe(path: impl AsRef<Path>) -> Result<AudioInfo> {
     match detect(path, &head)? {
         AudioFormat::Wav => {
             let file = File::open(path).map_err(|e| io_err(path, e))?;
-            wav::probe_reader(path, std::io::BufReader::new(file))
+            wav::probe_reader(path, std::io::BufReader::new(file), file_len)
         }
         AudioFormat::Sphere => {
             let needed = sphere::header_len(path, &head)?;
@@ -185,6 +187,11 @@ pub fn probe(path: impl AsRef<Path>) -> Result<AudioInfo> {
                 .read_to_end(&mut header)
                 .map_err(|e| io_err(path, e))?;
             let h = sphere::parse_header(path, &header, file_len)?;
+            if h.frames == 0 {
+                return Err(Error::Empty {
+                    path: path.to_path_buf(),
+                });
+            }
             Ok(h.info())
         }
     }

@@ -61,9 +61,17 @@ pub enum Error {
         expected: u64,
         found: u64,
     },
-    /// The file decodes to zero samples.
-    #[error("{path}: holds no audio samples")]
+    /// The file holds zero samples (a header-only WAV, a SPHERE file with `sample_count 0`): an
+    /// error, never an utterance of length zero.
+    #[error("{path}: holds no audio samples (header only); remove it from the corpus or list")]
     Empty { path: PathBuf },
+    /// A decoded sample is NaN or infinite (possible in 32-bit float WAVs).
+    #[error("{path}: the sample of frame {sample} (counted from 0) is {value}; audio samples must be finite")]
+    NonFiniteSample {
+        path: PathBuf,
+        sample: usize,
+        value: f32,
+    },
     /// `ChannelSelect::Index` names a channel the file does not have.
     #[error("{path}: channel {requested} was requested but the file has {channels} channel(s) (indices start at 0)")]
     ChannelOutOfRange {

@@ -1,7 +1,7 @@
 //! RIFF/WAVE decoding (with hound; PCM 8/16/24/32-bit and 32-bit float, any channel count) and
 //! 16-bit PCM writing.
 
-use std::io::{Cursor, Read};
+use std::io::{Cursor, Read, Seek};
 use std::path::Path;
 
 use hound::{SampleFormat, WavReader, WavSpec, WavWriter};
@@ -65,17 +65,62 @@ fn check_spec(path: &Path, spec: &WavSpec) -> Result<()> {
     Ok(())
 }
 
-/// Probes an open WAV file: reads the chunks up to the start of the sample data, nothing more.
-pub(crate) fn probe_reader<R: Read>(path: &Path, reader: R) -> Result<AudioInfo> {
+/// Probes an open WAV file of `file_len` bytes: reads the chunks up to the start of the sample data,
+/// nothing more, and checks that the file holds the samples its data chunk promises. A file with no
+/// samples (a header-only WAV) is [`Error::Empty`]; one cut short is [`Error::TruncatedData`]: the
+/// duration a header claims is never reported for samples that are not there.
+pub(crate) fn probe_reader<R: Read + Seek>(
+    path: &Path,
+    reader: R,
+    file_len: u64,
+) -> Result<AudioInfo> {
     let reader = WavReader::new(reader).map_err(|e| wav_err(path, e))?;
     let spec = reader.spec();
     check_spec(path, &spec)?;
+    let claimed = u64::from(reader.len());
+    let frames = u64::from(reader.duration());
+    let data_offset = reader
+        .into_inner()
+        .stream_position()
+        .map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    check_data(path, &spec, claimed, data_offset, file_len)?;
     Ok(AudioInfo {
         sample_rate: spec.sample_rate,
         channels: spec.channels,
-        frames: u64::from(reader.duration()),
+        frames,
         format: AudioFormat::Wav,
     })
+}
+
+/// The checks a probe and a decode share: some samples are promised, and the bytes after
+/// `data_offset` can hold them (samples occupy at least ceil(bits / 8) bytes each).
+fn check_data(
+    path: &Path,
+    spec: &WavSpec,
+    claimed: u64,
+    data_offset: u64,
+    file_len: u64,
+) -> Result<()> {
+    let width = u64::from(spec.bits_per_sample).div_ceil(8);
+    let available = file_len.saturating_sub(data_offset);
+    let expected = claimed.saturating_mul(width);
+    if expected > available {
+        return Err(Error::TruncatedData {
+            path: path.to_path_buf(),
+            offset: data_offset,
+            expected,
+            found: available,
+        });
+    }
+    if claimed < u64::from(spec.channels.max(1)) {
+        return Err(Error::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(())
 }
 
 /// Decodes a whole WAV file held in memory into mono audio.
@@ -87,31 +132,18 @@ pub(crate) fn decode(path: &Path, bytes: &[u8], channel: ChannelSelect) -> Resul
     let data_offset = reader.into_inner().position();
     check_spec(path, &spec)?;
     check_channel(path, channel, spec.channels)?;
-    // Samples occupy at least ceil(bits / 8) bytes each; refuse before allocating if the file cannot
-    // hold what the data chunk promises.
+    // Refuse before allocating if the file cannot hold what the data chunk promises.
+    check_data(path, &spec, claimed, data_offset, bytes.len() as u64)?;
     let width = u64::from(spec.bits_per_sample).div_ceil(8);
-    let available = (bytes.len() as u64).saturating_sub(data_offset);
-    let expected = claimed.saturating_mul(width);
     let truncated = || Error::TruncatedData {
         path: path.to_path_buf(),
         offset: data_offset,
-        expected,
-        found: available,
+        expected: claimed.saturating_mul(width),
+        found: (bytes.len() as u64).saturating_sub(data_offset),
     };
-    if expected > available {
-        return Err(truncated());
-    }
     let mut reader = WavReader::new(Cursor::new(bytes)).map_err(|e| wav_err(path, e))?;
-    if claimed == 0 {
-        return Err(Error::Empty {
-            path: path.to_path_buf(),
-        });
-    }
     if let Some(samples) = decode_packed(bytes, data_offset as usize, claimed, &spec, channel) {
-        return Ok(Audio {
-            samples,
-            sample_rate: spec.sample_rate,
-        });
+        return finite(path, spec.sample_rate, samples);
     }
     let channels = usize::from(spec.channels);
     let frames = (claimed / channels as u64) as usize;
@@ -138,9 +170,22 @@ pub(crate) fn decode(path: &Path, bytes: &[u8], channel: ChannelSelect) -> Resul
             }
         }
     }
+    finite(path, spec.sample_rate, out)
+}
+
+/// Refuses decoded samples that are NaN or infinite (32-bit float WAVs can hold them): they would
+/// turn every feature of the utterance into NaN.
+fn finite(path: &Path, sample_rate: u32, samples: Vec<f32>) -> Result<Audio> {
+    if let Some(sample) = samples.iter().position(|x| !x.is_finite()) {
+        return Err(Error::NonFiniteSample {
+            path: path.to_path_buf(),
+            sample,
+            value: samples[sample],
+        });
+    }
     Ok(Audio {
-        samples: out,
-        sample_rate: spec.sample_rate,
+        samples,
+        sample_rate,
     })
 }
 

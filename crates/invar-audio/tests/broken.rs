@@ -250,6 +250,104 @@ fn broken_files_are_errors_that_say_what_is_wrong() {
     assert!(matches!(err, Error::Io { .. }) && err.to_string().contains("absent.wav"));
 }
 
+/// A canonical 44-byte WAV header: PCM (format 1) or IEEE float (3), mono, 16 kHz, whose data
+/// chunk promises `data_bytes` bytes; the caller appends what the file really holds.
+fn wav_header(format: u16, bits: u16, data_bytes: u32) -> Vec<u8> {
+    let rate = 16_000u32;
+    let block = bits / 8;
+    let mut h = b"RIFF".to_vec();
+    h.extend_from_slice(&(36 + data_bytes).to_le_bytes());
+    h.extend_from_slice(b"WAVEfmt ");
+    h.extend_from_slice(&16u32.to_le_bytes());
+    h.extend_from_slice(&format.to_le_bytes());
+    h.extend_from_slice(&1u16.to_le_bytes());
+    h.extend_from_slice(&rate.to_le_bytes());
+    h.extend_from_slice(&(rate * u32::from(block)).to_le_bytes());
+    h.extend_from_slice(&block.to_le_bytes());
+    h.extend_from_slice(&bits.to_le_bytes());
+    h.extend_from_slice(b"data");
+    h.extend_from_slice(&data_bytes.to_le_bytes());
+    assert_eq!(h.len(), 44);
+    h
+}
+
+/// Issue 17: a header-only WAV (44 bytes) passed `probe` and counted as the 10.4 s its data chunk
+/// claimed (333 312 bytes = 166 656 16-bit samples at 16 kHz). Probing, like decoding, must find
+/// the samples missing; a header promising no samples at all is `Empty`.
+#[test]
+fn header_only_wavs_are_errors_in_probe_and_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let claims = dir.path().join("claims_10s.wav");
+    std::fs::write(&claims, wav_header(1, 16, 333_312)).expect("write");
+    let e = probe(&claims).expect_err("a header alone is not 10.4 s of audio");
+    assert!(
+        matches!(
+            e,
+            Error::TruncatedData {
+                offset: 44,
+                expected: 333_312,
+                found: 0,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("claims_10s.wav"), "{e}");
+
+    let empty = dir.path().join("empty.wav");
+    std::fs::write(&empty, wav_header(1, 16, 0)).expect("write");
+    for e in [
+        probe(&empty).expect_err("probe"),
+        read_audio(&empty, &ReadOptions::default()).expect_err("read"),
+    ] {
+        assert!(matches!(e, Error::Empty { .. }), "{e:?}");
+        assert!(e.to_string().contains("empty.wav"), "{e}");
+    }
+
+    // The same for SPHERE: a header whose sample_count is 0.
+    let sph = dir.path().join("empty.sph");
+    std::fs::write(
+        &sph,
+        sphere(
+            "sample_count -i 0\nsample_rate -i 16000\nchannel_count -i 1\nsample_n_bytes -i 2\n\
+             sample_byte_format -s2 01\nsample_coding -s3 pcm\n",
+            &[],
+        ),
+    )
+    .expect("write");
+    let e = probe(&sph).expect_err("a SPHERE header alone is no audio");
+    assert!(matches!(e, Error::Empty { .. }), "{e:?}");
+
+    // A WAV that does hold its samples still probes, with its true length.
+    let one = dir.path().join("one.wav");
+    let mut bytes = wav_header(1, 16, 4);
+    bytes.extend_from_slice(&[0, 1, 0, 2]);
+    std::fs::write(&one, bytes).expect("write");
+    assert_eq!(probe(&one).expect("probe").frames, 2);
+}
+
+/// A 32-bit float WAV can hold NaN or infinity: refused with the file and frame, never decoded into
+/// features that are all NaN.
+#[test]
+fn non_finite_float_samples_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, bad) in [("nan.wav", f32::NAN), ("inf.wav", f32::NEG_INFINITY)] {
+        let path = dir.path().join(name);
+        let samples = [0.25f32, -0.5, bad, 0.0];
+        let mut bytes = wav_header(3, 32, 16);
+        for x in samples {
+            bytes.extend_from_slice(&x.to_le_bytes());
+        }
+        std::fs::write(&path, bytes).expect("write");
+        let e = read_audio(&path, &ReadOptions::default()).expect_err("non-finite sample");
+        assert!(
+            matches!(e, Error::NonFiniteSample { sample: 2, .. }),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains(name), "{e}");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 

@@ -52,6 +52,30 @@ pub enum Error {
         found: String,
         expected: String,
     },
+    /// A matrix read from a file holds NaN or infinity: refused where the values enter, so no stage
+    /// computes on (or loops forever over) a value that has no order.
+    #[error(
+        "{path}: row {row}, column {col} is {value} (counted from 0); invar refuses NaN and \
+         infinite values: regenerate the file, or drop that row"
+    )]
+    NonFinite {
+        path: PathBuf,
+        row: usize,
+        col: usize,
+        value: f32,
+    },
+    /// A matrix about to be written holds NaN or infinity (a numerical failure upstream): nothing
+    /// is written under the final name.
+    #[error(
+        "{path}: not written: row {row}, column {col} is {value} (counted from 0); the stage \
+         that computed it failed numerically"
+    )]
+    NonFiniteOutput {
+        path: PathBuf,
+        row: usize,
+        col: usize,
+        value: f32,
+    },
     /// A matrix's data length does not match its shape.
     #[error("matrix of {rows}×{cols} needs {} values, got {len}", rows * cols)]
     Shape {

@@ -1,5 +1,7 @@
 //! A dense row-major `f32` matrix: frames × dims features, posteriorgrams, supervectors, embeddings.
 
+use std::path::Path;
+
 use crate::{Error, Result};
 
 /// A dense row-major matrix of `f32`; row `i` is `data[i * cols..(i + 1) * cols]`.
@@ -61,6 +63,27 @@ impl Matrix {
         }
     }
 
+    /// The first NaN or infinite entry in row-major order, as `(row, col, value)`.
+    pub fn first_non_finite(&self) -> Option<(usize, usize, f32)> {
+        let i = self.data.iter().position(|x| !x.is_finite())?;
+        let cols = self.cols.max(1);
+        Some((i / cols, i % cols, self.data[i]))
+    }
+
+    /// Refuses a matrix read from `path` that holds NaN or infinity, naming the first bad row and
+    /// column ([`Error::NonFinite`]). Every reader of numeric input calls it where values enter.
+    pub fn check_finite(&self, path: &Path) -> Result<()> {
+        match self.first_non_finite() {
+            None => Ok(()),
+            Some((row, col, value)) => Err(Error::NonFinite {
+                path: path.to_path_buf(),
+                row,
+                col,
+                value,
+            }),
+        }
+    }
+
     /// Stacks matrices with the same number of columns on top of each other.
     pub fn vstack<'a>(parts: impl IntoIterator<Item = &'a Matrix>) -> Result<Matrix> {
         let mut out = Matrix::default();
@@ -104,6 +127,28 @@ mod tests {
         let rows: Vec<_> = m.iter_rows().collect();
         assert_eq!(rows, vec![&[1.0, 2.0, 3.0][..], &[4.0, 5.0, 6.0][..]]);
         assert_eq!(m.slice_rows(1, 2).data, vec![4.0, 5.0, 6.0]);
+    }
+
+    #[test]
+    fn first_non_finite_names_row_and_column() {
+        let mut m = Matrix::zeros(3, 4);
+        assert_eq!(m.first_non_finite(), None);
+        assert!(m.check_finite(Path::new("m.npy")).is_ok());
+        m.row_mut(2)[1] = f32::INFINITY;
+        m.row_mut(1)[3] = f32::NAN;
+        let (row, col, v) = m.first_non_finite().unwrap();
+        assert_eq!((row, col), (1, 3));
+        assert!(v.is_nan());
+        let err = m
+            .check_finite(Path::new("dir/m.npy"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("dir/m.npy") && err.contains("row 1, column 3") && err.contains("NaN"),
+            "{err}"
+        );
+        m.row_mut(1)[3] = 0.0;
+        assert_eq!(m.first_non_finite(), Some((2, 1, f32::INFINITY)));
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! `.npy` matrices: `f32`/`f64` 1-D or 2-D arrays in C or Fortran order are read as a row-major `f32`
 //! [`Matrix`]; matrices are written as little-endian `f32` in C order, atomically. Label vectors are
-//! 1-D `i64`.
+//! 1-D `i64`. NaN and infinity are refused both ways, naming the file, row and column: every stage
+//! reads its numeric input here, so a bad value stops at the door instead of hanging a sort or
+//! turning a score into NaN.
 
 use std::fs::File;
 use std::io::{BufReader, Write};
@@ -11,7 +13,8 @@ use npyz::{NpyFile, Order, WriterBuilder};
 use crate::{atomic_write, Error, Matrix, Result};
 
 /// Reads a 1-D (`n` → `n × 1`) or 2-D `.npy` array of `f32` or `f64` (either byte order, C or Fortran
-/// order) as a row-major `f32` matrix.
+/// order) as a row-major `f32` matrix. A NaN or infinite value (or an `f64` too large for `f32`) is
+/// an [`Error::NonFinite`] naming its row and column.
 pub fn read_npy(path: impl AsRef<Path>) -> Result<Matrix> {
     let path = path.as_ref();
     let (npy, file_len) = open(path)?;
@@ -63,11 +66,23 @@ pub fn read_npy(path: impl AsRef<Path>) -> Result<Matrix> {
         Order::C => data,
         Order::Fortran => transpose(&data, cols, rows),
     };
-    Matrix::new(rows, cols, data)
+    let m = Matrix::new(rows, cols, data)?;
+    m.check_finite(path)?;
+    Ok(m)
 }
 
-/// Writes `m` as a 2-D little-endian `f32` C-order `.npy` file, atomically.
+/// Writes `m` as a 2-D little-endian `f32` C-order `.npy` file, atomically. A matrix holding NaN or
+/// infinity is not written ([`Error::NonFiniteOutput`], naming the row and column).
 pub fn write_npy(path: impl AsRef<Path>, m: &Matrix) -> Result<()> {
+    let path = path.as_ref();
+    if let Some((row, col, value)) = m.first_non_finite() {
+        return Err(Error::NonFiniteOutput {
+            path: path.to_path_buf(),
+            row,
+            col,
+            value,
+        });
+    }
     if m.rows * m.cols != m.data.len() {
         return Err(Error::Shape {
             rows: m.rows,
@@ -308,6 +323,61 @@ mod tests {
             let err = read_npy(&path).unwrap_err().to_string();
             assert!(err.contains("bad.npy") && err.contains(expect), "{err}");
         }
+    }
+
+    #[test]
+    fn non_finite_values_are_refused_naming_file_row_and_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("emb.npy");
+        // Row-major [[1, 2], [3, NaN], [inf, 6]] as f32, written by hand (write_npy refuses it).
+        let payload: Vec<u8> = [1.0f32, 2.0, 3.0, f32::NAN, f32::INFINITY, 6.0]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        std::fs::write(&path, handmade("<f4", false, "(3, 2)", &payload)).unwrap();
+        match read_npy(&path).unwrap_err() {
+            Error::NonFinite {
+                path: p, row, col, ..
+            } => assert_eq!((p, row, col), (path.clone(), 1, 1)),
+            other => panic!("unexpected {other}"),
+        }
+        // Fortran order: the row and column are those of the matrix, not of the storage order.
+        // [[1, 2], [-inf, 4]] stored column by column: 1 -inf 2 4.
+        let payload: Vec<u8> = [1.0f64, f64::NEG_INFINITY, 2.0, 4.0]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        std::fs::write(&path, handmade("<f8", true, "(2, 2)", &payload)).unwrap();
+        let err = read_npy(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("emb.npy") && err.contains("row 1, column 0") && err.contains("-inf"),
+            "{err}"
+        );
+        // An f64 beyond f32's range becomes infinite on reading: refused too.
+        let payload: Vec<u8> = [1e300f64].iter().flat_map(|x| x.to_le_bytes()).collect();
+        std::fs::write(&path, handmade("<f8", false, "(1,)", &payload)).unwrap();
+        assert!(matches!(
+            read_npy(&path),
+            Err(Error::NonFinite { row: 0, col: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn non_finite_matrices_are_not_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("post.npy");
+        let good = Matrix::new(1, 2, vec![0.5, 0.5]).unwrap();
+        write_npy(&path, &good).unwrap();
+        let bad = Matrix::new(2, 2, vec![0.5, 0.5, f32::NAN, 0.5]).unwrap();
+        let err = write_npy(&path, &bad).unwrap_err();
+        assert!(
+            matches!(err, Error::NonFiniteOutput { row: 1, col: 0, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("post.npy"), "{err}");
+        // The old file is untouched and no temporary is left.
+        assert_eq!(read_npy(&path).unwrap(), good);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]
