@@ -63,6 +63,25 @@ fn io(c: &mut Criterion) {
     });
     group.finish();
 
+    // The committed 1 s fixtures (tests/fixtures/make_compressed.sh): the same 16 000 samples as
+    // 16-bit WAV and as FLAC from the reference encoder (`flac --best`), and the lossy encodings.
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut group = c.benchmark_group("decode_1s_16k_fixture");
+    group.throughput(Throughput::Elements(16_000));
+    for name in [
+        "speech16k.wav",
+        "speech16k.flac",
+        "speech16k.ogg",
+        "speech16k.mp3",
+        "speech16k.m4a",
+    ] {
+        let bytes = std::fs::read(fixtures.join(name)).expect("fixture");
+        group.bench_function(name.trim_start_matches("speech16k."), |b| {
+            b.iter(|| decode(name, black_box(&bytes), ChannelSelect::Mix).expect("decode"))
+        });
+    }
+    group.finish();
+
     let cd = speechlike(44_100);
     let mut group = c.benchmark_group("resample_10s");
     group.throughput(Throughput::Elements(cd.samples.len() as u64));

@@ -17,12 +17,20 @@ pub enum Error {
     /// Writing an output file failed (the previous file, if any, is untouched).
     #[error(transparent)]
     Write(#[from] invar_io::Error),
-    /// The file starts with neither a RIFF/WAVE nor a NIST_1A header.
+    /// The file starts with no header invar knows.
     #[error(
-        "{path}: not a WAV or NIST SPHERE file: it starts with {found:?}, expected \"RIFF....WAVE\" \
-         or \"NIST_1A\" (formats are detected by content, not by extension)"
+        "{path}: not an audio file invar reads: it starts with {found:?}, expected \"RIFF....WAVE\", \
+         \"NIST_1A\", \"fLaC\", \"OggS\", \"ID3\" or an MPEG frame sync (MP3), or \"....ftyp\" (M4A) \
+         (formats are detected by content, not by extension)"
     )]
     UnknownFormat { path: PathBuf, found: String },
+    /// A FLAC, Ogg, MP3 or MP4 file's container or coded data is malformed.
+    #[error("{path}: malformed {format} file: {reason}")]
+    Compressed {
+        path: PathBuf,
+        format: AudioFormat,
+        reason: String,
+    },
     /// The file ends before its header does.
     #[error(
         "{path}: truncated {format} header: the file has {len} bytes, the header needs {needed}"
@@ -60,6 +68,18 @@ pub enum Error {
         offset: u64,
         expected: u64,
         found: u64,
+    },
+    /// A requested stretch of a recording (a Kaldi segment) is empty or ends past the recording.
+    #[error(
+        "{path}: the segment [{start}, {end}) in samples at {sample_rate} Hz is empty or ends past \
+         the recording's {frames} samples"
+    )]
+    SpanOutOfRange {
+        path: PathBuf,
+        start: u64,
+        end: u64,
+        frames: u64,
+        sample_rate: u32,
     },
     /// The file holds zero samples (a header-only WAV, a SPHERE file with `sample_count 0`): an
     /// error, never an utterance of length zero.

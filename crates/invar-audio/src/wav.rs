@@ -209,8 +209,19 @@ fn decode_packed(
     if u64::from(u32::from_le_bytes(size)) != claimed.checked_mul(width as u64)? {
         return None;
     }
-    let channels = usize::from(spec.channels);
     let data = bytes.get(offset..offset.checked_add(usize::try_from(claimed).ok()? * width)?)?;
+    decode_pcm(data, spec, channel)
+}
+
+/// Decodes whole frames of packed PCM (`bits / 8` bytes per sample, interleaved) into mono; `None`
+/// for layouts the packed path does not handle.
+fn decode_pcm(data: &[u8], spec: &WavSpec, channel: ChannelSelect) -> Option<Vec<f32>> {
+    let bits = spec.bits_per_sample;
+    if bits % 8 != 0 {
+        return None;
+    }
+    let width = usize::from(bits / 8);
+    let channels = usize::from(spec.channels);
     let sample: fn(&[u8]) -> f32 = match (spec.sample_format, width) {
         (SampleFormat::Int, 1) => |b| (f32::from(b[0]) - 128.0) * (1.0 / 128.0),
         (SampleFormat::Int, 2) => {
@@ -236,6 +247,62 @@ fn decode_packed(
             .map(|f| pick(f.chunks_exact(width).map(sample), ChannelSelect::Mix))
             .collect(),
     })
+}
+
+/// Reads frames `[start, end)` of a WAV file by seeking to them, without reading the rest of the
+/// data chunk. Returns `None` when the file's sample layout needs hound's general reader (the
+/// caller then decodes the whole file), `Some(Err(SpanOutOfRange))` when `end` is past the data.
+pub(crate) fn read_span(
+    path: &Path,
+    start: &dyn Fn(u32) -> u64,
+    end: &dyn Fn(u32) -> u64,
+    channel: ChannelSelect,
+) -> Result<Option<Audio>> {
+    use std::io::{Seek, SeekFrom};
+    let io = |e: std::io::Error| Error::Io {
+        path: path.to_path_buf(),
+        source: e,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let file_len = file.metadata().map_err(io)?.len();
+    let reader = WavReader::new(std::io::BufReader::new(file)).map_err(|e| wav_err(path, e))?;
+    let spec = reader.spec();
+    check_spec(path, &spec)?;
+    check_channel(path, channel, spec.channels)?;
+    let frames = u64::from(reader.duration());
+    let mut inner = reader.into_inner();
+    let data_offset = inner.stream_position().map_err(io)?;
+    let (start, end) = (start(spec.sample_rate), end(spec.sample_rate));
+    if start >= end || end > frames {
+        return Err(Error::SpanOutOfRange {
+            path: path.to_path_buf(),
+            start,
+            end,
+            frames,
+            sample_rate: spec.sample_rate,
+        });
+    }
+    if spec.bits_per_sample % 8 != 0 {
+        return Ok(None);
+    }
+    let frame_bytes = u64::from(spec.bits_per_sample / 8) * u64::from(spec.channels);
+    let from = data_offset + start * frame_bytes;
+    let len = (end - start) * frame_bytes;
+    if from + len > file_len {
+        return Err(Error::TruncatedData {
+            path: path.to_path_buf(),
+            offset: from,
+            expected: len,
+            found: file_len.saturating_sub(from),
+        });
+    }
+    inner.seek(SeekFrom::Start(from)).map_err(io)?;
+    let mut data = vec![0u8; len as usize];
+    inner.read_exact(&mut data).map_err(io)?;
+    Ok(decode_pcm(&data, &spec, channel).map(|samples| Audio {
+        samples,
+        sample_rate: spec.sample_rate,
+    }))
 }
 
 fn next_sample<S>(

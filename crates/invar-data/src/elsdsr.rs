@@ -1,5 +1,6 @@
-//! The ELSDSR layout: `train/` and `test/` folders of `<F|M><3 letters>_S<a..g>.wav` (the seven
-//! training paragraphs) and `<F|M><3 letters>_Sr<n>.wav` (the test sentences), in any case.
+//! The ELSDSR layout: `train/` and `test/` folders of `<F|M><3 letters or digits>_S<a..g>.wav` (the
+//! seven training paragraphs) and `<F|M><3 letters or digits>_Sr<n>.wav` (the test sentences), in
+//! any case.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -8,7 +9,7 @@ use crate::fsutil::{find_dir_ci, list_dir, split_ext};
 use crate::{Corpus, Error, Layout, Result, Sex, Split, Utterance};
 
 const LAYOUT: &str = "ELSDSR";
-const SCHEME: &str = "<F|M><3 letters>_S<a..g>.wav or <F|M><3 letters>_Sr<n>.wav (FAML_Sa.wav)";
+const SCHEME: &str = "<F|M><3 letters or digits>_S<a..g>.wav or <F|M><3 letters or digits>_Sr<n>.wav (FAML_Sa.wav, F1ES_Sa.wav)";
 
 /// Reads an ELSDSR folder holding `train/` and/or `test/`. The split comes from the folder; the
 /// speaker is the upper-cased 4-letter code (`FAML`), the id the file stem (`FAML_Sa`).
@@ -34,13 +35,8 @@ pub fn read_elsdsr(root: &Path) -> Result<Corpus> {
                 });
             };
             utterances.push(Utterance {
-                id: stem.to_string(),
-                speaker,
                 sex: Some(sex),
-                path: e.path,
-                split,
-                phones: None,
-                words: None,
+                ..Utterance::new(stem, speaker, e.path, split)
             });
         }
     }
@@ -66,13 +62,14 @@ pub fn read_elsdsr(root: &Path) -> Result<Corpus> {
     )
 }
 
-/// `FAML_Sa` → (female, "FAML"); `MASM_Sr12` → (male, "MASM"); anything else → `None`.
+/// `FAML_Sa` → (female, "FAML"); `F1ES_Sa` → (female, "F1ES"); `MASM_Sr12` → (male, "MASM");
+/// anything else → `None`.
 pub fn parse_name(stem: &str) -> Option<(Sex, String)> {
     let (code, sentence) = stem.split_once('_')?;
     let mut chars = code.chars();
     let sex = Sex::from_code(chars.next()?)?;
     let initials = chars.as_str();
-    if initials.len() != 3 || !initials.chars().all(|c| c.is_ascii_alphabetic()) {
+    if initials.len() != 3 || !initials.chars().all(|c| c.is_ascii_alphanumeric()) {
         return None;
     }
     let mut s = sentence.chars();
@@ -98,9 +95,12 @@ mod tests {
         assert_eq!(parse_name("masm_sg"), Some((Sex::Male, "MASM".into())));
         assert_eq!(parse_name("MASM_Sr1"), Some((Sex::Male, "MASM".into())));
         assert_eq!(parse_name("MASM_Sr12"), Some((Sex::Male, "MASM".into())));
+        // Issue 18: speaker codes with digits (refused before).
+        assert_eq!(parse_name("F1ES_Sa"), Some((Sex::Female, "F1ES".into())));
+        assert_eq!(parse_name("m2b3_Sr4"), Some((Sex::Male, "M2B3".into())));
         for bad in [
             "FAML_Sh", "XAML_Sa", "FAM_Sa", "FAMLX_Sa", "FAML_Sr", "FAML_Srx", "FAML_Ta", "FAML",
-            "F1ML_Sa", "FAML_Sab",
+            "F_ML_Sa", "FAML_Sab", "1AML_Sa",
         ] {
             assert_eq!(parse_name(bad), None, "{bad}");
         }

@@ -104,6 +104,24 @@ pub enum Error {
     /// A safetensors file cannot be read or lacks the expected tensor.
     #[error("{path}: not a usable safetensors matrix: {reason}")]
     Safetensors { path: PathBuf, reason: String },
+    /// A Kaldi `wav.scp` entry is a pipe command and pipes were not allowed.
+    #[error(
+        "{path}:{line}: this entry is a pipe command ({command:?}); invar runs wav.scp commands \
+         only when asked to (--allow-pipes), since running them executes whatever they say"
+    )]
+    PipeRefused {
+        path: PathBuf,
+        line: usize,
+        command: String,
+    },
+    /// A Kaldi `wav.scp` pipe command failed.
+    #[error("{path}: the pipe command for utterance {utterance} ({command:?}) failed: {reason}")]
+    Pipe {
+        path: PathBuf,
+        utterance: String,
+        command: String,
+        reason: String,
+    },
     /// A matrix file (`.npy`, JSON) could not be read or written.
     #[error(transparent)]
     File(#[from] invar_io::Error),

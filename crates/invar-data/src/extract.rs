@@ -96,7 +96,7 @@ pub fn extract_features(
                 }
             }
         }
-        let audio = invar_audio::read_audio(&u.path, &read)?;
+        let audio = crate::read_utterance_audio(u, &read)?;
         let feats = frontend.compute(&audio).map_err(|e| match e {
             invar_audio::Error::TooShort { .. } => Error::Mismatch {
                 path: u.path.clone(),

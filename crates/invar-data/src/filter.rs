@@ -92,7 +92,7 @@ pub fn utterance_samples(utterances: &[Utterance], rate: u32) -> Result<Vec<u64>
     utterances
         .par_iter()
         .map(|u| {
-            let info = invar_audio::probe(&u.path)?;
+            let info = crate::probe_utterance(u)?;
             Ok(rescale(info.frames, info.sample_rate, rate))
         })
         .collect()
@@ -119,6 +119,8 @@ mod tests {
             split: Split::Train,
             phones: None,
             words: None,
+            span: None,
+            command: None,
         }
     }
 

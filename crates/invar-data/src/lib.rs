@@ -1,5 +1,6 @@
 //! invar-data turns what users already have on disk into what the pipelines need: corpora (TIMIT,
-//! ELSDSR, a generic WAV + speaker list) as [`Utterance`]s, ZeroSpeech feature files and ZRTools
+//! ELSDSR, LibriSpeech, VoxCeleb, Kaldi data directories, generic lists and CSV manifests) as
+//! [`Utterance`]s, ZeroSpeech feature files and ZRTools
 //! class files, supervector sets, splits, feature sets on disk ([`FeatureSet`], written by
 //! `invar features` and every later per-utterance stage), and seeded index-based batching.
 //!
@@ -17,14 +18,18 @@ mod featureset;
 mod filter;
 mod frames;
 mod fsutil;
+mod kaldi;
+mod librispeech;
 mod list;
 mod segments;
+mod source;
 mod split;
 mod stats;
 mod supervectors;
 mod text;
 mod timit;
 mod utterance;
+mod voxceleb;
 mod zerospeech;
 
 pub use batch::{
@@ -33,7 +38,7 @@ pub use batch::{
     EpochBatches, FramePair, FrameRef,
 };
 pub use classes::{parse_classes, read_classes, write_classes, Class, Fragment};
-pub use corpus::read_corpus;
+pub use corpus::{read_corpus, read_corpus_with, CorpusOptions};
 pub use elsdsr::{parse_name as parse_elsdsr_name, read_elsdsr};
 pub use error::{Error, Result};
 pub use extract::{extract_features, ExtractSummary, FeatureJob};
@@ -43,8 +48,11 @@ pub use featureset::{
 };
 pub use filter::{utterance_samples, SpeakerFilter};
 pub use frames::FrameGeometry;
+pub use kaldi::read_kaldi;
+pub use librispeech::read_librispeech;
 pub use list::read_list;
 pub use segments::{parse_segments, parse_transcript, read_phn, read_txt, read_wrd, SegmentOrder};
+pub use source::{probe_utterance, read_utterance_audio};
 pub use split::{assign_within_speaker, check_speaker_disjoint, within_speaker_split, SplitConfig};
 pub use stats::{corpus_stats, CorpusStats, Problem, SplitStats};
 pub use supervectors::{read_labels, read_matrix, SupervectorSet};
@@ -53,4 +61,5 @@ pub use utterance::{
     check_id, sanitize_id, Corpus, Layout, ParseLayoutError, ParseSplitError, Segment, Sex, Split,
     Utterance,
 };
+pub use voxceleb::{read_voxceleb, read_voxceleb_trials, voxceleb_id, VoxTrial};
 pub use zerospeech::{list_feature_files, parse_fea, read_features, write_fea, FeatureFile};

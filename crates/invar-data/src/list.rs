@@ -1,77 +1,121 @@
-//! The generic list layout: a text file of `path speaker [split]` lines (tab-separated when a line
-//! has tabs, so paths may hold spaces; otherwise whitespace-separated). `#` starts a comment line.
+//! The generic list layout, in three forms, told apart unambiguously (an ambiguous file is an
+//! error that says how to fix it):
+//! - `path speaker [split]` lines (the original form): the id is the file's stem;
+//! - `id path speaker [split]` lines: the id is the first column;
+//! - a CSV or TSV whose first line names the columns (SpeechBrain's `ID,duration,wav,spk_id`):
+//!   an id column (`id`), a path column (`wav`, `path`, `audio`, `file`), a speaker column
+//!   (`spk_id`, `speaker`, `spk`, `speaker_id`) and optionally `split`; other columns are ignored.
+//!
+//! Lines are tab-separated when they have tabs (so paths may hold spaces), otherwise
+//! whitespace-separated; `#` starts a comment line.
 
 use std::collections::BTreeMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
+use crate::fsutil::split_ext;
 use crate::text::{excerpt, numbered_lines, read_text};
-use crate::{sanitize_id, Corpus, Error, Layout, Result, Split, Utterance};
+use crate::{check_id, sanitize_id, Corpus, Error, Layout, Result, Split, Utterance};
 
-/// Reads a list file. Relative paths are relative to the list file's folder; the id is the path
-/// (relative to that folder where possible) without its extension, made filesystem-safe
-/// (`spk1/a.wav` → `spk1_a`). A missing split column means [`Split::Unassigned`].
+/// Extensions that mark a column as holding audio paths, when telling the two line forms apart.
+const AUDIO_EXTS: &[&str] = &[
+    "wav", "flac", "sph", "nist", "ogg", "mp3", "m4a", "mp4", "aac", "opus",
+];
+
+const ID_COLUMNS: &[&str] = &["id", "utt", "utt_id", "utterance", "utterance_id"];
+const PATH_COLUMNS: &[&str] = &["wav", "path", "audio", "file", "wav_path", "audio_path"];
+const SPEAKER_COLUMNS: &[&str] = &["spk_id", "speaker", "spk", "speaker_id"];
+
+fn looks_like_audio(field: &str) -> bool {
+    let name = Path::new(field)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let (_, ext) = split_ext(&name);
+    AUDIO_EXTS.contains(&ext.as_str())
+}
+
+fn parse_split(list: &Path, line: usize, s: &str) -> Result<Split> {
+    s.parse::<Split>().map_err(|_| {
+        Error::malformed(
+            list,
+            line,
+            "a split of train, validation, test or unassigned",
+            excerpt(s),
+        )
+    })
+}
+
+/// One utterance as a list names it, before paths are resolved.
+struct Row {
+    line: usize,
+    id: Option<String>,
+    file: String,
+    speaker: String,
+    split: Split,
+}
+
+/// Reads a list file (any of the three forms). Relative paths are relative to the list file's
+/// folder. Without an id column the id is the file stem made filesystem-safe (`spk1/a b.wav` →
+/// `a_b`), and two lines with one stem are an error naming both (add an id column). A missing split
+/// column means [`Split::Unassigned`].
 pub fn read_list(list: &Path) -> Result<Corpus> {
     let text = read_text(list)?;
+    let lines: Vec<(usize, &str)> = numbered_lines(&text)
+        .filter(|(_, l)| {
+            let t = l.trim();
+            !t.is_empty() && !t.starts_with('#')
+        })
+        .collect();
+    let Some(&(_, first)) = lines.first() else {
+        return Err(Error::NotACorpus {
+            path: list.to_path_buf(),
+            layout: "list",
+            reason: "the list has no `[id] path speaker [split]` lines".into(),
+        });
+    };
+    let rows = match header(first) {
+        Some(delimiter) => read_table(list, &text, delimiter)?,
+        None => read_lines(list, &lines)?,
+    };
     let base = list.parent().map(Path::to_path_buf).unwrap_or_default();
-    let mut utterances = Vec::new();
-    for (line_no, line) in numbered_lines(&text) {
-        let trimmed = line.trim();
-        if trimmed.is_empty() || trimmed.starts_with('#') {
-            continue;
-        }
-        let fields: Vec<&str> = if trimmed.contains('\t') {
-            trimmed
-                .split('\t')
-                .map(str::trim)
-                .filter(|f| !f.is_empty())
-                .collect()
-        } else {
-            trimmed.split_whitespace().collect()
-        };
-        let (file, speaker, split) = match fields.as_slice() {
-            [f, s] => (*f, *s, Split::Unassigned),
-            [f, s, sp] => {
-                let split = sp.parse::<Split>().map_err(|_| {
-                    Error::malformed(
-                        list,
-                        line_no,
-                        "a split of train, validation, test or unassigned",
-                        excerpt(sp),
-                    )
-                })?;
-                (*f, *s, split)
-            }
-            _ => {
-                return Err(Error::malformed(
-                    list,
-                    line_no,
-                    "`path speaker [split]`",
-                    excerpt(line),
-                ))
-            }
-        };
-        let rel = Path::new(file);
-        let path = if rel.is_absolute() {
+    let mut stems: BTreeMap<String, usize> = BTreeMap::new();
+    let mut utterances = Vec::with_capacity(rows.len());
+    for row in rows {
+        let rel = Path::new(&row.file);
+        let path: PathBuf = if rel.is_absolute() {
             rel.to_path_buf()
         } else {
             base.join(rel)
         };
-        utterances.push(Utterance {
-            id: id_for(rel),
-            speaker: speaker.to_string(),
-            sex: None,
-            path,
-            split,
-            phones: None,
-            words: None,
-        });
-    }
-    if utterances.is_empty() {
-        return Err(Error::NotACorpus {
-            path: list.to_path_buf(),
-            layout: "list",
-            reason: "the list has no `path speaker [split]` lines".into(),
-        });
+        let id = match row.id {
+            Some(id) => {
+                if check_id(&id).is_err() {
+                    return Err(Error::malformed(
+                        list,
+                        row.line,
+                        "an id of letters, digits, '.', '_' and '-' (it names files)",
+                        excerpt(&id),
+                    ));
+                }
+                id
+            }
+            None => {
+                let id = stem_id(rel);
+                if let Some(first) = stems.insert(id.clone(), row.line) {
+                    return Err(Error::malformed(
+                        list,
+                        row.line,
+                        format!(
+                            "a file name unique in the list: ids are file stems and line {first} \
+                             also gives {id:?}; add an id column (`id path speaker [split]`)"
+                        ),
+                        excerpt(&row.file),
+                    ));
+                }
+                id
+            }
+        };
+        utterances.push(Utterance::new(id, row.speaker, path, row.split));
     }
     Corpus::new(
         Layout::List,
@@ -81,17 +125,188 @@ pub fn read_list(list: &Path) -> Result<Corpus> {
     )
 }
 
-/// The id of a listed path: its normal components without the extension, joined by `_`.
-fn id_for(rel: &Path) -> String {
-    let no_ext: PathBuf = rel.with_extension("");
-    let parts: Vec<String> = no_ext
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
-            _ => None,
+/// The id of a listed path without an id column: its file stem, made filesystem-safe.
+fn stem_id(rel: &Path) -> String {
+    let stem = rel
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    sanitize_id(&stem)
+}
+
+/// The delimiter of a header line naming an id, a path and a speaker column, if `line` is one.
+fn header(line: &str) -> Option<u8> {
+    let delimiter = if line.contains('\t') {
+        b'\t'
+    } else if line.contains(',') {
+        b','
+    } else {
+        b' '
+    };
+    let names: Vec<String> = line
+        .split(delimiter as char)
+        .map(|n| n.trim().to_ascii_lowercase())
+        .filter(|n| !n.is_empty())
+        .collect();
+    let has = |set: &[&str]| names.iter().any(|n| set.contains(&n.as_str()));
+    (has(ID_COLUMNS) && has(PATH_COLUMNS) && has(SPEAKER_COLUMNS)).then_some(delimiter)
+}
+
+/// A CSV/TSV with a header line (read with the `csv` crate: quoted fields may hold delimiters).
+fn read_table(list: &Path, text: &str, delimiter: u8) -> Result<Vec<Row>> {
+    // Comment and blank lines are dropped first, keeping line numbers for messages.
+    let kept: Vec<(usize, &str)> = numbered_lines(text)
+        .filter(|(_, l)| {
+            let t = l.trim();
+            !t.is_empty() && !t.starts_with('#')
         })
         .collect();
-    sanitize_id(&parts.join("_"))
+    let body: String = kept.iter().map(|(_, l)| format!("{l}\n")).collect();
+    let mut reader = csv::ReaderBuilder::new()
+        .delimiter(delimiter)
+        .trim(csv::Trim::All)
+        .flexible(false)
+        .from_reader(body.as_bytes());
+    let names: Vec<String> = reader
+        .headers()
+        .map_err(|e| Error::malformed(list, kept[0].0, "a header line", e.to_string()))?
+        .iter()
+        .map(str::to_ascii_lowercase)
+        .collect();
+    let col = |set: &[&str]| names.iter().position(|n| set.contains(&n.as_str()));
+    let (Some(id), Some(file), Some(speaker)) =
+        (col(ID_COLUMNS), col(PATH_COLUMNS), col(SPEAKER_COLUMNS))
+    else {
+        return Err(Error::malformed(
+            list,
+            kept[0].0,
+            "a header naming id, path and speaker columns",
+            excerpt(kept[0].1),
+        ));
+    };
+    let split = col(&["split"]);
+    let mut rows = Vec::new();
+    for (i, record) in reader.records().enumerate() {
+        let line = kept.get(i + 1).map_or(0, |k| k.0);
+        let record = record.map_err(|e| {
+            Error::malformed(
+                list,
+                line,
+                format!("{} fields as the header has", names.len()),
+                e.to_string(),
+            )
+        })?;
+        let get = |c: usize| record.get(c).unwrap_or("").to_string();
+        rows.push(Row {
+            line,
+            id: Some(get(id)),
+            file: get(file),
+            speaker: get(speaker),
+            split: match split {
+                Some(c) => parse_split(list, line, &get(c))?,
+                None => Split::Unassigned,
+            },
+        });
+    }
+    Ok(rows)
+}
+
+fn fields(line: &str) -> Vec<&str> {
+    let trimmed = line.trim();
+    if trimmed.contains('\t') {
+        trimmed
+            .split('\t')
+            .map(str::trim)
+            .filter(|f| !f.is_empty())
+            .collect()
+    } else {
+        trimmed.split_whitespace().collect()
+    }
+}
+
+/// Lines without a header: `path speaker [split]` or `id path speaker [split]`, decided for the
+/// whole file. Four fields, or three whose second is an audio path and whose third is not a
+/// split, mean an id column; two fields, or three ending in a split, mean none.
+fn read_lines(list: &Path, lines: &[(usize, &str)]) -> Result<Vec<Row>> {
+    let split_rows: Vec<(usize, Vec<&str>)> = lines.iter().map(|(n, l)| (*n, fields(l))).collect();
+    for (n, f) in &split_rows {
+        if !(2..=4).contains(&f.len()) {
+            return Err(Error::malformed(
+                list,
+                *n,
+                "`path speaker [split]` or `id path speaker [split]`",
+                excerpt(&f.join(" ")),
+            ));
+        }
+    }
+    let any = |k: usize| {
+        split_rows
+            .iter()
+            .find(|(_, f)| f.len() == k)
+            .map(|(n, _)| *n)
+    };
+    let with_id = match (any(2), any(4)) {
+        (Some(two), Some(four)) => {
+            return Err(Error::malformed(
+                list,
+                four,
+                format!(
+                    "one form for the whole list: line {two} has 2 fields (`path speaker`), this \
+                     one 4 (`id path speaker split`)"
+                ),
+                excerpt(
+                    &split_rows
+                        .iter()
+                        .find(|(n, _)| *n == four)
+                        .map_or(String::new(), |(_, f)| f.join(" ")),
+                ),
+            ))
+        }
+        (Some(_), None) => false,
+        (None, Some(_)) => true,
+        (None, None) => {
+            // Every line has three fields.
+            let old = split_rows
+                .iter()
+                .all(|(_, f)| f[2].parse::<Split>().is_ok());
+            let new = split_rows.iter().all(|(_, f)| looks_like_audio(f[1]))
+                && !split_rows.iter().all(|(_, f)| looks_like_audio(f[0]));
+            match (old, new) {
+                (true, true) => {
+                    return Err(Error::malformed(
+                        list,
+                        split_rows[0].0,
+                        "a list that reads one way only: three columns here fit both \
+                         `path speaker split` and `id path speaker`; add a header line \
+                         (`id path speaker`) or a fourth column",
+                        excerpt(lines[0].1),
+                    ))
+                }
+                (false, true) => true,
+                _ => false,
+            }
+        }
+    };
+    let mut rows = Vec::with_capacity(split_rows.len());
+    for (n, f) in split_rows {
+        let (id, rest) = if with_id {
+            (Some(f[0].to_string()), &f[1..])
+        } else {
+            (None, &f[..])
+        };
+        let split = match rest.get(2) {
+            Some(s) => parse_split(list, n, s)?,
+            None => Split::Unassigned,
+        };
+        rows.push(Row {
+            line: n,
+            id,
+            file: rest[0].to_string(),
+            speaker: rest[1].to_string(),
+            split,
+        });
+    }
+    Ok(rows)
 }
 
 #[cfg(test)]
@@ -99,9 +314,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_drop_extension_and_separators() {
-        assert_eq!(id_for(Path::new("spk1/a.wav")), "spk1_a");
-        assert_eq!(id_for(Path::new("./x/../y b.flac")), "x_y_b");
-        assert_eq!(id_for(Path::new("/abs/p.wav")), "abs_p");
+    fn ids_are_file_stems() {
+        assert_eq!(stem_id(Path::new("spk1/a.wav")), "a");
+        assert_eq!(stem_id(Path::new("./x/../y b.flac")), "y_b");
+        assert_eq!(stem_id(Path::new("wavs/FDVR/FDVR_Sa.wav")), "FDVR_Sa");
+    }
+
+    #[test]
+    fn headers_need_id_path_and_speaker() {
+        assert_eq!(header("ID,duration,wav,spk_id"), Some(b','));
+        assert_eq!(header("id\tpath\tspeaker\tsplit"), Some(b'\t'));
+        assert_eq!(header("id path speaker"), Some(b' '));
+        assert_eq!(header("a.wav spk1 train"), None);
+        assert_eq!(header("ID,wav"), None);
     }
 }

@@ -263,6 +263,8 @@ mod tests {
             split,
             phones: None,
             words: None,
+            span: None,
+            command: None,
         };
         let ok = [
             u("a", Split::Train),

@@ -132,7 +132,7 @@ fn probe_one(u: &Utterance) -> Result<invar_audio::AudioInfo, Problem> {
         path: u.path.clone(),
         message,
     };
-    let info = invar_audio::probe(&u.path).map_err(|e| problem(e.to_string()))?;
+    let info = crate::probe_utterance(u).map_err(|e| problem(e.to_string()))?;
     for (what, segs) in [("phone", &u.phones), ("word", &u.words)] {
         if let Some(last) = segs.as_ref().and_then(|s| s.iter().map(|g| g.end).max()) {
             if last > info.frames {

@@ -155,6 +155,8 @@ fn read_speaker(split: Split, dir: &Entry) -> Result<SpeakerFiles> {
             split,
             phones,
             words,
+            span: None,
+            command: None,
         });
     }
     Ok((utts, txts))

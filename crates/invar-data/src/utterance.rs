@@ -5,6 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use invar_audio::TimeSpan;
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
@@ -115,6 +116,36 @@ pub struct Utterance {
     pub phones: Option<Vec<Segment>>,
     /// Word alignment in samples, when the corpus has one (TIMIT `.WRD`).
     pub words: Option<Vec<Segment>>,
+    /// Only this stretch of the recording at `path` (a Kaldi `segments` line); `None`: all of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span: Option<TimeSpan>,
+    /// A shell command whose standard output is the recording (a Kaldi `wav.scp` entry `cmd |`,
+    /// read only when the corpus was opened with `allow_pipes`); `path` then names the `wav.scp`
+    /// file, for messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+}
+
+impl Utterance {
+    /// An utterance that is a whole audio file, with no alignments.
+    pub fn new(
+        id: impl Into<String>,
+        speaker: impl Into<String>,
+        path: impl Into<PathBuf>,
+        split: Split,
+    ) -> Utterance {
+        Utterance {
+            id: id.into(),
+            speaker: speaker.into(),
+            sex: None,
+            path: path.into(),
+            split,
+            phones: None,
+            words: None,
+            span: None,
+            command: None,
+        }
+    }
 }
 
 /// Which on-disk layout a corpus folder (or list file) follows.
@@ -125,8 +156,14 @@ pub enum Layout {
     Timit,
     /// `train/` and `test/` with `<F|M><3 letters>_S<a..g>.wav` and `_Sr<n>.wav`.
     Elsdsr,
-    /// A text file of `path speaker [split]` lines.
+    /// A text file of `[id] path speaker [split]` lines, or a CSV/TSV with a header naming its columns.
     List,
+    /// A Kaldi data directory: `wav.scp`, `utt2spk`, optional `segments`, `spk2gender`, `text`.
+    Kaldi,
+    /// `<speaker>/<chapter>/<speaker>-<chapter>-<n>.flac` with `<speaker>-<chapter>.trans.txt`.
+    Librispeech,
+    /// `<id>/<video>/<n>.wav|m4a` (VoxCeleb 1 and 2).
+    Voxceleb,
 }
 
 impl Layout {
@@ -136,6 +173,9 @@ impl Layout {
             Layout::Timit => "timit",
             Layout::Elsdsr => "elsdsr",
             Layout::List => "list",
+            Layout::Kaldi => "kaldi",
+            Layout::Librispeech => "librispeech",
+            Layout::Voxceleb => "voxceleb",
         }
     }
 }
@@ -148,7 +188,7 @@ impl fmt::Display for Layout {
 
 /// The error of parsing a layout name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is not a corpus layout: use timit, elsdsr or list")]
+#[error("{0:?} is not a corpus layout: use timit, elsdsr, list, kaldi, librispeech or voxceleb")]
 pub struct ParseLayoutError(pub String);
 
 impl FromStr for Layout {
@@ -159,6 +199,9 @@ impl FromStr for Layout {
             "timit" => Ok(Layout::Timit),
             "elsdsr" => Ok(Layout::Elsdsr),
             "list" => Ok(Layout::List),
+            "kaldi" => Ok(Layout::Kaldi),
+            "librispeech" => Ok(Layout::Librispeech),
+            "voxceleb" => Ok(Layout::Voxceleb),
             _ => Err(ParseLayoutError(s.to_string())),
         }
     }
@@ -170,7 +213,9 @@ pub struct Corpus {
     pub layout: Layout,
     pub root: PathBuf,
     pub utterances: Vec<Utterance>,
-    /// Orthographic transcripts (TIMIT `.TXT`: the span in samples and the sentence), by utterance id.
+    /// Orthographic transcripts, by utterance id: TIMIT `.TXT` gives the span in samples and the
+    /// sentence; transcripts of whole utterances (LibriSpeech `.trans.txt`, Kaldi `text`) have
+    /// `start = 0` and `end = u64::MAX`.
     pub transcripts: BTreeMap<String, Segment>,
 }
 
@@ -272,6 +317,8 @@ mod tests {
             split: Split::Train,
             phones: None,
             words: None,
+            span: None,
+            command: None,
         }
     }
 

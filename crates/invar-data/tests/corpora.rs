@@ -192,7 +192,8 @@ fn list_with_relative_paths_and_splits() {
     );
     let c = read_corpus(Layout::List, root.join("list.txt")).unwrap();
     let ids: Vec<_> = c.utterances.iter().map(|u| u.id.as_str()).collect();
-    assert_eq!(ids, ["audio_a_one", "audio_b"]);
+    // Ids are file stems (issue 18: the corpus's own ids, not the path joined).
+    assert_eq!(ids, ["a_one", "b"]);
     assert_eq!(c.utterances[0].split, Split::Train);
     assert_eq!(c.utterances[1].split, Split::Unassigned);
     assert_eq!(c.utterances[1].path, root.join("audio/b.wav"));

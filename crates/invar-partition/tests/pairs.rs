@@ -120,6 +120,8 @@ fn gold_classes_group_word_tokens_and_skip_silence_and_singletons() {
         split: Split::Train,
         phones: None,
         words: Some(words),
+        span: None,
+        command: None,
     };
     let utts = vec![
         utt(

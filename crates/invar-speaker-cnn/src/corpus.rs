@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use invar_audio::{read_audio, ReadOptions};
+use invar_audio::ReadOptions;
 use invar_data::{Layout, SpeakerFilter, Split, SplitConfig};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -49,7 +49,11 @@ impl CorpusRecipe {
                 filter: Some(SpeakerFilter::default()),
                 sample_rate: 16_000,
             },
-            Layout::Elsdsr | Layout::List => Self::default(),
+            Layout::Elsdsr
+            | Layout::List
+            | Layout::Kaldi
+            | Layout::Librispeech
+            | Layout::Voxceleb => Self::default(),
         }
     }
 }
@@ -69,7 +73,7 @@ pub fn load_corpus(
     };
     let audio: Vec<invar_audio::Audio> = utterances
         .par_iter()
-        .map(|u| Ok(read_audio(&u.path, &options)?))
+        .map(|u| Ok(invar_data::read_utterance_audio(u, &options)?))
         .collect::<Result<_>>()?;
     let mut keep: Vec<usize> = (0..utterances.len()).collect();
     if let Some(filter) = &recipe.filter {

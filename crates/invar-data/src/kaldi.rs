@@ -1,0 +1,359 @@
+//! The Kaldi data directory layout: `wav.scp` (recording → file, or `cmd |` pipe), `utt2spk`,
+//! optional `segments` (utterances as stretches of recordings), `spk2gender`, `text`, `reco2dur`
+//! and `utt2dur`. Every problem is an error naming the file and line.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use invar_audio::TimeSpan;
+
+use crate::text::{excerpt, numbered_lines, read_text};
+use crate::{
+    check_id, Corpus, CorpusOptions, Error, Layout, Result, Segment, Sex, Split, Utterance,
+};
+
+const LAYOUT: &str = "Kaldi data directory";
+
+/// One `key rest` line of a Kaldi table file.
+struct Line {
+    no: usize,
+    rest: String,
+}
+
+/// Reads `key rest-of-line` lines (blank lines skipped), refusing a line with no value and a key
+/// that appears twice, and returns them by key.
+fn read_table(path: &Path) -> Result<BTreeMap<String, Line>> {
+    let text = read_text(path)?;
+    let mut out: BTreeMap<String, Line> = BTreeMap::new();
+    for (no, line) in numbered_lines(&text) {
+        let trimmed = line.trim();
+        if trimmed.is_empty() {
+            continue;
+        }
+        let Some((key, rest)) = trimmed.split_once(char::is_whitespace) else {
+            return Err(Error::malformed(
+                path,
+                no,
+                "`<id> <value>` (Kaldi table line)",
+                excerpt(line),
+            ));
+        };
+        if let Some(first) = out.get(key) {
+            return Err(Error::malformed(
+                path,
+                no,
+                format!("each id once (first seen on line {})", first.no),
+                excerpt(line),
+            ));
+        }
+        out.insert(
+            key.to_string(),
+            Line {
+                no,
+                rest: rest.trim().to_string(),
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// Parses a non-negative decimal number of seconds (`12.34`, `1e-2` refused) into microseconds,
+/// rounding beyond the sixth decimal.
+fn parse_seconds(s: &str) -> Option<u64> {
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    if int.is_empty() && frac.is_empty() {
+        return None;
+    }
+    if !int.bytes().all(|b| b.is_ascii_digit()) || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let whole: u64 = if int.is_empty() { 0 } else { int.parse().ok()? };
+    let mut us: u64 = 0;
+    for (i, b) in frac.bytes().take(6).enumerate() {
+        us += u64::from(b - b'0') * 10u64.pow(5 - i as u32);
+    }
+    if frac.len() > 6 && frac.as_bytes()[6] >= b'5' {
+        us += 1;
+    }
+    whole.checked_mul(1_000_000)?.checked_add(us)
+}
+
+/// Where a recording's audio comes from.
+enum Recording {
+    File(PathBuf),
+    Pipe(String),
+}
+
+/// Reads a Kaldi data directory. Utterance ids, speakers, segments, genders and transcripts are
+/// the directory's own; the split is the folder's name when it names one (`data/train`,
+/// `data/dev`, `data/test`), else unassigned. Relative `wav.scp` paths are relative to the working
+/// directory, as in Kaldi. A pipe entry (`cmd |`) is an error unless `options.allow_pipes`.
+/// Segment ends are checked against the recording's length (its header; pipes when read).
+pub fn read_kaldi(dir: &Path, options: &CorpusOptions) -> Result<Corpus> {
+    let wav_scp = dir.join("wav.scp");
+    let utt2spk_path = dir.join("utt2spk");
+    for p in [&wav_scp, &utt2spk_path] {
+        if !p.is_file() {
+            return Err(Error::NotACorpus {
+                path: dir.to_path_buf(),
+                layout: LAYOUT,
+                reason: format!(
+                    "no {} (a Kaldi data directory has wav.scp and utt2spk)",
+                    p.file_name().unwrap_or_default().to_string_lossy()
+                ),
+            });
+        }
+    }
+    let mut recordings: BTreeMap<String, (usize, Recording)> = BTreeMap::new();
+    for (reco, line) in read_table(&wav_scp)? {
+        let rec = match line.rest.strip_suffix('|') {
+            Some(cmd) => {
+                if !options.allow_pipes {
+                    return Err(Error::PipeRefused {
+                        path: wav_scp.clone(),
+                        line: line.no,
+                        command: excerpt(line.rest.as_str()),
+                    });
+                }
+                Recording::Pipe(cmd.trim().to_string())
+            }
+            None => Recording::File(PathBuf::from(&line.rest)),
+        };
+        recordings.insert(reco, (line.no, rec));
+    }
+    let utt2spk_table = read_table(&utt2spk_path)?;
+    for (utt, line) in &utt2spk_table {
+        if check_id(utt).is_err() {
+            return Err(Error::malformed(
+                &utt2spk_path,
+                line.no,
+                "an utterance id of letters, digits, '.', '_' and '-' (it names files)",
+                utt.clone(),
+            ));
+        }
+        if line.rest.split_whitespace().count() != 1 {
+            return Err(Error::malformed(
+                &utt2spk_path,
+                line.no,
+                "`<utterance> <speaker>`",
+                format!("{utt} {}", line.rest),
+            ));
+        }
+    }
+
+    // Utterance → (recording, span).
+    let segments_path = dir.join("segments");
+    let mut placed: BTreeMap<String, (String, Option<TimeSpan>)> = BTreeMap::new();
+    if segments_path.is_file() {
+        let mut lengths: BTreeMap<String, Option<(u32, u64)>> = BTreeMap::new();
+        for (utt, line) in read_table(&segments_path)? {
+            let fields: Vec<&str> = line.rest.split_whitespace().collect();
+            let bad = |expected: &str| {
+                Error::malformed(
+                    &segments_path,
+                    line.no,
+                    expected,
+                    excerpt(&format!("{utt} {}", line.rest)),
+                )
+            };
+            let [reco, start, end] = fields.as_slice() else {
+                return Err(bad(
+                    "`<utterance> <recording> <start-seconds> <end-seconds>`",
+                ));
+            };
+            let Some((_, rec)) = recordings.get(*reco) else {
+                return Err(bad("a recording id that wav.scp lists"));
+            };
+            if !utt2spk_table.contains_key(&utt) {
+                return Err(bad("an utterance that utt2spk lists (it has no speaker)"));
+            }
+            let start_us = parse_seconds(start).ok_or_else(|| bad("a start time in seconds"))?;
+            // Kaldi allows an end of -1: to the end of the recording.
+            let length =
+                |lengths: &mut BTreeMap<String, Option<(u32, u64)>>| -> Result<Option<(u32, u64)>> {
+                    if let Some(l) = lengths.get(*reco) {
+                        return Ok(*l);
+                    }
+                    let l = match rec {
+                        Recording::File(p) => {
+                            let info = invar_audio::probe(p)?;
+                            Some((info.sample_rate, info.frames))
+                        }
+                        Recording::Pipe(_) => None,
+                    };
+                    lengths.insert(reco.to_string(), l);
+                    Ok(l)
+                };
+            let end_us = if *end == "-1" {
+                match length(&mut lengths)? {
+                    Some((rate, frames)) => {
+                        (u128::from(frames) * 1_000_000 / u128::from(rate.max(1))) as u64
+                    }
+                    None => {
+                        return Err(bad(
+                            "an end time in seconds (-1, to the end, needs a file, not a pipe)",
+                        ))
+                    }
+                }
+            } else {
+                parse_seconds(end).ok_or_else(|| bad("an end time in seconds"))?
+            };
+            let span = TimeSpan { start_us, end_us };
+            if end_us <= start_us {
+                return Err(Error::BadSegment {
+                    path: segments_path.clone(),
+                    line: line.no,
+                    start: start.to_string(),
+                    end: end.to_string(),
+                    reason: "it ends before it starts",
+                });
+            }
+            if let Some((rate, frames)) = length(&mut lengths)? {
+                if span.end_sample(rate) > frames {
+                    return Err(Error::BadSegment {
+                        path: segments_path.clone(),
+                        line: line.no,
+                        start: start.to_string(),
+                        end: end.to_string(),
+                        reason: "it ends past the end of its recording",
+                    });
+                }
+            }
+            placed.insert(utt, (reco.to_string(), Some(span)));
+        }
+    } else {
+        for (reco, (no, _)) in &recordings {
+            if !utt2spk_table.contains_key(reco) {
+                return Err(Error::malformed(
+                    &wav_scp,
+                    *no,
+                    "a recording that utt2spk gives a speaker (without `segments`, recording ids \
+                     are utterance ids)",
+                    reco.clone(),
+                ));
+            }
+            placed.insert(reco.clone(), (reco.clone(), None));
+        }
+    }
+
+    let mut genders: BTreeMap<String, Sex> = BTreeMap::new();
+    let spk2gender = dir.join("spk2gender");
+    if spk2gender.is_file() {
+        for (spk, line) in read_table(&spk2gender)? {
+            let sex = match line.rest.as_str() {
+                "m" | "M" => Sex::Male,
+                "f" | "F" => Sex::Female,
+                other => {
+                    return Err(Error::malformed(
+                        &spk2gender,
+                        line.no,
+                        "`<speaker> m|f`",
+                        excerpt(&format!("{spk} {other}")),
+                    ))
+                }
+            };
+            genders.insert(spk, sex);
+        }
+    }
+
+    let split = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.parse::<Split>().ok())
+        .unwrap_or(Split::Unassigned);
+    let mut utterances = Vec::with_capacity(utt2spk_table.len());
+    for (utt, line) in &utt2spk_table {
+        let Some((reco, span)) = placed.get(utt) else {
+            return Err(Error::malformed(
+                &utt2spk_path,
+                line.no,
+                if segments_path.is_file() {
+                    "an utterance that `segments` places in a recording"
+                } else {
+                    "an utterance that wav.scp lists"
+                },
+                utt.clone(),
+            ));
+        };
+        let (path, command) = match &recordings[reco].1 {
+            Recording::File(p) => (p.clone(), None),
+            Recording::Pipe(c) => (wav_scp.clone(), Some(c.clone())),
+        };
+        utterances.push(Utterance {
+            sex: genders.get(&line.rest).copied(),
+            span: *span,
+            command,
+            ..Utterance::new(utt.clone(), line.rest.clone(), path, split)
+        });
+    }
+
+    let mut transcripts = BTreeMap::new();
+    let text_path = dir.join("text");
+    if text_path.is_file() {
+        for (utt, line) in read_table(&text_path)? {
+            if !utt2spk_table.contains_key(&utt) {
+                return Err(Error::malformed(
+                    &text_path,
+                    line.no,
+                    "an utterance that utt2spk lists",
+                    utt,
+                ));
+            }
+            transcripts.insert(
+                utt,
+                Segment {
+                    start: 0,
+                    end: u64::MAX,
+                    label: line.rest,
+                },
+            );
+        }
+    }
+    for (name, what) in [("utt2dur", "utterance"), ("reco2dur", "recording")] {
+        let path = dir.join(name);
+        if !path.is_file() {
+            continue;
+        }
+        for (id, line) in read_table(&path)? {
+            let known = if name == "utt2dur" {
+                placed.contains_key(&id)
+            } else {
+                recordings.contains_key(&id)
+            };
+            if !known || parse_seconds(&line.rest).is_none() {
+                return Err(Error::malformed(
+                    &path,
+                    line.no,
+                    format!("`<{what} id> <seconds>` for an id the directory lists"),
+                    excerpt(&format!("{id} {}", line.rest)),
+                ));
+            }
+        }
+    }
+    if utterances.is_empty() {
+        return Err(Error::NotACorpus {
+            path: dir.to_path_buf(),
+            layout: LAYOUT,
+            reason: "utt2spk lists no utterances".into(),
+        });
+    }
+    Corpus::new(Layout::Kaldi, dir.to_path_buf(), utterances, transcripts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_parse_exactly_to_microseconds() {
+        assert_eq!(parse_seconds("0"), Some(0));
+        assert_eq!(parse_seconds("1.23"), Some(1_230_000));
+        assert_eq!(parse_seconds(".5"), Some(500_000));
+        assert_eq!(parse_seconds("2."), Some(2_000_000));
+        assert_eq!(parse_seconds("0.0000005"), Some(1));
+        assert_eq!(parse_seconds("0.0000004"), Some(0));
+        for bad in ["", ".", "-1", "1e3", "1.2.3", "x"] {
+            assert_eq!(parse_seconds(bad), None, "{bad}");
+        }
+    }
+}
