@@ -22,10 +22,13 @@ use summary::{DemoSummary, Section};
 /// Run all three methods end to end on a generated corpus.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Output folder (created; must be absent or empty): report.md, results.json, config.json,
-    /// commands.sh, logs/, and one folder per stage.
+    /// Output folder (created; must be absent or empty unless --force): report.md, results.json,
+    /// config.json, commands.sh, logs/, and one folder per stage.
     #[arg(long, default_value = "invar-demo")]
     pub out: PathBuf,
+    /// Delete what OUT holds before running.
+    #[arg(long)]
+    pub force: bool,
     /// Seed of every random choice (default: the config's, 0).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -86,20 +89,6 @@ fn resolve_config(args: &DemoArgs) -> anyhow::Result<DemoConfig> {
     }
     cfg.validate()?;
     Ok(cfg)
-}
-
-fn prepare_out(out: &Path) -> anyhow::Result<()> {
-    if out.exists() {
-        let mut entries = std::fs::read_dir(out)
-            .with_context(|| format!("cannot read the output folder {}", out.display()))?;
-        anyhow::ensure!(
-            entries.next().is_none(),
-            "the output folder {} is not empty; give a new --out (the demo never overwrites a run)",
-            out.display()
-        );
-    }
-    std::fs::create_dir_all(out)
-        .with_context(|| format!("cannot create the output folder {}", out.display()))
 }
 
 /// The stages, in order, grouped by the section their failure affects.
@@ -533,7 +522,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let cfg = resolve_config(&args)?;
     let out = args.out.clone();
-    prepare_out(&out)?;
+    // Held for the whole demo; each stage claims its own sub-folder.
+    let _claim = crate::out_dir::claim(&out, "demo", args.force, false)?;
     invar_io::write_json(out.join("config.json"), &cfg)?;
     let fe = frontend();
     invar_io::write_json(out.join("frontend.json"), &fe)?;
@@ -658,6 +648,7 @@ mod tests {
     fn args(quick: bool, config: Option<PathBuf>, seed: Option<u64>) -> DemoArgs {
         DemoArgs {
             out: PathBuf::from("unused"),
+            force: false,
             seed,
             quick,
             config,
@@ -767,8 +758,14 @@ mod tests {
     #[test]
     fn a_non_empty_output_folder_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        prepare_out(dir.path()).unwrap();
+        drop(crate::out_dir::claim(dir.path(), "demo", false, false).unwrap());
         std::fs::write(dir.path().join("x"), "1").unwrap();
-        assert!(prepare_out(dir.path()).is_err());
+        let err = crate::out_dir::claim(dir.path(), "demo", false, false).unwrap_err();
+        assert!(
+            err.to_string().contains("not empty, holds 1 entries"),
+            "{err}"
+        );
+        crate::out_dir::claim(dir.path(), "demo", true, false).unwrap();
+        assert!(!dir.path().join("x").exists());
     }
 }

@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
 use invar_data::FeatureSet;
 use invar_eval::abx::{self, AbxConfig, AbxDataset, AbxMode, AbxResult, Convention, FrameTiming};
@@ -50,6 +49,9 @@ pub struct AbxArgs {
     /// Output folder: results.json, config.json, abx-<mode>.svg/.png.
     #[arg(long)]
     pub out: PathBuf,
+    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    #[arg(long)]
+    pub force: bool,
     #[arg(long, value_enum, default_value = "both")]
     pub mode: ModeArg,
     /// zs2015 (summed DTW, talkers then contexts) or fastabx (DTW ÷ path length, contexts then talkers).
@@ -92,6 +94,9 @@ pub struct VerifyArgs {
     /// Output folder: results.json, det.svg/.png.
     #[arg(long)]
     pub out: PathBuf,
+    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    #[arg(long)]
+    pub force: bool,
     /// Also write the results JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -105,6 +110,9 @@ pub struct IdentifyArgs {
     /// Output folder: results.json, confusion.svg/.png.
     #[arg(long)]
     pub out: PathBuf,
+    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    #[arg(long)]
+    pub force: bool,
     /// Also write the results JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -127,8 +135,7 @@ fn write_results<T: Serialize>(out: &Path, json: Option<&Path>, value: &T) -> an
 }
 
 fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
+    let _out = crate::out_dir::claim(&args.out, "eval abx", args.force, false)?;
     let set = FeatureSet::open(&args.features)?;
     let from_config = |key: &str| set.config_number(key);
     let timing = FrameTiming {
@@ -219,8 +226,7 @@ struct VerifyOutput {
 }
 
 fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
+    let _out = crate::out_dir::claim(&args.out, "eval verify", args.force, false)?;
     let (emb, ids, speakers) = load_embeddings(&args)?;
     let trials: Vec<Trial> = match &args.trials {
         Some(path) => {
@@ -342,8 +348,7 @@ fn load_embeddings(args: &VerifyArgs) -> anyhow::Result<(Matrix, Vec<String>, Ve
 }
 
 fn run_identify(args: IdentifyArgs) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
+    let _out = crate::out_dir::claim(&args.out, "eval identify", args.force, false)?;
     let predictions = invar_eval::read_predictions(&args.predictions)?;
     let r: IdentifyReport = invar_eval::identify(&predictions)?;
     invar_eval::plot::confusion_plot(&args.out.join("confusion"), &r.labels, &r.confusion)?;

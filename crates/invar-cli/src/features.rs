@@ -18,9 +18,13 @@ pub struct FeaturesArgs {
     /// Feature kind: spectrogram (the 001 linear spectrogram), logmel or mfcc (Kaldi defaults).
     #[arg(long)]
     pub kind: FeatureKind,
-    /// Output folder.
+    /// Output folder. A folder holding an interrupted run of the same job (corpus, front-end,
+    /// shards) is continued; any other non-empty folder is refused unless --force.
     #[arg(long)]
     pub out: PathBuf,
+    /// Delete what OUT holds before writing (not with --shard).
+    #[arg(long, conflicts_with = "shard")]
+    pub force: bool,
     /// Front-end configuration as JSON (a FrontendConfig; missing fields take their defaults).
     /// `--kind` overrides its `kind`.
     #[arg(long)]
@@ -65,6 +69,8 @@ pub fn run(args: FeaturesArgs) -> anyhow::Result<()> {
         },
         shards: shard.count,
     };
+    let identity = serde_json::to_value(&job)?;
+    let _out = crate::out_dir::claim_job(&args.out, "features", &identity, shard, args.force)?;
     let mine = (0..corpus.utterances.len())
         .filter(|&i| shard.contains(i))
         .count();

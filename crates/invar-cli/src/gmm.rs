@@ -65,6 +65,9 @@ pub struct UpdateArgs {
     /// Output folder: ubm.safetensors, ubm.json, results.json.
     #[arg(long)]
     pub out: PathBuf,
+    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]
@@ -75,6 +78,9 @@ pub struct TrainArgs {
     /// Output folder: ubm.safetensors, ubm.json, config.json, results.json.
     #[arg(long)]
     pub out: PathBuf,
+    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    #[arg(long)]
+    pub force: bool,
     /// Only utterances of this split (train, validation, test, unassigned); default all.
     #[arg(long)]
     pub split: Option<Split>,
@@ -110,6 +116,10 @@ pub struct PosteriorsArgs {
     /// Output feature-set folder: <id>.npy posteriorgrams + manifest.tsv + config.json.
     #[arg(long)]
     pub out: PathBuf,
+    /// Delete what OUT holds before writing (not with --shard). Without it, a folder of the same
+    /// job is continued and any other non-empty folder refused.
+    #[arg(long, conflicts_with = "shard")]
+    pub force: bool,
     /// Keep only the K largest posteriors of each frame (renormalised).
     #[arg(long)]
     pub top_k: Option<usize>,
@@ -133,6 +143,10 @@ pub struct SupervectorsArgs {
     /// supervectors.npy (utterances × C·F), speakers.txt and ids.txt in manifest order.
     #[arg(long)]
     pub out: PathBuf,
+    /// Delete what OUT holds before writing (not with --shard). Without it, a folder of the same
+    /// job is continued and any other non-empty folder refused.
+    #[arg(long, conflicts_with = "shard")]
+    pub force: bool,
     /// MAP relevance factor.
     #[arg(long, default_value_t = MapConfig::default().relevance)]
     pub relevance: f64,
@@ -233,8 +247,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         frames,
         set.dims()?
     );
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    let _out = crate::out_dir::claim(&args.out, "gmm train", args.force, false)?;
     invar_io::write_json(args.out.join("config.json"), &cfg)?;
     let progress = Progress::new(cfg.max_iters as u64, "EM iterations");
     let trained = invar_gmm::train(&source, &cfg, &mut |it| {
@@ -342,8 +355,7 @@ fn update(args: UpdateArgs) -> anyhow::Result<()> {
         mean_log_likelihood: total.log_likelihood() / total.frames().max(1) as f64,
         dead,
     };
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    let _out = crate::out_dir::claim(&args.out, "gmm update", args.force, false)?;
     let model = args.out.join("ubm.safetensors");
     gmm.save(&model, &record)?;
     println!(
@@ -482,6 +494,7 @@ fn posteriors(args: PosteriorsArgs) -> anyhow::Result<()> {
         "top_k": args.top_k,
         "components": ubm.components(),
     });
+    let _out = crate::out_dir::claim_job(&args.out, "gmm posteriors", &config, shard, args.force)?;
     let top_k = args.top_k;
     let (utterances, frames, dims, complete) =
         per_utterance(&set, &args.out, &config, shard, "posteriorgrams", &|x| {
@@ -517,6 +530,8 @@ fn supervectors(args: SupervectorsArgs) -> anyhow::Result<()> {
         "components": ubm.components(),
         "dims": ubm.dims(),
     });
+    let _out =
+        crate::out_dir::claim_job(&args.out, "gmm supervectors", &config, shard, args.force)?;
     let (utterances, frames, dims, complete) =
         per_utterance(&set, &args.out, &config, shard, "supervectors", &|x| {
             let sv = invar_gmm::supervector(&ubm, x, &map)?;
@@ -602,6 +617,7 @@ pub(crate) mod tests {
             command: GmmCommand::Train(TrainArgs {
                 features: feats.clone(),
                 out: ubm_dir.clone(),
+                force: false,
                 split: Some(Split::Train),
                 config: None,
                 components: Some(6),
@@ -625,6 +641,7 @@ pub(crate) mod tests {
                     ubm: ubm.clone(),
                     features: feats.clone(),
                     out: post.clone(),
+                    force: false,
                     top_k: Some(2),
                     shard: Some(k.into()),
                     json: None,
@@ -647,6 +664,7 @@ pub(crate) mod tests {
                 ubm: ubm.clone(),
                 features: feats.clone(),
                 out: sv_dir.clone(),
+                force: false,
                 relevance: 16.0,
                 shard: None,
                 json: None,
@@ -682,6 +700,7 @@ pub(crate) mod tests {
                 stats: stats_files,
                 config: None,
                 out: updated.clone(),
+                force: false,
             }),
         })
         .unwrap();

@@ -71,6 +71,9 @@ pub struct UpdateArgs {
     /// Output folder: ivector.safetensors, ivector.json, results.json.
     #[arg(long)]
     pub out: PathBuf,
+    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]
@@ -84,6 +87,9 @@ pub struct TrainArgs {
     /// Output folder: ivector.safetensors, ivector.json, config.json, results.json.
     #[arg(long)]
     pub out: PathBuf,
+    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    #[arg(long)]
+    pub force: bool,
     /// Only utterances of this split; default all.
     #[arg(long)]
     pub split: Option<Split>,
@@ -122,6 +128,10 @@ pub struct ExtractArgs {
     /// speakers.txt, ids.txt (and ivectors.projected.npy + projection.json with --lda/--wccn).
     #[arg(long)]
     pub out: PathBuf,
+    /// Delete what OUT holds before writing (not with --shard). Without it, a folder of the same
+    /// job is continued and any other non-empty folder refused.
+    #[arg(long, conflicts_with = "shard")]
+    pub force: bool,
     /// Do not length-normalise the i-vectors.
     #[arg(long)]
     pub no_length_norm: bool,
@@ -184,8 +194,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     cfg.validate(ubm.components() * ubm.dims())?;
     let set = FeatureSet::open(&args.features)?;
     let source = SetSource::new(&set, args.split)?;
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    let _out = crate::out_dir::claim(&args.out, "ivector train", args.force, false)?;
     invar_io::write_json(args.out.join("config.json"), &cfg)?;
 
     let progress = Progress::new(source.len() as u64, "Baum-Welch statistics");
@@ -307,8 +316,7 @@ fn update(args: UpdateArgs) -> anyhow::Result<()> {
         frames: total.frames,
         objective_per_frame: total.objective / total.frames.max(1) as f64,
     };
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    let _out = crate::out_dir::claim(&args.out, "ivector update", args.force, false)?;
     let path = args.out.join("ivector.safetensors");
     next.save(&path, &record)?;
     println!(
@@ -351,6 +359,9 @@ fn extract(args: ExtractArgs) -> anyhow::Result<()> {
         "rank": model.rank(),
         "length_norm": length_norm,
     });
+    // The projection is part of what the folder holds: a rerun with other --lda/--wccn is another job.
+    let job = serde_json::json!({ "config": config, "lda": args.lda, "wccn": args.wccn });
+    let _out = crate::out_dir::claim_job(&args.out, "ivector extract", &job, shard, args.force)?;
     let (utterances, frames, dims, complete) =
         per_utterance(&set, &args.out, &config, shard, "i-vectors", &|x| {
             Ok(model.utterance_ivector(&ubm, x, length_norm)?)
@@ -455,6 +466,7 @@ mod tests {
             command: crate::gmm::GmmCommand::Train(crate::gmm::TrainArgs {
                 features: feats.clone(),
                 out: ubm_dir.clone(),
+                force: false,
                 split: None,
                 config: None,
                 components: Some(6),
@@ -472,6 +484,7 @@ mod tests {
                 ubm: ubm.clone(),
                 features: feats.clone(),
                 out: iv_dir.clone(),
+                force: false,
                 split: Some(Split::Train),
                 config: None,
                 rank: Some(5),
@@ -499,6 +512,7 @@ mod tests {
                 extractor: iv_dir.join("ivector.safetensors"),
                 features: feats,
                 out: out.clone(),
+                force: false,
                 no_length_norm: false,
                 lda: Some(3),
                 wccn: true,
@@ -544,6 +558,7 @@ mod tests {
                 stats: files,
                 no_min_divergence: false,
                 out: next.clone(),
+                force: false,
             }),
         })
         .unwrap();

@@ -13,6 +13,7 @@ mod eval;
 mod features;
 mod gmm;
 mod ivector;
+mod out_dir;
 mod partition;
 mod progress;
 mod speaker;

@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
 use invar_data::{FeatureSet, Layout};
 use invar_partition::{
@@ -74,9 +73,13 @@ pub struct TrainArgs {
     /// Seed of V's initialisation, the pair sampling and the minibatch order (default 0).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Continue from the newest good checkpoint in OUT/train.
+    /// Continue from the newest good checkpoint in OUT/train (OUT must hold a `partition train`
+    /// run, or be empty).
     #[arg(long)]
     pub resume: bool,
+    /// Delete what OUT holds before training (a non-empty OUT is refused otherwise).
+    #[arg(long, conflicts_with = "resume")]
+    pub force: bool,
     /// Also report the silhouette of the classes (DTW + symmetric KL) before and after.
     #[arg(long)]
     pub silhouette: bool,
@@ -99,6 +102,9 @@ pub struct ApplyArgs {
     /// Output feature set folder.
     #[arg(long)]
     pub out: PathBuf,
+    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    #[arg(long)]
+    pub force: bool,
     /// Use the binary partition (each input class to the argmax of its W row).
     #[arg(long)]
     pub hard: bool,
@@ -145,13 +151,12 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     let device = invar_ops::device(&a.device)?;
     let set = FeatureSet::open(&a.posteriors)?;
     let post = Posteriorgrams::from_featureset(&set)?;
+    let _out = crate::out_dir::claim(&a.out, "partition train", a.force, a.resume)?;
     let classes = match (&a.classes, &a.gold_corpus) {
         (Some(path), _) => invar_data::read_classes(path)?,
         (None, Some(root)) => {
             let corpus = invar_data::read_corpus(a.layout, root)?;
             let classes = gold_classes(&corpus.utterances, a.sample_rate, &["h#", "pau", "sil"]);
-            std::fs::create_dir_all(&a.out)
-                .with_context(|| format!("creating {}", a.out.display()))?;
             invar_data::write_classes(a.out.join("gold-classes.txt"), &classes)?;
             classes
         }
@@ -214,6 +219,7 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
         partition = Partition::random_hard(partition.inputs(), partition.outputs(), seed);
     }
     let set = FeatureSet::open(&a.posteriors)?;
+    let _out = crate::out_dir::claim(&a.out, "partition apply", a.force, false)?;
     let entries = apply_featureset(&partition, &set, &a.out, a.hard)?;
     let frames: usize = entries.iter().map(|e| e.frames).sum();
     let mapping = partition.mapping();

@@ -165,6 +165,9 @@ pub struct TrainArgs {
     /// Output folder: checkpoints, model.safetensors, speaker_cnn.json, results.json.
     #[arg(long)]
     pub out: PathBuf,
+    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    #[arg(long)]
+    pub force: bool,
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -202,6 +205,9 @@ pub struct CvArgs {
     /// Output folder: one run per fold and cv.json.
     #[arg(long)]
     pub out: PathBuf,
+    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    #[arg(long)]
+    pub force: bool,
     #[arg(long, default_value = "cpu")]
     pub device: String,
 }
@@ -227,6 +233,9 @@ pub struct RobustnessArgs {
     /// Output folder: one run per model, robustness.json, robustness.md, robustness.svg.
     #[arg(long)]
     pub out: PathBuf,
+    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    #[arg(long)]
+    pub force: bool,
     #[arg(long, default_value = "cpu")]
     pub device: String,
 }
@@ -262,6 +271,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     let cfg = args.model.resolve()?;
     let device = invar_ops::device(&args.device)?;
     let (train, test) = args.corpus.load()?;
+    let _out = crate::out_dir::claim(&args.out, "speaker train", args.force, false)?;
     let conditions = RobustnessConfig::default().conditions;
     let baselines = args.baselines.then(BaselineConfig::default);
     let results = invar_speaker_cnn::run_method(
@@ -338,6 +348,7 @@ fn cv(args: CvArgs) -> anyhow::Result<()> {
     let cfg = args.model.resolve()?;
     let device = invar_ops::device(&args.device)?;
     let (train, test) = args.corpus.load()?;
+    let _out = crate::out_dir::claim(&args.out, "speaker cv", args.force, false)?;
     let audio: Vec<_> = train.into_iter().chain(test).collect();
     let cv = invar_speaker_cnn::CrossValidationConfig {
         folds: args.folds,
@@ -369,6 +380,7 @@ fn robustness(args: RobustnessArgs) -> anyhow::Result<()> {
     let cfg = args.model.resolve()?;
     let device = invar_ops::device(&args.device)?;
     let (train, test) = args.corpus.load()?;
+    let _out = crate::out_dir::claim(&args.out, "speaker robustness", args.force, false)?;
     let grid = RobustnessConfig {
         nuisances: args.nuisances.clone(),
         lambda: args.model.lambda,

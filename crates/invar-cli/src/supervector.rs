@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
 use invar_data::SupervectorSet;
 use invar_supervector::{format_table, Activation, SupervectorConfig, TrainedModel};
@@ -120,9 +119,13 @@ pub struct TrainArgs {
     /// Train on every row and skip the evaluation (a final model).
     #[arg(long)]
     pub all_rows: bool,
-    /// Continue from the newest checkpoint in --out (with --all-rows).
+    /// Continue from the newest checkpoint in --out (with --all-rows; OUT must hold a
+    /// `supervector train` run, or be empty).
     #[arg(long, requires = "all_rows")]
     pub resume: bool,
+    /// Delete what OUT holds before training (a non-empty OUT is refused otherwise).
+    #[arg(long, conflicts_with = "resume")]
+    pub force: bool,
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -141,6 +144,9 @@ pub struct EmbedArgs {
     /// Output folder: codes.npy, ids.txt, speakers.txt, results.json.
     #[arg(long)]
     pub out: PathBuf,
+    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    #[arg(long)]
+    pub force: bool,
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// Write the summary as JSON here (default OUT/results.json).
@@ -226,7 +232,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     invar_supervector::resolve_sizes(&mut config, set.vectors.cols)?;
     config.validate()?;
     let device = invar_ops::device(&args.device)?;
-    std::fs::create_dir_all(&args.out).with_context(|| format!("{}", args.out.display()))?;
+    let _out = crate::out_dir::claim(&args.out, "supervector train", args.force, args.resume)?;
     tracing::info!(
         rows = set.vectors.rows,
         dim = set.vectors.cols,
@@ -329,7 +335,7 @@ fn embed(args: EmbedArgs) -> anyhow::Result<()> {
     let model = TrainedModel::load(&args.model, &device)?;
     let (set, ids) = args.input.load()?;
     let codes = model.embed(&set.vectors, 256)?;
-    std::fs::create_dir_all(&args.out).with_context(|| format!("{}", args.out.display()))?;
+    let _out = crate::out_dir::claim(&args.out, "supervector embed", args.force, false)?;
     write_codes(&args.out, &codes, &ids, &set)?;
     let results = EmbedResults {
         stage: "supervector embed",
@@ -408,6 +414,7 @@ mod tests {
             seed: Some(2),
             all_rows: false,
             resume: false,
+            force: false,
             device: "cpu".into(),
             json: None,
         })
@@ -426,6 +433,7 @@ mod tests {
             model: run.clone(),
             input: input(&sv),
             out: out.clone(),
+            force: false,
             device: "cpu".into(),
             json: None,
         })

@@ -12,9 +12,12 @@ use crate::progress::Progress;
 /// Generate a phone-labelled multi-speaker corpus.
 #[derive(Debug, Args)]
 pub struct SynthArgs {
-    /// Output folder (created; must be absent or empty).
+    /// Output folder (created; must be absent or empty unless --force).
     #[arg(long)]
     pub out: PathBuf,
+    /// Delete what OUT holds before generating.
+    #[arg(long)]
+    pub force: bool,
     /// Number of speakers (default: the config's, 10; 4 with --quick).
     #[arg(long)]
     pub speakers: Option<usize>,
@@ -71,6 +74,8 @@ pub fn run(args: SynthArgs) -> anyhow::Result<()> {
     if let Some(s) = args.seed {
         cfg.seed = s;
     }
+    cfg.validate()?;
+    let _out = crate::out_dir::claim(&args.out, "synth", args.force, false)?;
     let started = std::time::Instant::now();
     let progress = Progress::new((cfg.speakers * cfg.utterances) as u64, "synthesising");
     let manifest = generate_with_progress(&cfg, &args.out, args.layout, &|_, _| progress.inc())?;

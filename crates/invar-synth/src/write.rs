@@ -157,7 +157,13 @@ pub fn generate_with_progress(
 
 fn prepare_dir(out: &Path) -> Result<()> {
     match std::fs::read_dir(out) {
-        Ok(mut entries) => {
+        Ok(entries) => {
+            // The lock and marker of the run that claimed the folder (invar-io's `OutDir`) are
+            // not a corpus.
+            let mut entries = entries.filter(|e| match e {
+                Ok(e) => !invar_io::is_claim_file(&e.file_name()),
+                Err(_) => true,
+            });
             if entries.next().is_some() {
                 return Err(Error::OutputNotEmpty {
                     path: out.to_path_buf(),

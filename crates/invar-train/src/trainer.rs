@@ -153,6 +153,13 @@ impl Trainer {
     {
         let cfg = &self.config;
         std::fs::create_dir_all(&self.run_dir).map_err(|e| Error::file(&self.run_dir, e))?;
+        // Refuse before the first write: a refused run leaves the earlier run's files as they were.
+        if !self.resume && !checkpoint::list_checkpoints(&self.run_dir)?.is_empty() {
+            return Err(Error::file(
+                checkpoint::checkpoints_dir(&self.run_dir),
+                "holds checkpoints of an earlier run: resume it, or train into a new folder",
+            ));
+        }
         invar_io::write_json(
             self.run_dir.join("config.json"),
             &serde_json::json!({ "train": cfg, "method": self.method_config }),
@@ -160,12 +167,6 @@ impl Trainer {
         let mut optimizer = Optimizer::new(varmap, cfg.optimizer.clone())?;
         let log_path = self.run_dir.join("metrics.jsonl");
         checkpoint::remove_stale_temporaries(&self.run_dir)?;
-        if !self.resume && !checkpoint::list_checkpoints(&self.run_dir)?.is_empty() {
-            return Err(Error::file(
-                checkpoint::checkpoints_dir(&self.run_dir),
-                "holds checkpoints of an earlier run: resume it, or train into a new folder",
-            ));
-        }
 
         let mut run = RunState {
             epoch: 0,

@@ -468,3 +468,26 @@ fn nan_loss_names_the_step_and_keeps_the_last_good_checkpoint() -> TestResult {
     assert!(matches!(again, Error::NonFiniteLoss { step: 8, .. }));
     Ok(())
 }
+
+/// Issue 17: a second, non-resuming run into a folder with checkpoints is refused, and refused
+/// before it writes: `config.json` (which it used to rewrite first) stays byte-identical.
+#[test]
+fn a_refused_run_rewrites_no_config() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (varmap, mut model, mut source) = problem(300, 30)?;
+    Trainer::new(quiet(2), dir.path(), Device::Cpu)?
+        .with_method_config(&serde_json::json!({"lambda": 0.1}))?
+        .fit(&varmap, &mut source, &mut model)?;
+    let config = std::fs::read(dir.path().join("config.json"))?;
+    let log = std::fs::read(dir.path().join("metrics.jsonl"))?;
+    let (varmap, mut model, mut source) = problem(300, 30)?;
+    let err = Trainer::new(quiet(3), dir.path(), Device::Cpu)?
+        .with_method_config(&serde_json::json!({"lambda": 0.5}))?
+        .fit(&varmap, &mut source, &mut model)
+        .err()
+        .ok_or("a second run into a folder with checkpoints must be refused")?;
+    assert!(err.to_string().contains("holds checkpoints"), "{err}");
+    assert_eq!(std::fs::read(dir.path().join("config.json"))?, config);
+    assert_eq!(std::fs::read(dir.path().join("metrics.jsonl"))?, log);
+    Ok(())
+}
