@@ -7,6 +7,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))] // tests: a panic is the failure report
 
+pub mod backend;
 mod batch;
 mod classes;
 mod corpus;
@@ -27,6 +28,7 @@ mod timit;
 mod utterance;
 mod zerospeech;
 
+pub use backend::FeatureFormat;
 pub use batch::{
     chunk_index, different_speaker_pairs, directed_pair, epoch_order, epoch_rng, gather_chunks,
     gather_frame_pairs, gather_pair_rows, same_speaker_pairs, sample_chunks, ChunkLayout, ChunkRef,
