@@ -540,7 +540,15 @@ fn write_binary_float(w: &mut dyn Write, m: &Matrix) -> std::io::Result<()> {
 pub struct ArkWriter {
     ark: PathBuf,
     tmp: PathBuf,
-    state: Mutex<(BufWriter<File>, u64, Vec<(String, u64)>)>,
+    state: Mutex<ArkState>,
+}
+
+/// The open archive, its length so far, and each key with its matrix's offset.
+#[derive(Debug)]
+struct ArkState {
+    out: BufWriter<File>,
+    pos: u64,
+    keys: Vec<(String, u64)>,
 }
 
 impl ArkWriter {
@@ -552,7 +560,11 @@ impl ArkWriter {
         Ok(ArkWriter {
             ark,
             tmp,
-            state: Mutex::new((BufWriter::new(file), 0, Vec::new())),
+            state: Mutex::new(ArkState {
+                out: BufWriter::new(file),
+                pos: 0,
+                keys: Vec::new(),
+            }),
         })
     }
 
@@ -566,7 +578,7 @@ impl ArkWriter {
             ));
         }
         let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let (w, pos, keys) = &mut *g;
+        let ArkState { out: w, pos, keys } = &mut *g;
         let offset = *pos + key.len() as u64 + 1;
         let mut bytes = Vec::with_capacity(key.len() + 16 + m.data.len() * 4);
         bytes.extend_from_slice(key.as_bytes());
@@ -582,7 +594,9 @@ impl ArkWriter {
     /// archive's name in each line (Kaldi resolves it from the reader's current folder, so an
     /// absolute path works from anywhere). Refuses duplicate keys (and then leaves no archive).
     pub fn finish(self, scp: impl AsRef<Path>, scp_ark_path: &Path) -> Result<Vec<(String, u64)>> {
-        let (w, _, mut keys) = self.state.into_inner().unwrap_or_else(|p| p.into_inner());
+        let ArkState {
+            out: w, mut keys, ..
+        } = self.state.into_inner().unwrap_or_else(|p| p.into_inner());
         let tmp = self.tmp.clone();
         let result = (|| -> Result<Vec<(String, u64)>> {
             let file = w
