@@ -39,15 +39,12 @@ impl std::fmt::Display for FeatureFormat {
 }
 
 impl std::str::FromStr for FeatureFormat {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
         match s {
             "npy" => Ok(FeatureFormat::Npy),
             "kaldi" => Ok(FeatureFormat::Kaldi),
-            _ => Err(Error::Config {
-                field: "format",
-                reason: format!("{s:?} is not npy or kaldi"),
-            }),
+            _ => Err(format!("{s:?} is not a feature format: use npy or kaldi")),
         }
     }
 }
