@@ -24,7 +24,8 @@ pub struct EvalArgs {
 pub enum EvalCommand {
     /// ABX error from a ZeroSpeech .item file and a feature (or posteriorgram) set.
     Abx(AbxArgs),
-    /// Verification (EER, minDCF, DET, threshold count) from embeddings.
+    /// Verification (EER, minDCF, DET, threshold count) from embeddings, or EER and minDCF of a
+    /// Kaldi score file (--scores with --trials), equal to Kaldi's compute-eer and compute_min_dcf.py.
     Verify(VerifyArgs),
     /// Identification accuracy and confusion from a predictions file.
     Identify(IdentifyArgs),
@@ -43,7 +44,8 @@ pub struct AbxArgs {
     /// The .item file (`#file onset offset #phone <context...> speaker`).
     #[arg(long)]
     pub item: PathBuf,
-    /// Feature set folder (manifest.tsv + one .npy per utterance); the .item's file column names ids.
+    /// Feature set: an invar set folder, a Kaldi feats.scp (or a folder holding one), or a plain
+    /// folder of <id>.npy; the .item's file column names ids.
     #[arg(long)]
     pub features: PathBuf,
     /// Output folder: results.json, config.json, abx-<mode>.svg/.png.
@@ -60,10 +62,11 @@ pub struct AbxArgs {
     /// Frame distance: euclidean, cosine, angular, kl, symmetric-kl, js, sqrt-js, zero-one.
     #[arg(long, default_value = "angular")]
     pub distance: FrameDistance,
-    /// Frame shift in ms (default: the features' config.json `shift_ms`, else 10).
+    /// Frame shift in ms (default: the features' config.json `shift_ms`, else 10; required for
+    /// features without a config.json: a Kaldi scp or a plain .npy folder).
     #[arg(long)]
     pub hop_ms: Option<f64>,
-    /// Frame length in ms (default: the features' config.json `length_ms`, else 25).
+    /// Frame length in ms (default: the features' config.json `length_ms`; required as --hop-ms).
     #[arg(long)]
     pub win_ms: Option<f64>,
     /// Also write the results JSON here.
@@ -88,10 +91,24 @@ pub struct VerifyArgs {
     /// Kaldi trials file `utt1 utt2 target|nontarget`; default: all pairs.
     #[arg(long)]
     pub trials: Option<PathBuf>,
+    /// A Kaldi score file `utt1 utt2 score` (higher = same speaker) to evaluate against --trials,
+    /// instead of embeddings; every trial needs exactly one score.
+    #[arg(long, requires = "trials", conflicts_with_all = ["embeddings", "features"])]
+    pub scores: Option<PathBuf>,
+    /// Prior of a target trial for minDCF (repeatable).
+    #[arg(long = "p-target", default_values_t = [0.01, 0.001])]
+    pub p_targets: Vec<f64>,
+    /// Cost of a miss for minDCF.
+    #[arg(long, default_value_t = 1.0)]
+    pub c_miss: f64,
+    /// Cost of a false alarm for minDCF.
+    #[arg(long, default_value_t = 1.0)]
+    pub c_fa: f64,
     /// Distances to score with (repeatable).
     #[arg(long = "metric", default_values = ["angular", "euclidean"])]
     pub metrics: Vec<PairMetric>,
-    /// Output folder: results.json, det.svg/.png.
+    /// Output folder: results.json, det.svg/.png, and per metric the scores in Kaldi's form
+    /// (scores-METRIC.txt, the negated distance; plus the generated `trials` without --trials).
     #[arg(long)]
     pub out: PathBuf,
     /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
@@ -137,18 +154,23 @@ fn write_results<T: Serialize>(out: &Path, json: Option<&Path>, value: &T) -> an
 fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
     let _out = crate::out_dir::claim(&args.out, "eval abx", args.force, false)?;
     let set = FeatureSet::open(&args.features)?;
-    let from_config = |key: &str| set.config_number(key);
+    // A set without config.json (a Kaldi scp, a plain .npy folder) says nothing of its frame
+    // timing: the flags must. An invar set keeps its old fallback (10 / 25 ms).
+    let described = set.config().is_ok();
+    let timing_ms = |flag: Option<f64>, key: &str, name: &str, fallback: f64| match flag
+        .or_else(|| set.config_number(key))
+    {
+        Some(v) => Ok(v),
+        None if described => Ok(fallback),
+        None => Err(anyhow::anyhow!(
+            "{}: these features carry no config.json, so no frame timing (a Kaldi scp or a \
+                 plain .npy folder): give --{name}",
+            args.features.display()
+        )),
+    };
     let timing = FrameTiming {
-        hop_s: args
-            .hop_ms
-            .or_else(|| from_config("shift_ms"))
-            .unwrap_or(10.0)
-            / 1000.0,
-        win_s: args
-            .win_ms
-            .or_else(|| from_config("length_ms"))
-            .unwrap_or(25.0)
-            / 1000.0,
+        hop_s: timing_ms(args.hop_ms, "shift_ms", "hop-ms", 10.0)? / 1000.0,
+        win_s: timing_ms(args.win_ms, "length_ms", "win-ms", 25.0)? / 1000.0,
     };
     let items = invar_eval::read_items(&args.item)?;
     tracing::info!(
@@ -164,7 +186,13 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
                 file: file.to_string(),
                 dir: set.dir().to_path_buf(),
             })?;
-        Ok(invar_io::read_npy(set.dir().join(&entry.path))?)
+        set.load(entry).map_err(|e| match e {
+            invar_data::Error::File(f) => invar_eval::Error::File(f),
+            other => invar_eval::Error::LoadFeatures {
+                file: file.to_string(),
+                reason: other.to_string(),
+            },
+        })
     })?;
     if !ds.empty_items.is_empty() {
         tracing::warn!(
@@ -227,6 +255,9 @@ struct VerifyOutput {
 
 fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
     let _out = crate::out_dir::claim(&args.out, "eval verify", args.force, false)?;
+    if let Some(scores) = &args.scores {
+        return run_score_file(&args, scores);
+    }
     let (emb, ids, speakers) = load_embeddings(&args)?;
     let trials: Vec<Trial> = match &args.trials {
         Some(path) => {
@@ -237,7 +268,16 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
                 .collect();
             invar_eval::read_trials(path, &index)?
         }
-        None => invar_eval::all_pairs(&speakers),
+        None => {
+            let all = invar_eval::all_pairs(&speakers);
+            let label = |t: bool| if t { "target" } else { "nontarget" };
+            let text: String = all
+                .iter()
+                .map(|t| format!("{} {} {}\n", ids[t.enroll], ids[t.test], label(t.target)))
+                .collect();
+            invar_io::write_text(args.out.join("trials"), &text)?;
+            all
+        }
     };
     tracing::info!(
         "{} embeddings of {} dims, {} trials",
@@ -249,8 +289,18 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
     let mut curves = Vec::new();
     for &metric in &args.metrics {
         let distances = invar_eval::trial_distances(&emb, &trials, metric)?;
+        invar_eval::write_scores(
+            args.out.join(format!("scores-{metric}.txt")),
+            trials
+                .iter()
+                .zip(&distances)
+                .map(|(t, &d)| (ids[t.enroll].as_str(), ids[t.test].as_str(), -d)),
+        )?;
         let config = VerifyConfig {
             metric,
+            p_targets: args.p_targets.clone(),
+            c_miss: args.c_miss,
+            c_fa: args.c_fa,
             ..VerifyConfig::default()
         };
         let r = invar_eval::verify(&distances, &trials, &config)?;
@@ -258,23 +308,25 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
         reports.push(r);
     }
     invar_eval::plot::det_plot(&args.out.join("det"), &curves)?;
+    let dcf_heads: String = args
+        .p_targets
+        .iter()
+        .map(|p| format!(" {:>11}", format!("minDCF({p})")))
+        .collect();
     println!(
-        "{:<10} {:>7} {:>10} {:>11} {:>10} {:>14}",
-        "metric", "EER %", "minDCF.01", "minDCF.001", "threshold", "below (rate)"
+        "{:<10} {:>7}{dcf_heads} {:>10} {:>14}",
+        "metric", "EER %", "threshold", "below (rate)"
     );
     for r in &reports {
-        let dcf = |p: f64| {
-            r.min_dcf
-                .iter()
-                .find(|m| (m.p_target - p).abs() < 1e-12)
-                .map_or(f64::NAN, |m| m.min_dcf)
-        };
+        let dcfs: String = r
+            .min_dcf
+            .iter()
+            .map(|m| format!(" {:>11.4}", m.min_dcf))
+            .collect();
         println!(
-            "{:<10} {:>7.2} {:>10.4} {:>11.4} {:>10.4} {:>6} ({:.4})",
+            "{:<10} {:>7.2}{dcfs} {:>10.4} {:>6} ({:.4})",
             r.metric.to_string(),
             100.0 * r.eer,
-            dcf(0.01),
-            dcf(0.001),
             r.threshold_count.threshold,
             r.threshold_count.count,
             r.threshold_count.rate
@@ -287,6 +339,46 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
         reports,
     };
     write_results(&args.out, args.json.as_deref(), &output)
+}
+
+/// EER and minDCF of a Kaldi score file against its trials file.
+fn run_score_file(args: &VerifyArgs, scores: &Path) -> anyhow::Result<()> {
+    let trials_path = args
+        .trials
+        .as_deref()
+        .context("--scores needs --trials to label the pairs")?;
+    let trials = invar_eval::read_trial_list(trials_path)?;
+    let scored = invar_eval::read_scores(scores, &trials, trials_path)?;
+    let config = VerifyConfig {
+        p_targets: args.p_targets.clone(),
+        c_miss: args.c_miss,
+        c_fa: args.c_fa,
+        ..VerifyConfig::default()
+    };
+    let r = invar_eval::score_report(&scored, &config, scores, trials_path)?;
+    invar_eval::plot::det_plot(
+        &args.out.join("det"),
+        &[("scores".to_string(), r.det.clone())],
+    )?;
+    println!(
+        "{} trials ({} target, {} nontarget) from {}",
+        scored.len(),
+        r.target_trials,
+        r.nontarget_trials,
+        scores.display()
+    );
+    println!(
+        "EER {:.4} % at threshold {}",
+        100.0 * r.eer,
+        r.eer_threshold
+    );
+    for m in &r.min_dcf {
+        println!(
+            "minDCF {:.4} at threshold {:.4} (p-target={}, c-miss={}, c-fa={})",
+            m.min_dcf, m.threshold, m.p_target, m.c_miss, m.c_fa
+        );
+    }
+    write_results(&args.out, args.json.as_deref(), &r)
 }
 
 /// Embeddings with their ids and speakers, from a matrix + label files or a feature set of 1×D rows.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use crate::progress::Progress;
 use clap::Args;
 use invar_audio::{ChannelSelect, FeatureKind, FrontendConfig, ReadOptions};
-use invar_data::{extract_features, read_corpus, FeatureJob, Layout, Shard};
+use invar_data::{extract_features, read_corpus, FeatureFormat, FeatureJob, Layout, Shard};
 
 /// Compute features for every utterance of a corpus into OUT (one .npy each + manifest.tsv).
 #[derive(Debug, Args)]
@@ -25,6 +25,10 @@ pub struct FeaturesArgs {
     /// Delete what OUT holds before writing (not with --shard).
     #[arg(long, conflicts_with = "shard")]
     pub force: bool,
+    /// How to store the matrices: npy (one <id>.npy each) or kaldi (feats.ark + feats.scp, binary
+    /// float, readable by Kaldi and kaldiio); manifest.tsv and config.json are written either way.
+    #[arg(long, default_value = "npy")]
+    pub format: FeatureFormat,
     /// Front-end configuration as JSON (a FrontendConfig; missing fields take their defaults).
     /// `--kind` overrides its `kind`.
     #[arg(long)]
@@ -68,6 +72,7 @@ pub fn run(args: FeaturesArgs) -> anyhow::Result<()> {
             resample: !args.no_resample,
         },
         shards: shard.count,
+        format: args.format,
     };
     let identity = serde_json::to_value(&job)?;
     let _out = crate::out_dir::claim_job(&args.out, "features", &identity, shard, args.force)?;

@@ -8,7 +8,9 @@ use anyhow::{bail, Context};
 
 use crate::progress::Progress;
 use clap::{Args, Subcommand};
-use invar_data::{FeatureEntry, FeatureSet, FeatureSetWriter, Shard, Split, SupervectorSet};
+use invar_data::{
+    FeatureEntry, FeatureFormat, FeatureSet, FeatureSetWriter, Shard, Split, SupervectorSet,
+};
 use invar_gmm::{DiagGmm, EmConfig, FrameSource, GmmMeta, InitMethod, MapConfig, SourceError};
 use invar_io::Matrix;
 use rayon::prelude::*;
@@ -113,13 +115,17 @@ pub struct PosteriorsArgs {
     /// Feature set folder.
     #[arg(long)]
     pub features: PathBuf,
-    /// Output feature-set folder: <id>.npy posteriorgrams + manifest.tsv + config.json.
+    /// Output feature-set folder: <id>.npy posteriorgrams (or feats.ark + feats.scp with
+    /// --format kaldi) + manifest.tsv + config.json.
     #[arg(long)]
     pub out: PathBuf,
     /// Delete what OUT holds before writing (not with --shard). Without it, a folder of the same
     /// job is continued and any other non-empty folder refused.
     #[arg(long, conflicts_with = "shard")]
     pub force: bool,
+    /// How to store the posteriorgrams: npy or kaldi (binary float ark + scp).
+    #[arg(long, default_value = "npy")]
+    pub format: FeatureFormat,
     /// Keep only the K largest posteriors of each frame (renormalised).
     #[arg(long)]
     pub top_k: Option<usize>,
@@ -432,7 +438,20 @@ pub(crate) fn per_utterance(
     what: &'static str,
     f: &(dyn Fn(&Matrix) -> anyhow::Result<Matrix> + Sync),
 ) -> anyhow::Result<(usize, usize, usize, bool)> {
-    let writer = FeatureSetWriter::create_shard(out, config, shard)?;
+    per_utterance_as(set, out, config, shard, FeatureFormat::Npy, what, f)
+}
+
+/// As [`per_utterance`], writing the output set in `format`.
+pub(crate) fn per_utterance_as(
+    set: &FeatureSet,
+    out: &Path,
+    config: &serde_json::Value,
+    shard: Shard,
+    format: FeatureFormat,
+    what: &'static str,
+    f: &(dyn Fn(&Matrix) -> anyhow::Result<Matrix> + Sync),
+) -> anyhow::Result<(usize, usize, usize, bool)> {
+    let writer = FeatureSetWriter::create_as(out, config, shard, format)?;
     let mine: Vec<&FeatureEntry> = set
         .entries()
         .iter()
@@ -496,10 +515,15 @@ fn posteriors(args: PosteriorsArgs) -> anyhow::Result<()> {
     });
     let _out = crate::out_dir::claim_job(&args.out, "gmm posteriors", &config, shard, args.force)?;
     let top_k = args.top_k;
-    let (utterances, frames, dims, complete) =
-        per_utterance(&set, &args.out, &config, shard, "posteriorgrams", &|x| {
-            Ok(ubm.posteriors(x, top_k)?)
-        })?;
+    let (utterances, frames, dims, complete) = per_utterance_as(
+        &set,
+        &args.out,
+        &config,
+        shard,
+        args.format,
+        "posteriorgrams",
+        &|x| Ok(ubm.posteriors(x, top_k)?),
+    )?;
     let summary = StageSummary {
         stage: "gmm posteriors",
         utterances,
@@ -642,6 +666,7 @@ pub(crate) mod tests {
                     features: feats.clone(),
                     out: post.clone(),
                     force: false,
+                    format: FeatureFormat::Npy,
                     top_k: Some(2),
                     shard: Some(k.into()),
                     json: None,

@@ -9,7 +9,9 @@ use invar_audio::{Frontend, FrontendConfig, ReadOptions};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::{merge_shards, Error, FeatureSetWriter, Layout, Result, Shard, Utterance, CONFIG};
+use crate::{
+    merge_shards, Error, FeatureFormat, FeatureSetWriter, Layout, Result, Shard, Utterance, CONFIG,
+};
 
 /// What produced a feature set: written as its `config.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -21,6 +23,9 @@ pub struct FeatureJob {
     pub read: ReadOptions,
     /// Number of shards the job was cut into (each shard writes the same config).
     pub shards: usize,
+    /// How the matrices are stored (`.npy` files, or a Kaldi `feats.ark` + `feats.scp`).
+    #[serde(default)]
+    pub format: FeatureFormat,
 }
 
 /// What one run of [`extract_features`] did.
@@ -76,7 +81,7 @@ pub fn extract_features(
         Ok(bytes) => serde_json::from_slice::<FeatureJob>(&bytes).ok().as_ref() == Some(job),
         Err(_) => false,
     };
-    let writer = FeatureSetWriter::create_shard(out, &config, shard)?;
+    let writer = FeatureSetWriter::create_as(out, &config, shard, job.format)?;
     let mine: Vec<&Utterance> = utterances
         .iter()
         .enumerate()

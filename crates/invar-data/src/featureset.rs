@@ -11,6 +11,7 @@ use std::sync::Mutex;
 
 use invar_io::Matrix;
 
+use crate::backend::FeatureFormat;
 use crate::text::{excerpt, numbered_lines, read_text};
 use crate::{check_id, Error, Result, Split};
 
@@ -83,8 +84,13 @@ pub struct FeatureSet {
 }
 
 impl FeatureSet {
-    /// Opens `dir` by reading its manifest (the matrices are loaded on demand).
+    /// Opens `dir` by reading its manifest (the matrices are loaded on demand). Without a manifest,
+    /// also a Kaldi `scp` file, a folder with `feats.scp`, or a plain folder of `<id>.npy` files
+    /// (see [`crate::backend`]).
     pub fn open(dir: impl AsRef<Path>) -> Result<FeatureSet> {
+        if let Some((dir, entries)) = crate::backend::open_unindexed(dir.as_ref())? {
+            return Ok(FeatureSet { dir, entries });
+        }
         let dir = dir.as_ref().to_path_buf();
         let entries = read_manifest(&dir.join(MANIFEST))?;
         Ok(FeatureSet { dir, entries })
@@ -111,7 +117,7 @@ impl FeatureSet {
     /// Loads one entry's matrix and checks its shape against the manifest.
     pub fn load(&self, entry: &FeatureEntry) -> Result<Matrix> {
         let path = self.dir.join(&entry.path);
-        let m = invar_io::read_npy(&path)?;
+        let m = crate::backend::load_matrix(&self.dir, &entry.path)?;
         if m.shape() != (entry.frames, entry.dims) {
             return Err(Error::Mismatch {
                 path,
@@ -171,6 +177,7 @@ pub struct FeatureSetWriter {
     dir: PathBuf,
     shard: Shard,
     entries: Mutex<Vec<FeatureEntry>>,
+    kaldi: Option<crate::backend::KaldiOut>,
 }
 
 impl FeatureSetWriter {
@@ -186,13 +193,31 @@ impl FeatureSetWriter {
         config_json: &serde_json::Value,
         shard: Shard,
     ) -> Result<Self> {
+        Self::create_as(dir, config_json, shard, FeatureFormat::Npy)
+    }
+
+    /// As [`FeatureSetWriter::create_shard`], storing the matrices in `format`.
+    pub fn create_as(
+        dir: impl AsRef<Path>,
+        config_json: &serde_json::Value,
+        shard: Shard,
+        format: FeatureFormat,
+    ) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, "create the folder", e))?;
         invar_io::write_json(dir.join(CONFIG), config_json)?;
+        let kaldi = match format {
+            FeatureFormat::Npy => None,
+            FeatureFormat::Kaldi => Some(crate::backend::KaldiOut::create(
+                &dir,
+                (shard.count > 1).then(|| format!("{}-of-{}", shard.index + 1, shard.count)),
+            )?),
+        };
         Ok(FeatureSetWriter {
             dir,
             shard,
             entries: Mutex::new(Vec::new()),
+            kaldi,
         })
     }
 
@@ -206,8 +231,14 @@ impl FeatureSetWriter {
     pub fn write(&self, id: &str, speaker: &str, split: Split, m: &Matrix) -> Result<FeatureEntry> {
         check_id(id)?;
         check_field(speaker, "speaker", &self.dir)?;
-        let rel = PathBuf::from(format!("{id}.npy"));
-        invar_io::write_npy(self.dir.join(&rel), m)?;
+        let rel = match &self.kaldi {
+            Some(k) => k.write(id, m)?,
+            None => {
+                let rel = PathBuf::from(format!("{id}.npy"));
+                invar_io::write_npy(self.dir.join(&rel), m)?;
+                rel
+            }
+        };
         let entry = FeatureEntry {
             id: id.to_string(),
             speaker: speaker.to_string(),
@@ -228,6 +259,9 @@ impl FeatureSetWriter {
         let mut entries = self.entries.into_inner().unwrap_or_else(|p| p.into_inner());
         entries.sort_by(|a, b| a.id.cmp(&b.id));
         check_unique(&entries, &self.dir)?;
+        if let Some(k) = self.kaldi {
+            k.finish(&self.dir)?;
+        }
         write_manifest(&self.dir.join(self.shard.manifest_name()), &entries)?;
         Ok(entries)
     }
@@ -247,6 +281,7 @@ pub fn merge_shards(dir: impl AsRef<Path>, count: usize) -> Result<Option<Vec<Fe
     }
     all.sort_by(|a, b| a.id.cmp(&b.id));
     check_unique(&all, dir)?;
+    crate::backend::write_merged_scp(dir, &all)?;
     write_manifest(&dir.join(MANIFEST), &all)?;
     Ok(Some(all))
 }

@@ -8,6 +8,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))] // tests: a panic is the failure report
 
+pub mod backend;
 mod batch;
 mod classes;
 mod corpus;
@@ -32,6 +33,7 @@ mod utterance;
 mod voxceleb;
 mod zerospeech;
 
+pub use backend::FeatureFormat;
 pub use batch::{
     chunk_index, different_speaker_pairs, directed_pair, epoch_order, epoch_rng, gather_chunks,
     gather_frame_pairs, gather_pair_rows, same_speaker_pairs, sample_chunks, ChunkLayout, ChunkRef,

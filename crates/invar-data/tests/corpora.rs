@@ -221,6 +221,7 @@ fn job(layout: Layout, corpus: PathBuf, kind: FeatureKind, shards: usize) -> Fea
         frontend: FrontendConfig::for_kind(kind),
         read: ReadOptions::default(),
         shards,
+        format: Default::default(),
     }
 }
 

@@ -42,9 +42,20 @@ pub enum Error {
         id: String,
         first_line: usize,
     },
+    /// A trial of the trials file has no line in the score file.
+    #[error("{trials}:{line}: trial {pair:?} has no score in {scores}")]
+    MissingScore {
+        trials: PathBuf,
+        line: usize,
+        pair: String,
+        scores: PathBuf,
+    },
     /// An item names a file for which no features were found.
     #[error("no features for file {file:?} (named by the .item file) in {dir}")]
     MissingFeatures { file: String, dir: PathBuf },
+    /// The caller's loader could not read an item file's features.
+    #[error("features of {file:?}: {reason}")]
+    LoadFeatures { file: String, reason: String },
     /// Feature matrices disagree on their number of columns.
     #[error("features of {file:?} have {found} dims, expected {expected} like the first file")]
     DimMismatch {

@@ -10,6 +10,7 @@ mod error;
 pub mod identify;
 pub mod item;
 pub mod plot;
+pub mod scores;
 pub mod verify;
 
 pub use abx::{
@@ -18,6 +19,7 @@ pub use abx::{
 pub use error::{Error, Result};
 pub use identify::{identify, read_predictions, IdentifyReport, Prediction};
 pub use item::{parse_items, read_items, Item, ItemColumns, ItemFile};
+pub use scores::{read_scores, read_trial_list, score_report, write_scores, ScoreReport};
 pub use verify::{
     all_pairs, read_column, read_ids, read_trials, trial_distances, verify, PairMetric, Trial,
     VerifyConfig, VerifyReport,

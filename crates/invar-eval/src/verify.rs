@@ -132,9 +132,11 @@ pub fn read_column(path: impl AsRef<Path>) -> Result<Vec<String>> {
 }
 
 /// Reads a Kaldi-style trials file (`utt1 utt2 target|nontarget` per line), resolving ids to rows.
+/// A pair listed twice is an error naming both lines.
 pub fn read_trials(path: impl AsRef<Path>, ids: &HashMap<String, usize>) -> Result<Vec<Trial>> {
     let path = path.as_ref();
     let mut out = Vec::new();
+    let mut seen: HashMap<(usize, usize), usize> = HashMap::new();
     for (line, text) in text_lines(path)? {
         let f: Vec<&str> = text.split_whitespace().collect();
         if f.len() != 3 {
@@ -165,9 +167,18 @@ pub fn read_trials(path: impl AsRef<Path>, ids: &HashMap<String, usize>) -> Resu
                 ))
             }
         };
+        let (enroll, test) = (row(f[0])?, row(f[1])?);
+        if let Some(first_line) = seen.insert((enroll, test), line) {
+            return Err(Error::DuplicateId {
+                path: path.to_path_buf(),
+                line,
+                id: format!("{} {}", f[0], f[1]),
+                first_line,
+            });
+        }
         out.push(Trial {
-            enroll: row(f[0])?,
-            test: row(f[1])?,
+            enroll,
+            test,
             target,
         });
     }
@@ -258,13 +269,17 @@ pub fn eer(target_scores: &[f32], nontarget_scores: &[f32]) -> Result<(f64, f32)
 }
 
 /// The minimum of the normalised detection cost, Kaldi's `compute_min_dcf.py`. Returns (minDCF, threshold).
-pub fn min_dcf(
-    scores: &[f32],
+///
+/// Scores may be `f32` or `f64` (`compute_min_dcf.py` reads a score file as Python floats, i.e.
+/// `f64`). Sorting is stable and treats `-0.0` and `0.0` as equal, as Python's `sorted` does, so
+/// ties keep the input order (the score file's); non-finite scores are refused.
+pub fn min_dcf<S: Copy + Into<f64>>(
+    scores: &[S],
     targets: &[bool],
     p_target: f64,
     c_miss: f64,
     c_fa: f64,
-) -> Result<(f64, f32)> {
+) -> Result<(f64, S)> {
     if scores.len() != targets.len() {
         return Err(Error::Length {
             what: "minDCF labels".into(),
@@ -280,8 +295,20 @@ pub fn min_dcf(
             format!("needs target and nontarget trials, got {n_tgt} and {n_non}"),
         ));
     }
+    if let Some(i) = scores.iter().position(|&s| !s.into().is_finite()) {
+        return Err(Error::degenerate(
+            "minDCF",
+            format!("score {i} is {}", scores[i].into()),
+        ));
+    }
+    let value = |i: usize| -> f64 { scores[i].into() };
     let mut order: Vec<usize> = (0..scores.len()).collect();
-    order.sort_by(|&a, &b| scores[a].total_cmp(&scores[b])); // stable, like Python's sorted
+    // Stable, and -0.0 == 0.0, like Python's `sorted` (`total_cmp` put -0.0 first and so split a tie).
+    order.sort_by(|&a, &b| {
+        value(a)
+            .partial_cmp(&value(b))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
     let (mut fn_count, mut tn_count) = (0usize, 0usize);
     let mut best = f64::INFINITY;
     let mut best_threshold = scores[order[0]];

@@ -39,7 +39,7 @@ pub fn atomic_write(
 }
 
 /// `dir/.name.tmp-<pid>-<counter>`: unique per process and call, hidden, in the same directory.
-fn temporary_sibling(path: &Path) -> PathBuf {
+pub(crate) fn temporary_sibling(path: &Path) -> PathBuf {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);

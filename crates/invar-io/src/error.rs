@@ -76,6 +76,20 @@ pub enum Error {
         col: usize,
         value: f32,
     },
+    /// A Kaldi archive (or the matrix an `scp` line points at) is malformed at this byte.
+    #[error("{path}: byte {offset}: {reason}")]
+    Kaldi {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+    /// A line of a Kaldi `scp` index cannot be used.
+    #[error("{path}:{line}: {reason}")]
+    KaldiScp {
+        path: PathBuf,
+        line: usize,
+        reason: String,
+    },
     /// A matrix's data length does not match its shape.
     #[error("matrix of {rows}×{cols} needs {} values, got {len}", rows * cols)]
     Shape {

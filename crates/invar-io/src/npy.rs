@@ -71,6 +71,26 @@ pub fn read_npy(path: impl AsRef<Path>) -> Result<Matrix> {
     Ok(m)
 }
 
+/// The `(rows, cols)` a `.npy` file's header promises (1-D `n` → `n × 1`), without reading the data.
+pub fn npy_shape(path: impl AsRef<Path>) -> Result<(usize, usize)> {
+    let path = path.as_ref();
+    let (npy, _) = open(path)?;
+    let shape = npy.shape().to_vec();
+    let (r, c) = match shape.as_slice() {
+        [n] => (*n, 1),
+        [r, c] => (*r, *c),
+        other => {
+            return Err(Error::npy(
+                path,
+                format!("expected a 1-D or 2-D array, found shape {other:?}"),
+            ))
+        }
+    };
+    let big =
+        |v: u64| usize::try_from(v).map_err(|_| Error::npy(path, format!("{v} rows or columns")));
+    Ok((big(r)?, big(c)?))
+}
+
 /// Writes `m` as a 2-D little-endian `f32` C-order `.npy` file, atomically. A matrix holding NaN or
 /// infinity is not written ([`Error::NonFiniteOutput`], naming the row and column).
 pub fn write_npy(path: impl AsRef<Path>, m: &Matrix) -> Result<()> {

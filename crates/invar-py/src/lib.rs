@@ -312,7 +312,13 @@ fn abx(
                                     file: file.to_string(),
                                     dir: set.dir().to_path_buf(),
                                 })?;
-                        Ok(invar_io::read_npy(set.dir().join(&entry.path))?)
+                        set.load(entry).map_err(|e| match e {
+                            invar_data::Error::File(f) => invar_eval::Error::File(f),
+                            other => invar_eval::Error::LoadFeatures {
+                                file: file.to_string(),
+                                reason: other.to_string(),
+                            },
+                        })
                     }
                     AbxSource::Arrays(arrays) => arrays.get(file).cloned().ok_or_else(|| {
                         invar_eval::Error::MissingFeatures {
