@@ -37,11 +37,13 @@ fn main() -> anyhow::Result<()> {
         rows.len(),
         x.rows
     );
-    let pick = |want: &str| -> Vec<usize> {
-        (0..rows.len()).filter(|&i| rows[i].1 == want).collect()
-    };
+    let pick =
+        |want: &str| -> Vec<usize> { (0..rows.len()).filter(|&i| rows[i].1 == want).collect() };
     let (train, test) = (pick("train"), pick("test"));
-    anyhow::ensure!(!train.is_empty() && !test.is_empty(), "{manifest}: needs train and test rows");
+    anyhow::ensure!(
+        !train.is_empty() && !test.is_empty(),
+        "{manifest}: needs train and test rows"
+    );
     let sub = |idx: &[usize]| -> anyhow::Result<Matrix> {
         Ok(Matrix::new(
             idx.len(),
@@ -79,7 +81,12 @@ fn main() -> anyhow::Result<()> {
     ] {
         let d = backend.distances(s, &test_m, &trials)?;
         let r = verify(&d, &trials, &VerifyConfig::default())?;
-        println!("{:<12} {:>8.2} {:>12.3}", s.to_string(), 100.0 * r.eer, r.min_dcf[0].min_dcf);
+        println!(
+            "{:<12} {:>8.2} {:>12.3}",
+            s.to_string(),
+            100.0 * r.eer,
+            r.min_dcf[0].min_dcf
+        );
     }
     Ok(())
 }

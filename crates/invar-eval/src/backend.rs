@@ -142,7 +142,7 @@ impl Backend {
         let lnorm = LengthNorm::fit(train)?;
         let normed = lnorm.transform(train)?;
         let plda = Plda::fit(&normed, labels, &config.plda)?;
-        if config.cohort_size < 2 || config.cohort_size > train.rows {
+        if !(2..=train.rows).contains(&config.cohort_size) {
             return Err(Error::config(
                 "cohort_size",
                 config.cohort_size,

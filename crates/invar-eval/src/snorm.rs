@@ -32,7 +32,7 @@ pub fn cohort_stats(
         });
     }
     let k = top_k.unwrap_or(cohort);
-    if k < 2 || k > cohort {
+    if !(2..=cohort).contains(&k) {
         return Err(Error::config(
             "cohort_size",
             k,

@@ -25,7 +25,7 @@ use crate::lnorm::rows_f64;
 use crate::{Error, Result};
 
 /// `log(2π)`, Kaldi's `M_LOG_2PI`.
-const LOG_2PI: f64 = 1.837_877_066_409_345_5;
+const LOG_2PI: f64 = 1.837_877_066_409_345_3;
 
 /// Settings of PLDA training and of the transform applied before scoring (Kaldi's
 /// `PldaEstimationConfig` and `PldaConfig`, with their defaults).
