@@ -15,6 +15,9 @@ pub enum Error {
     /// A matrix, JSON or text file could not be read or written.
     #[error(transparent)]
     File(#[from] invar_io::Error),
+    /// Fitting or applying the scoring back-end (length normalisation, PLDA) failed.
+    #[error(transparent)]
+    Backend(#[from] invar_gmm::Error),
     /// A distance or DTW computation rejected its input.
     #[error(transparent)]
     Ops(#[from] invar_ops::Error),

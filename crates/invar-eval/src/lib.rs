@@ -1,21 +1,25 @@
 //! invar-eval computes what the field reports, the way the field computes it: ZeroSpeech ABX error
 //! (within and across speaker, `zs2015` and `fastabx` conventions) on DTW under any invar-ops frame
 //! distance, closed-set speaker identification (accuracy, per-speaker accuracy, confusion), speaker
-//! verification from embeddings (Kaldi's EER and minDCF, DET curves, method 002's threshold count), and
-//! the plots that go with them. It parses the `.item` format; it reads features only through a loader
-//! the caller passes in, and knows nothing of candle, audio or the command line.
+//! verification from embeddings (Kaldi's EER and minDCF, DET curves, method 002's threshold count)
+//! with the field's back-end fitted on training vectors (length normalisation, Kaldi PLDA, adaptive
+//! s-norm), and the plots that go with them. It parses the `.item` format; it reads features only
+//! through a loader the caller passes in, and knows nothing of candle, audio or the command line.
 
 pub mod abx;
+pub mod backend;
 mod error;
 pub mod identify;
 pub mod item;
 pub mod plot;
 pub mod scores;
+pub mod snorm;
 pub mod verify;
 
 pub use abx::{
     evaluate as abx_evaluate, AbxConfig, AbxDataset, AbxMode, AbxResult, Convention, FrameTiming,
 };
+pub use backend::{Backend, BackendConfig, Scoring};
 pub use error::{Error, Result};
 pub use identify::{identify, read_predictions, IdentifyReport, Prediction};
 pub use item::{parse_items, read_items, Item, ItemColumns, ItemFile};

@@ -41,6 +41,14 @@ pub enum Error {
         dim: usize,
         value: f32,
     },
+    /// A vector given to a scoring back-end (length normalisation, PLDA, LDA) holds NaN or inf.
+    #[error("{what}: row {row}, column {col} is {value}; remove NaN/inf first")]
+    NonFiniteVector {
+        what: &'static str,
+        row: usize,
+        col: usize,
+        value: f32,
+    },
     /// A non-finite number appeared while training; usually a sign of degenerate data.
     #[error("non-finite {what} at iteration {iteration}; check the features (constant dimensions?) or raise the variance floor")]
     NonFinite {

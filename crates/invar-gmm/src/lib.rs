@@ -2,14 +2,18 @@
 //! (UBM) trained by EM on frames streamed from any [`FrameSource`], with a GEMM-based parallel
 //! E-step and sufficient statistics that add across shards; frame posteriorgrams; MAP-adapted,
 //! UBM-normalised supervectors; and an i-vector extractor (total-variability EM, extraction,
-//! length normalisation, LDA and WCCN). Everything works on in-memory `invar_io::Matrix` frames;
-//! the only files it touches are model and statistics files it is asked to save or load.
+//! length normalisation, LDA and WCCN), and the scoring back-end fitted on training vectors: the
+//! field's length normalisation (centre, whiten, scale) and Kaldi's two-covariance PLDA.
+//! Everything works on in-memory `invar_io::Matrix` frames; the only files it touches are model
+//! and statistics files it is asked to save or load.
 
 mod error;
 mod gmm;
 mod ivector;
 mod linalg;
+mod lnorm;
 mod map;
+mod plda;
 mod scoring;
 mod stats;
 mod train;
@@ -20,7 +24,9 @@ pub use ivector::{
     baum_welch, baum_welch_source, length_normalize, train_ivector, BaumWelch, IvectorConfig,
     IvectorExtractor, IvectorIteration, TStats,
 };
+pub use lnorm::LengthNorm;
 pub use map::{map_means, supervector, supervector_from_stats, supervectors, MapConfig};
+pub use plda::{Plda, PldaConfig, PldaStats};
 pub use scoring::{Lda, Wccn};
 pub use stats::{GmmStats, StatsOrder};
 pub use train::{

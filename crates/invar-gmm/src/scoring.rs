@@ -1,5 +1,6 @@
 //! Projections applied to i-vectors before scoring: LDA (maximise between- over within-speaker
-//! scatter) and WCCN (whiten the within-class covariance), both fitted on labelled vectors.
+//! scatter, optionally shrunk as scikit-learn's) and WCCN (whiten the within-class covariance),
+//! both fitted on labelled vectors.
 
 use invar_io::Matrix;
 use serde::{Deserialize, Serialize};
@@ -121,12 +122,33 @@ pub struct Lda {
     pub dims: usize,
     /// Generalised eigenvalues (between/within ratios) of the kept directions, decreasing.
     pub eigenvalues: Vec<f64>,
+    /// scikit-learn's `shrinkage` α it was fitted with (`None`: unshrunk).
+    #[serde(default)]
+    pub shrinkage: Option<f64>,
 }
 
 impl Lda {
     /// Fits LDA on rows of `x` with class `labels` (0-based), keeping `dims` directions
     /// (at most classes − 1 and the input dimension).
     pub fn fit(x: &Matrix, labels: &[usize], dims: usize) -> Result<Self> {
+        Self::fit_shrunk(x, labels, dims, None)
+    }
+
+    /// LDA with optional shrinkage, as scikit-learn's
+    /// `LinearDiscriminantAnalysis(solver="eigen", shrinkage=α)` defines it: the within-class
+    /// scatter is `S_w = Σ_k p_k shrunk(C_k)` (`p_k` the class proportions, `C_k` each class's
+    /// biased covariance), the total `S_t = shrunk(C)`, `S_b = S_t − S_w`, with
+    /// `shrunk(C) = (1 − α) C + α tr(C)/d · I` (`sklearn.covariance.shrunk_covariance`), and the
+    /// directions solve `S_b v = λ S_w v` normalised to `vᵀ S_w v = 1` (`scipy.linalg.eigh(Sb, Sw)`).
+    /// `None` is the unshrunk estimate with a 1e-6 ridge on `S_w` (so that it stays defined with
+    /// fewer vectors than dimensions). Unlike scikit-learn's `transform` (which projects `x`
+    /// itself), the global mean is subtracted first: the outputs differ by a constant per column.
+    pub fn fit_shrunk(
+        x: &Matrix,
+        labels: &[usize],
+        dims: usize,
+        shrinkage: Option<f64>,
+    ) -> Result<Self> {
         let (means, global, counts) = class_stats(x, labels)?;
         let d = x.cols;
         let classes = counts.iter().filter(|&&c| c > 0).count();
@@ -137,23 +159,91 @@ impl Lda {
                 reason: "must be in 1..=min(input dims, classes − 1)",
             });
         }
-        let sw = within_scatter(x, labels, &means, &counts, false);
-        let mut sb = vec![0.0; d * d];
-        for (l, &n) in counts.iter().enumerate() {
-            for a in 0..d {
-                let za = means[l * d + a] - global[a];
-                for b in 0..d {
-                    sb[a * d + b] += n as f64 * za * (means[l * d + b] - global[b]);
-                }
+        if let Some(a) = shrinkage {
+            if !(0.0..=1.0).contains(&a) {
+                return Err(Error::Config {
+                    field: "lda shrinkage",
+                    value: a.to_string(),
+                    reason: "must lie in [0, 1]",
+                });
             }
         }
-        for v in sb.iter_mut() {
-            *v /= x.rows as f64;
+        if let Some(i) = x.data.iter().position(|v| !v.is_finite()) {
+            return Err(Error::NonFiniteVector {
+                what: "LDA training vectors",
+                row: i / d.max(1),
+                col: i % d.max(1),
+                value: x.data[i],
+            });
         }
+        let (sw, sb) = match shrinkage {
+            None => {
+                let sw = within_scatter(x, labels, &means, &counts, false);
+                let mut sb = vec![0.0; d * d];
+                for (l, &n) in counts.iter().enumerate() {
+                    for a in 0..d {
+                        let za = means[l * d + a] - global[a];
+                        for b in 0..d {
+                            sb[a * d + b] += n as f64 * za * (means[l * d + b] - global[b]);
+                        }
+                    }
+                }
+                for v in sb.iter_mut() {
+                    *v /= x.rows as f64;
+                }
+                (sw, sb)
+            }
+            Some(alpha) => {
+                let shrink = |c: &mut [f64]| {
+                    let mu = (0..d).map(|i| c[i * d + i]).sum::<f64>() / d as f64;
+                    for (i, v) in c.iter_mut().enumerate() {
+                        *v *= 1.0 - alpha;
+                        if i / d == i % d {
+                            *v += alpha * mu;
+                        }
+                    }
+                };
+                let mut sw = vec![0.0; d * d];
+                let mut per_class = vec![vec![0.0; d * d]; counts.len()];
+                let mut total = vec![0.0; d * d];
+                for (row, &l) in x.iter_rows().zip(labels) {
+                    let c = &mut per_class[l];
+                    for a in 0..d {
+                        let za = row[a] as f64 - means[l * d + a];
+                        let ta = row[a] as f64 - global[a];
+                        for b in 0..d {
+                            c[a * d + b] += za * (row[b] as f64 - means[l * d + b]);
+                            total[a * d + b] += ta * (row[b] as f64 - global[b]);
+                        }
+                    }
+                }
+                for (l, c) in per_class.iter_mut().enumerate() {
+                    if counts[l] == 0 {
+                        continue;
+                    }
+                    c.iter_mut().for_each(|v| *v /= counts[l] as f64);
+                    shrink(c);
+                    let p = counts[l] as f64 / x.rows as f64;
+                    sw.iter_mut().zip(c.iter()).for_each(|(s, v)| *s += p * v);
+                }
+                total.iter_mut().for_each(|v| *v /= x.rows as f64);
+                shrink(&mut total);
+                let sb = total.iter().zip(&sw).map(|(t, w)| t - w).collect();
+                (sw, sb)
+            }
+        };
+        let mut lda = Self::from_scatter(sw, sb, global, dims)?;
+        lda.shrinkage = shrinkage;
+        Ok(lda)
+    }
+
+    /// The leading `dims` generalised eigenvectors of `S_b v = λ S_w v`.
+    fn from_scatter(sw: Vec<f64>, sb: Vec<f64>, global: Vec<f64>, dims: usize) -> Result<Self> {
+        let d = global.len();
         // S_w = G Gᵀ; M = G⁻¹ S_b G⁻ᵀ is symmetric; v = G⁻ᵀ u.
         let mut g = sw;
         cholesky(&mut g, d, "LDA within-class scatter")?;
-        let mut m = sb.clone();
+        let mut m = sb;
         for col in 0..d {
             let mut c: Vec<f64> = (0..d).map(|r| m[r * d + col]).collect();
             forward_solve(&g, d, &mut c);
@@ -163,6 +253,14 @@ impl Lda {
         }
         for row in 0..d {
             forward_solve(&g, d, &mut m[row * d..(row + 1) * d]);
+        }
+        // Symmetrise the rounding before the symmetric eigensolver.
+        for i in 0..d {
+            for j in 0..i {
+                let s = 0.5 * (m[i * d + j] + m[j * d + i]);
+                m[i * d + j] = s;
+                m[j * d + i] = s;
+            }
         }
         let (vals, vecs) = symmetric_eigen(&m, d);
         let mut projection = vec![0.0; d * dims];
@@ -178,6 +276,7 @@ impl Lda {
             projection,
             dims,
             eigenvalues: vals[..dims].to_vec(),
+            shrinkage: None,
         })
     }
 
@@ -253,6 +352,50 @@ mod tests {
         assert!(Lda::fit(&x, &labels, 2).is_err());
         let y = lda.transform(&x).unwrap();
         assert_eq!(y.shape(), (400, 1));
+    }
+
+    #[test]
+    fn lda_equals_scikit_learn_with_and_without_shrinkage() {
+        // crates/invar-gmm/tests/reference/backend.py (scikit-learn 1.9.1):
+        // LinearDiscriminantAnalysis(solver="eigen", shrinkage=s, n_components=2).fit(x, y),
+        // (x − x̄) @ scalings_[:, :2] for rows 0, 7, 20. Columns agree up to sign (LAPACK's choice).
+        let (x, labels) = crate::lnorm::reference_vectors();
+        let cases = [
+            (
+                None,
+                [
+                    [-5.678_344_919_132_587, 0.997_664_911_753_794_2],
+                    [3.615_830_148_012_894, 0.062_189_859_850_328_43],
+                    [0.876_890_685_036_140_9, 1.162_725_271_748_563_7],
+                ],
+                1e-5, // the 1e-6 ridge invar adds when unshrunk
+            ),
+            (
+                Some(0.3),
+                [
+                    [-4.865_633_877_605_075, 0.859_490_787_174_886_6],
+                    [3.016_336_938_475_372_4, 0.148_054_201_317_668_78],
+                    [0.515_275_562_343_850_9, 1.134_700_768_293_911_9],
+                ],
+                1e-6,
+            ),
+        ];
+        for (shrinkage, want, tol) in cases {
+            let lda = Lda::fit_shrunk(&x, &labels, 2, shrinkage).unwrap();
+            let y = lda.transform(&x).unwrap();
+            for c in 0..2 {
+                let sign = (y.row(0)[c] as f64 * want[0][c]).signum();
+                for (k, &r) in [0usize, 7, 20].iter().enumerate() {
+                    let got = sign * y.row(r)[c] as f64;
+                    assert!(
+                        (got - want[k][c]).abs() < tol * 10.0,
+                        "{shrinkage:?} row {r} col {c}: {got} vs {}",
+                        want[k][c]
+                    );
+                }
+            }
+        }
+        assert!(Lda::fit_shrunk(&x, &labels, 2, Some(1.5)).is_err());
     }
 
     #[test]
