@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use anyhow::Context;
 use clap::{Args, Subcommand};
 use invar_data::FeatureSet;
 use invar_eval::abx::{self, AbxConfig, AbxDataset, AbxMode, AbxResult, Convention, FrameTiming};
