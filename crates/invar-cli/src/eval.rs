@@ -118,6 +118,14 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     }
 }
 
+/// Draws a plot once the results are on disk: a plot that cannot be drawn (no room, a file in the
+/// way) is a warning, never lost results.
+pub(crate) fn plot_or_warn<T, E: std::fmt::Display>(what: &str, drawn: Result<T, E>) {
+    if let Err(e) = drawn {
+        tracing::warn!("{what} not drawn (the results are written): {e}");
+    }
+}
+
 fn write_results<T: Serialize>(out: &Path, json: Option<&Path>, value: &T) -> anyhow::Result<()> {
     invar_io::write_json(out.join("results.json"), value)?;
     if let Some(j) = json {
@@ -182,7 +190,6 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
         let progress = Progress::new(abx::units(&ds, mode).len() as u64, "ABX units");
         let r = abx::evaluate(&ds, &config, &|| progress.inc())?;
         progress.finish();
-        abx::plot_pairs(&args.out.join(format!("abx-{mode}")), &r)?;
         results.push(r);
     }
     invar_io::write_json(
@@ -207,7 +214,15 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
             r.items
         );
     }
-    write_results(&args.out, args.json.as_deref(), &results)
+    write_results(&args.out, args.json.as_deref(), &results)?;
+    for r in &results {
+        let mode = r.mode;
+        plot_or_warn(
+            &format!("ABX plot abx-{mode}"),
+            abx::plot_pairs(&args.out.join(format!("abx-{mode}")), r),
+        );
+    }
+    Ok(())
 }
 
 #[derive(Debug, Serialize)]
@@ -251,7 +266,6 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
         curves.push((metric.to_string(), r.det.clone()));
         reports.push(r);
     }
-    invar_eval::plot::det_plot(&args.out.join("det"), &curves)?;
     println!(
         "{:<10} {:>7} {:>10} {:>11} {:>10} {:>14}",
         "metric", "EER %", "minDCF.01", "minDCF.001", "threshold", "below (rate)"
@@ -280,7 +294,12 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
         trials: trials.len(),
         reports,
     };
-    write_results(&args.out, args.json.as_deref(), &output)
+    write_results(&args.out, args.json.as_deref(), &output)?;
+    plot_or_warn(
+        "DET plot",
+        invar_eval::plot::det_plot(&args.out.join("det"), &curves),
+    );
+    Ok(())
 }
 
 /// Embeddings with their ids and speakers, from a matrix + label files or a feature set of 1×D rows.
@@ -346,7 +365,6 @@ fn run_identify(args: IdentifyArgs) -> anyhow::Result<()> {
         .with_context(|| format!("creating {}", args.out.display()))?;
     let predictions = invar_eval::read_predictions(&args.predictions)?;
     let r: IdentifyReport = invar_eval::identify(&predictions)?;
-    invar_eval::plot::confusion_plot(&args.out.join("confusion"), &r.labels, &r.confusion)?;
     println!(
         "{:<16} {:>6} {:>8} {:>9}",
         "speaker", "utts", "correct", "accuracy"
@@ -368,5 +386,10 @@ fn run_identify(args: IdentifyArgs) -> anyhow::Result<()> {
         100.0 * r.accuracy,
         100.0 * r.balanced_accuracy
     );
-    write_results(&args.out, args.json.as_deref(), &r)
+    write_results(&args.out, args.json.as_deref(), &r)?;
+    plot_or_warn(
+        "confusion plot",
+        invar_eval::plot::confusion_plot(&args.out.join("confusion"), &r.labels, &r.confusion),
+    );
+    Ok(())
 }
