@@ -144,6 +144,14 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     }
 }
 
+/// Draws a plot once the results are on disk: a plot that cannot be drawn (no room, a file in the
+/// way) is a warning, never lost results.
+pub(crate) fn plot_or_warn<T, E: std::fmt::Display>(what: &str, drawn: Result<T, E>) {
+    if let Err(e) = drawn {
+        tracing::warn!("{what} not drawn (the results are written): {e}");
+    }
+}
+
 fn write_results<T: Serialize>(out: &Path, json: Option<&Path>, value: &T) -> anyhow::Result<()> {
     invar_io::write_json(out.join("results.json"), value)?;
     if let Some(j) = json {
@@ -218,7 +226,6 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
         let progress = Progress::new(abx::units(&ds, mode).len() as u64, "ABX units");
         let r = abx::evaluate(&ds, &config, &|| progress.inc())?;
         progress.finish();
-        abx::plot_pairs(&args.out.join(format!("abx-{mode}")), &r)?;
         results.push(r);
     }
     invar_io::write_json(
@@ -243,7 +250,15 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
             r.items
         );
     }
-    write_results(&args.out, args.json.as_deref(), &results)
+    write_results(&args.out, args.json.as_deref(), &results)?;
+    for r in &results {
+        let mode = r.mode;
+        plot_or_warn(
+            &format!("ABX plot abx-{mode}"),
+            abx::plot_pairs(&args.out.join(format!("abx-{mode}")), r),
+        );
+    }
+    Ok(())
 }
 
 #[derive(Debug, Serialize)]
@@ -308,7 +323,6 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
         curves.push((metric.to_string(), r.det.clone()));
         reports.push(r);
     }
-    invar_eval::plot::det_plot(&args.out.join("det"), &curves)?;
     let dcf_heads: String = args
         .p_targets
         .iter()
@@ -339,7 +353,12 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
         trials: trials.len(),
         reports,
     };
-    write_results(&args.out, args.json.as_deref(), &output)
+    write_results(&args.out, args.json.as_deref(), &output)?;
+    plot_or_warn(
+        "DET plot",
+        invar_eval::plot::det_plot(&args.out.join("det"), &curves),
+    );
+    Ok(())
 }
 
 /// EER and minDCF of a Kaldi score file against its trials file.
@@ -357,10 +376,6 @@ fn run_score_file(args: &VerifyArgs, scores: &Path) -> anyhow::Result<()> {
         ..VerifyConfig::default()
     };
     let r = invar_eval::score_report(&scored, &config, scores, trials_path)?;
-    invar_eval::plot::det_plot(
-        &args.out.join("det"),
-        &[("scores".to_string(), r.det.clone())],
-    )?;
     println!(
         "{} trials ({} target, {} nontarget) from {}",
         scored.len(),
@@ -379,7 +394,15 @@ fn run_score_file(args: &VerifyArgs, scores: &Path) -> anyhow::Result<()> {
             m.min_dcf, m.threshold, m.p_target, m.c_miss, m.c_fa
         );
     }
-    write_results(&args.out, args.json.as_deref(), &r)
+    write_results(&args.out, args.json.as_deref(), &r)?;
+    plot_or_warn(
+        "DET plot",
+        invar_eval::plot::det_plot(
+            &args.out.join("det"),
+            &[("scores".to_string(), r.det.clone())],
+        ),
+    );
+    Ok(())
 }
 
 /// Embeddings with their ids and speakers, from a matrix + label files or a feature set of 1×D rows.
@@ -444,7 +467,6 @@ fn run_identify(args: IdentifyArgs) -> anyhow::Result<()> {
     let _out = crate::out_dir::claim(&args.out, "eval identify", args.force, false)?;
     let predictions = invar_eval::read_predictions(&args.predictions)?;
     let r: IdentifyReport = invar_eval::identify(&predictions)?;
-    invar_eval::plot::confusion_plot(&args.out.join("confusion"), &r.labels, &r.confusion)?;
     println!(
         "{:<16} {:>6} {:>8} {:>9}",
         "speaker", "utts", "correct", "accuracy"
@@ -466,5 +488,10 @@ fn run_identify(args: IdentifyArgs) -> anyhow::Result<()> {
         100.0 * r.accuracy,
         100.0 * r.balanced_accuracy
     );
-    write_results(&args.out, args.json.as_deref(), &r)
+    write_results(&args.out, args.json.as_deref(), &r)?;
+    plot_or_warn(
+        "confusion plot",
+        invar_eval::plot::confusion_plot(&args.out.join("confusion"), &r.labels, &r.confusion),
+    );
+    Ok(())
 }

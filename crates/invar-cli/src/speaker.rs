@@ -419,7 +419,10 @@ fn write_outputs(
 ) -> anyhow::Result<()> {
     invar_io::write_json(out.join("robustness.json"), report)?;
     invar_io::write_text(out.join("robustness.md"), table)?;
-    invar_speaker_cnn::plot_robustness(report, &out.join("robustness.svg"))?;
+    crate::eval::plot_or_warn(
+        "robustness plot",
+        invar_speaker_cnn::plot_robustness(report, &out.join("robustness.svg")),
+    );
     println!("results: {}/robustness.{{json,md,svg}}", out.display());
     Ok(())
 }

@@ -53,14 +53,19 @@ pub enum Error {
         reason: String,
     },
     /// A file name does not follow the corpus's naming scheme.
-    #[error("{path}: name does not follow the {layout} scheme {expected}")]
+    #[error("{}: name does not follow the {layout} scheme {expected}", shown(.path))]
     BadName {
         path: PathBuf,
         layout: &'static str,
         expected: &'static str,
     },
-    /// Two utterances (or feature-set entries) share one id.
-    #[error("utterance id {id:?} appears twice: {first} and {second}; ids must be unique")]
+    /// Two utterances (or feature-set entries) share one id, or two files of a corpus land on one
+    /// utterance (names equal up to case, or up to bytes that are not UTF-8): never one dropped.
+    #[error(
+        "utterance id {id:?} appears twice: {} and {}; ids must be unique (rename one of the files)",
+        shown(.first),
+        shown(.second)
+    )]
     DuplicateId {
         id: String,
         first: PathBuf,
@@ -128,6 +133,22 @@ pub enum Error {
     /// An audio file could not be probed, decoded or turned into features.
     #[error(transparent)]
     Audio(#[from] invar_audio::Error),
+}
+
+/// A path for a message: as it is when it is UTF-8, else with its other bytes escaped (`\xFF`), so
+/// two names that differ only there are told apart.
+fn shown(path: &std::path::Path) -> String {
+    match path.to_str() {
+        Some(s) => s.to_string(),
+        None => {
+            let debug = format!("{path:?}");
+            debug
+                .strip_prefix('"')
+                .and_then(|d| d.strip_suffix('"'))
+                .unwrap_or(&debug)
+                .to_string()
+        }
+    }
 }
 
 /// `Result` with invar-data's [`Error`].

@@ -80,7 +80,8 @@ impl SupervectorSet {
     }
 }
 
-/// Reads a matrix from `.npy` or safetensors (2-D `f32`/`f64`; a 1-D tensor is one column).
+/// Reads a matrix from `.npy` or safetensors (2-D `f32`/`f64`; a 1-D tensor is one column). NaN or
+/// infinity is an error naming the row and column.
 pub fn read_matrix(path: &Path, tensor: Option<&str>) -> Result<Matrix> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, "read", e))?;
     if bytes.starts_with(b"\x93NUMPY") {
@@ -130,7 +131,10 @@ pub fn read_matrix(path: &Path, tensor: Option<&str>) -> Result<Matrix> {
             .collect(),
         other => return Err(bad(format!("tensor {name:?} is {other:?}; use F32 or F64"))),
     };
-    Ok(Matrix::new(rows, cols, data)?)
+    let m = Matrix::new(rows, cols, data)?;
+    // As `read_npy` does for `.npy`: NaN or infinity stops here, naming the row.
+    m.check_finite(path)?;
+    Ok(m)
 }
 
 /// Reads speaker labels: an `.npy` of integers (told by its magic) or text, one name per line
@@ -249,5 +253,28 @@ mod tests {
             read_matrix(&p, None),
             Err(Error::Safetensors { .. })
         ));
+    }
+
+    /// A NaN in a safetensors supervector matrix stops where it enters, as in `.npy`.
+    #[test]
+    fn non_finite_safetensors_rows_are_refused() {
+        use safetensors::tensor::{serialize, TensorView};
+        let dir = tempfile::tempdir().unwrap();
+        let a: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0, f32::NAN, 6.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let va = TensorView::new(safetensors::Dtype::F32, vec![3, 2], &a).unwrap();
+        let p = dir.path().join("sv.safetensors");
+        std::fs::write(&p, serialize([("sv", va)], None).unwrap()).unwrap();
+        let err = read_matrix(&p, None).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::File(invar_io::Error::NonFinite { row: 2, col: 0, .. })
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("sv.safetensors"), "{err}");
     }
 }

@@ -124,14 +124,32 @@ fn read_speaker(split: Split, dir: &Entry) -> Result<SpeakerFiles> {
         if stem.contains('.') {
             continue;
         }
-        let slot = files.entry(stem.to_ascii_uppercase()).or_default();
+        let key = stem.to_ascii_uppercase();
+        let slot = files.entry(key.clone()).or_default();
+        // Two files that land on one name (`SA1.WAV` and `sa1.wav`, or names that differ only in
+        // bytes that are not UTF-8) would silently hide one recording: an error naming both.
+        let collision = |first: &Path, second: PathBuf| Error::DuplicateId {
+            id: format!("{speaker}_{}", crate::sanitize_id(&key)),
+            first: first.to_path_buf(),
+            second,
+        };
         match ext.as_str() {
-            "wav" if slot.wav.as_ref().is_none_or(|(r, _)| rank < *r) => {
-                slot.wav = Some((rank, e.path));
+            "wav" => match slot.wav.as_ref().map(|(r, p)| (*r, p.clone())) {
+                Some((r, first)) if r == rank => return Err(collision(&first, e.path)),
+                Some((r, _)) if r < rank => {}
+                _ => slot.wav = Some((rank, e.path)),
+            },
+            "phn" | "wrd" | "txt" if rank == 0 => {
+                let target = match ext.as_str() {
+                    "phn" => &mut slot.phn,
+                    "wrd" => &mut slot.wrd,
+                    _ => &mut slot.txt,
+                };
+                if let Some(first) = target {
+                    return Err(collision(first, e.path));
+                }
+                *target = Some(e.path);
             }
-            "phn" if rank == 0 => slot.phn = Some(e.path),
-            "wrd" if rank == 0 => slot.wrd = Some(e.path),
-            "txt" if rank == 0 => slot.txt = Some(e.path),
             _ => {}
         }
     }

@@ -144,6 +144,50 @@ fn timit_bad_speaker_folder_and_missing_layout() {
     ));
 }
 
+/// Issue 17: two recordings whose names differ only in bytes that are not UTF-8 were read under one
+/// (lossy) name and one was silently dropped; so were `SA1.WAV` beside `sa1.wav`. Each is now an
+/// error naming both files, told apart by escaping the bytes that are not UTF-8.
+#[test]
+fn timit_names_that_collide_are_an_error_naming_both_files() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    timit_tree(dir.path());
+    let spk = dir.path().join("TRAIN/DR1/FCJF0");
+    let a = spk.join(std::ffi::OsStr::from_bytes(b"SX9\xff.WAV"));
+    let b = spk.join(std::ffi::OsStr::from_bytes(b"SX9\xfe.WAV"));
+    write_sphere(&a, &tone(1600, 16_000, 300.0)).unwrap();
+    write_sphere(&b, &tone(1600, 16_000, 330.0)).unwrap();
+    let err = read_corpus(Layout::Timit, dir.path()).unwrap_err();
+    assert!(matches!(err, Error::DuplicateId { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("SX9\\xFF.WAV") && msg.contains("SX9\\xFE.WAV"),
+        "{msg}"
+    );
+    std::fs::remove_file(&a).unwrap();
+    std::fs::remove_file(&b).unwrap();
+
+    // Names equal up to case in one folder (a case-sensitive file system) collide the same way.
+    write_sphere(spk.join("sx2.wav"), &tone(1600, 16_000, 300.0)).unwrap();
+    let msg = read_corpus(Layout::Timit, dir.path())
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("SX2.WAV") && msg.contains("sx2.wav"), "{msg}");
+    std::fs::remove_file(spk.join("sx2.wav")).unwrap();
+    write(&spk.join("sa1.phn"), "0 1600 h#\n");
+    let msg = read_corpus(Layout::Timit, dir.path())
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("SA1.PHN") && msg.contains("sa1.phn"), "{msg}");
+    std::fs::remove_file(spk.join("sa1.phn")).unwrap();
+
+    // A converted copy beside the original is not a collision: `X.WAV` wins over `X.WAV.wav`.
+    write_wav(spk.join("SX2.WAV.wav"), &tone(1600, 16_000, 300.0)).unwrap();
+    let c = read_corpus(Layout::Timit, dir.path()).unwrap();
+    let sx2 = c.utterances.iter().find(|u| u.id == "FCJF0_SX2").unwrap();
+    assert!(sx2.path.ends_with("SX2.WAV"), "{}", sx2.path.display());
+}
+
 #[test]
 fn elsdsr_train_and_test() {
     let dir = tempfile::tempdir().unwrap();

@@ -29,6 +29,7 @@ fn plot_err(path: &Path, message: impl ToString) -> Error {
 /// Writes `stem.svg` and `stem.png`; returns the two paths.
 fn save(fig: &impl Figure, stem: &Path) -> Result<Vec<PathBuf>> {
     let svg_path = stem.with_extension("svg");
+    invar_plot::register_fonts().map_err(|e| plot_err(&svg_path, e))?;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, fig.size()).into_drawing_area();
@@ -39,15 +40,20 @@ fn save(fig: &impl Figure, stem: &Path) -> Result<Vec<PathBuf>> {
 
     let png_path = stem.with_extension("png");
     let tmp = stem.with_extension("tmp.png");
-    {
+    let drawn = (|| {
         let root = BitMapBackend::new(&tmp, fig.size()).into_drawing_area();
         fig.draw(&root).map_err(|e| plot_err(&png_path, e))?;
         root.present().map_err(|e| plot_err(&png_path, e))?;
+        drop(root);
+        std::fs::rename(&tmp, &png_path).map_err(|source| Error::Io {
+            path: png_path.clone(),
+            source,
+        })
+    })();
+    if drawn.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
-    std::fs::rename(&tmp, &png_path).map_err(|source| Error::Io {
-        path: png_path.clone(),
-        source,
-    })?;
+    drawn?;
     Ok(vec![svg_path, png_path])
 }
 

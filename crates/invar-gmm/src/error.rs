@@ -62,6 +62,18 @@ pub enum Error {
         index: usize,
         value: f64,
     },
+    /// Splitting could not grow the model: EM removed the new components again (`dead = remove` on
+    /// data with too few distinct frames for the requested size).
+    #[error(
+        "cannot grow the GMM to {target} components by splitting: EM removed the split components \
+         again, leaving {reached} after iteration {iteration}; ask for fewer components, lower \
+         min_occupancy or use dead = reseed"
+    )]
+    CannotGrow {
+        target: usize,
+        reached: usize,
+        iteration: usize,
+    },
     /// Every component died and none could be re-seeded.
     #[error("all {components} components lost their data at iteration {iteration}")]
     AllDead { components: usize, iteration: usize },

@@ -254,11 +254,21 @@ pub fn train(
             let stats = accumulate_source(&unit, source, StatsOrder::Second)?;
             let mut gmm = m_step(&stats, cfg, 0)?.0;
             while gmm.components() < cfg.components {
-                let target = (2 * gmm.components()).min(cfg.components);
+                let before = gmm.components();
+                let target = (2 * before).min(cfg.components);
                 gmm = split(&gmm, target, cfg.split_perturb)?;
                 tracing::info!(components = target, "split");
                 for _ in 0..cfg.split_iters {
                     gmm = em_iteration(&gmm, source, cfg, &mut history, on_iter)?;
+                }
+                // With `dead = remove`, EM can drop what the split added; splitting the same model
+                // again would loop forever. Stop as soon as a round makes no progress.
+                if gmm.components() <= before {
+                    return Err(Error::CannotGrow {
+                        target: cfg.components,
+                        reached: gmm.components(),
+                        iteration: history.len(),
+                    });
                 }
             }
             gmm

@@ -19,7 +19,8 @@ pub const MAPPING_FILE: &str = "mapping.json";
 /// The heat map's file in a model folder.
 pub const HEATMAP_FILE: &str = "W.svg";
 
-/// Writes `W.npy`, `V.npy` (when given), `mapping.json` and `W.svg` into `dir`.
+/// Writes `W.npy`, `V.npy` (when given), `mapping.json` and `W.svg` into `dir`. The numbers come
+/// first; a heat map that cannot be drawn is a warning, never a lost model.
 pub fn write_model(dir: &Path, partition: &Partition, v: Option<&Matrix>) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::Model {
         path: dir.to_path_buf(),
@@ -30,7 +31,10 @@ pub fn write_model(dir: &Path, partition: &Partition, v: Option<&Matrix>) -> Res
         invar_io::write_npy(dir.join(V_FILE), v)?;
     }
     invar_io::write_json(dir.join(MAPPING_FILE), &partition.mapping())?;
-    plot_heatmap(partition, &dir.join(HEATMAP_FILE))
+    if let Err(e) = plot_heatmap(partition, &dir.join(HEATMAP_FILE)) {
+        tracing::warn!("heat map not drawn (the model is written): {e}");
+    }
+    Ok(())
 }
 
 /// Reads the partition of a model folder (its `W.npy`), checking that rows are distributions.
@@ -49,10 +53,12 @@ pub fn plot_heatmap(partition: &Partition, path: &Path) -> Result<()> {
         path: path.to_path_buf(),
         reason: e.to_string(),
     };
+    invar_plot::register_fonts().map_err(|e| err(&e))?;
     let (m, d) = (partition.inputs(), partition.outputs());
     let cell = (600 / m.max(d).max(1)).clamp(2, 12) as u32;
     let (width, height) = (d as u32 * cell + 90, m as u32 * cell + 70);
-    let root = SVGBackend::new(path, (width, height)).into_drawing_area();
+    let mut svg = String::new();
+    let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut chart = ChartBuilder::on(&root)
         .caption("W (input class × output class)", ("sans-serif", 14))
@@ -78,6 +84,9 @@ pub fn plot_heatmap(partition: &Partition, path: &Path) -> Result<()> {
         }))
         .map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
+    drop(chart);
+    drop(root);
+    invar_io::write_text(path, &svg)?;
     Ok(())
 }
 

@@ -336,7 +336,7 @@ pub fn robustness(
 }
 
 /// Chunk accuracy against constant waveform gain (dB), one line per (regulariser, unit-L2), mean
-/// over seeds; written as SVG.
+/// over seeds; written as SVG, atomically.
 pub fn plot_robustness(report: &RobustnessReport, path: &Path) -> Result<()> {
     let perr = |e: String| Error::Plot {
         path: path.to_path_buf(),
@@ -387,7 +387,9 @@ pub fn plot_robustness(report: &RobustnessReport, path: &Path) -> Result<()> {
         .iter()
         .flat_map(|(_, p)| p.iter().map(|q| q.0))
         .fold((0f64, 0f64), |(a, b), x| (a.min(x), b.max(x)));
-    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    invar_plot::register_fonts().map_err(|e| perr(e.to_string()))?;
+    let mut svg = String::new();
+    let root = SVGBackend::with_string(&mut svg, (800, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| perr(e.to_string()))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
@@ -428,5 +430,8 @@ pub fn plot_robustness(report: &RobustnessReport, path: &Path) -> Result<()> {
         .draw()
         .map_err(|e| perr(e.to_string()))?;
     root.present().map_err(|e| perr(e.to_string()))?;
+    drop(chart);
+    drop(root);
+    invar_io::write_text(path, &svg)?;
     Ok(())
 }

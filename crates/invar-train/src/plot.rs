@@ -95,6 +95,7 @@ where
 
 /// Writes the curves of `history` to `svg` (always) and `png` (if given).
 pub fn plot_curves(history: &[EpochRecord], svg: &Path, png: Option<&Path>) -> Result<()> {
+    invar_plot::register_fonts().map_err(|e| Error::file(svg, e))?;
     let height = 260 * panels(history).len().max(1) as u32;
     let mut text = String::new();
     draw(
