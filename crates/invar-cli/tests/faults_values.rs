@@ -502,6 +502,55 @@ fn predictions(d: &Path) -> PathBuf {
     p
 }
 
+/// Runs `invar ARGS` whose input `fifo` is a named pipe: once the command has claimed `out` (its
+/// lock file is there) and blocks reading the pipe, `in_the_way` is made a non-empty folder (so the
+/// plot cannot be written under that name), then `content` is fed through the pipe. The obstacle
+/// cannot be put there before the run: the output-folder rule refuses a non-empty folder.
+fn run_with_obstacle(
+    args: &[&str],
+    out: &Path,
+    fifo: &Path,
+    content: &str,
+    in_the_way: &Path,
+) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_invar"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the invar binary starts");
+    let start = Instant::now();
+    while !out.join(invar_io::LOCK_FILE).exists() {
+        assert!(
+            start.elapsed() < LIMIT,
+            "the command never claimed {}",
+            out.display()
+        );
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!(
+                "the command exited ({status}) before claiming {}",
+                out.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::create_dir_all(in_the_way.join("in-the-way")).unwrap();
+    std::fs::write(fifo, content).unwrap();
+    let out = child.wait_with_output().unwrap();
+    out
+}
+
+fn mkfifo(path: &Path) -> bool {
+    match Command::new("mkfifo").arg(path).status() {
+        Ok(s) if s.success() => true,
+        other => {
+            eprintln!("skipped: cannot make a named pipe with mkfifo ({other:?})");
+            false
+        }
+    }
+}
+
 /// A plot that cannot be written (here: a folder sits where the SVG goes) cost `eval identify` and
 /// `eval verify` their results.json and exit status. Results now come first and the plot is a
 /// warning.
@@ -510,15 +559,26 @@ fn plot_failure_keeps_results_and_warns() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let out = d.join("identify");
-    std::fs::create_dir_all(out.join("confusion.svg/in-the-way")).unwrap();
-    let o = ok(&[
-        "eval",
-        "identify",
-        "--predictions",
-        s(&predictions(d)),
-        "--out",
-        s(&out),
-    ]);
+    let fifo = d.join("predictions.fifo");
+    if !mkfifo(&fifo) {
+        return;
+    }
+    let text = std::fs::read_to_string(predictions(d)).unwrap();
+    let o = run_with_obstacle(
+        &[
+            "eval",
+            "identify",
+            "--predictions",
+            s(&fifo),
+            "--out",
+            s(&out),
+        ],
+        &out,
+        &fifo,
+        &text,
+        &out.join("confusion.svg"),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
     let results: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     assert_eq!(results["accuracy"], 0.75, "{results}");
@@ -531,20 +591,26 @@ fn plot_failure_keeps_results_and_warns() {
     let (m, speakers) = embeddings();
     let emb = d.join("emb.npy");
     invar_io::write_npy(&emb, &m).unwrap();
-    let spk = d.join("speakers.txt");
-    std::fs::write(&spk, speakers.join("\n") + "\n").unwrap();
+    let spk = d.join("speakers.fifo");
+    assert!(mkfifo(&spk));
     let ver = d.join("verify");
-    std::fs::create_dir_all(ver.join("det.svg/in-the-way")).unwrap();
-    let o = ok(&[
-        "eval",
-        "verify",
-        "--embeddings",
-        s(&emb),
-        "--speakers",
-        s(&spk),
-        "--out",
-        s(&ver),
-    ]);
+    let o = run_with_obstacle(
+        &[
+            "eval",
+            "verify",
+            "--embeddings",
+            s(&emb),
+            "--speakers",
+            s(&spk),
+            "--out",
+            s(&ver),
+        ],
+        &ver,
+        &spk,
+        &(speakers.join("\n") + "\n"),
+        &ver.join("det.svg"),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
     assert!(ver.join("results.json").is_file());
     assert!(stderr(&o).contains("DET plot not drawn"), "{}", stderr(&o));
 }
