@@ -537,8 +537,7 @@ fn run_with_obstacle(
     }
     std::fs::create_dir_all(in_the_way.join("in-the-way")).unwrap();
     std::fs::write(fifo, content).unwrap();
-    let out = child.wait_with_output().unwrap();
-    out
+    child.wait_with_output().unwrap()
 }
 
 fn mkfifo(path: &Path) -> bool {
