@@ -1,9 +1,9 @@
 //! `invar corpus info`: validate a corpus and count speakers, utterances, hours and sample rates.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
-use invar_data::{corpus_stats, read_corpus, Layout};
+use invar_data::{corpus_stats, read_corpus_with, Corpus, CorpusOptions, Layout};
 
 use crate::progress::Progress;
 
@@ -22,11 +22,15 @@ pub enum CorpusCommand {
 
 #[derive(Debug, Args)]
 pub struct InfoArgs {
-    /// Corpus layout: timit, elsdsr or list.
+    /// Corpus layout: timit, elsdsr, list, kaldi, librispeech or voxceleb (README "Your own data").
     #[arg(long)]
     pub layout: Layout,
-    /// The corpus folder (timit, elsdsr) or list file (list).
+    /// The corpus folder, Kaldi data directory, or list file (list).
     pub path: PathBuf,
+    /// Run the `cmd |` entries of a Kaldi `wav.scp` (they execute shell commands, so without this
+    /// flag a pipe entry is an error naming its line).
+    #[arg(long)]
+    pub allow_pipes: bool,
     /// Also write the statistics as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -38,8 +42,14 @@ pub fn run(args: CorpusArgs) -> anyhow::Result<()> {
     }
 }
 
+/// Reads a corpus for a command, running Kaldi `wav.scp` pipes only when `allow_pipes`.
+pub fn read(layout: Layout, path: &Path, allow_pipes: bool) -> anyhow::Result<Corpus> {
+    let options = CorpusOptions { allow_pipes };
+    Ok(read_corpus_with(layout, path, &options)?)
+}
+
 fn info(args: InfoArgs) -> anyhow::Result<()> {
-    let corpus = read_corpus(args.layout, &args.path)?;
+    let corpus = read(args.layout, &args.path, args.allow_pipes)?;
     let progress = Progress::new(corpus.utterances.len() as u64, "probing");
     let stats = corpus_stats(&corpus, &|| progress.inc());
     progress.finish();

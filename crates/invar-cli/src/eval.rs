@@ -89,9 +89,13 @@ pub struct VerifyArgs {
     /// A feature set of 1×D rows (ids and speakers from its manifest).
     #[arg(long)]
     pub features: Option<PathBuf>,
-    /// Kaldi trials file `utt1 utt2 target|nontarget`; default: all pairs.
+    /// Trials file (see --trials-format); default: all pairs.
     #[arg(long)]
     pub trials: Option<PathBuf>,
+    /// Form of --trials: kaldi (`utt1 utt2 target|nontarget`) or voxceleb (`1|0 id/video/n.wav
+    /// id/video/n.wav`, ids as `invar corpus info --layout voxceleb` makes them: id-video-n).
+    #[arg(long, default_value = "kaldi", value_parser = ["kaldi", "voxceleb"])]
+    pub trials_format: String,
     /// A Kaldi score file `utt1 utt2 score` (higher = same speaker) to evaluate against --trials,
     /// instead of embeddings; every trial needs exactly one score.
     #[arg(long, requires = "trials", conflicts_with_all = ["embeddings", "features"])]
@@ -282,7 +286,7 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
                 .enumerate()
                 .map(|(i, id)| (id.clone(), i))
                 .collect();
-            invar_eval::read_trials(path, &index)?
+            invar_eval::resolve_trials(&read_trial_list(path, &args.trials_format)?, &index, path)?
         }
         None => {
             let all = invar_eval::all_pairs(&speakers);
@@ -361,13 +365,31 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A trial list by name, in Kaldi's form or VoxCeleb's.
+fn read_trial_list(path: &Path, format: &str) -> anyhow::Result<Vec<invar_eval::NamedTrial>> {
+    if format != "voxceleb" {
+        return Ok(invar_eval::read_trial_list(path)?);
+    }
+    let trials: Vec<invar_eval::NamedTrial> = invar_data::read_voxceleb_trials(path)?
+        .into_iter()
+        .map(|t| invar_eval::NamedTrial {
+            enroll: t.enroll,
+            test: t.test,
+            target: t.target,
+            line: t.line,
+        })
+        .collect();
+    invar_eval::check_unique(&trials, path)?;
+    Ok(trials)
+}
+
 /// EER and minDCF of a Kaldi score file against its trials file.
 fn run_score_file(args: &VerifyArgs, scores: &Path) -> anyhow::Result<()> {
     let trials_path = args
         .trials
         .as_deref()
         .context("--scores needs --trials to label the pairs")?;
-    let trials = invar_eval::read_trial_list(trials_path)?;
+    let trials = read_trial_list(trials_path, &args.trials_format)?;
     let scored = invar_eval::read_scores(scores, &trials, trials_path)?;
     let config = VerifyConfig {
         p_targets: args.p_targets.clone(),

@@ -5,16 +5,20 @@ use std::path::PathBuf;
 use crate::progress::Progress;
 use clap::Args;
 use invar_audio::{ChannelSelect, FeatureKind, FrontendConfig, ReadOptions};
-use invar_data::{extract_features, read_corpus, FeatureFormat, FeatureJob, Layout, Shard};
+use invar_data::{extract_features, FeatureFormat, FeatureJob, Layout, Shard};
 
 /// Compute features for every utterance of a corpus into OUT (one .npy each + manifest.tsv).
 #[derive(Debug, Args)]
 pub struct FeaturesArgs {
-    /// Corpus layout: timit, elsdsr or list.
+    /// Corpus layout: timit, elsdsr, list, kaldi, librispeech or voxceleb (README "Your own data").
     #[arg(long)]
     pub layout: Layout,
-    /// The corpus folder (timit, elsdsr) or list file (list).
+    /// The corpus folder, Kaldi data directory, or list file (list).
     pub path: PathBuf,
+    /// Run the `cmd |` entries of a Kaldi `wav.scp` (they execute shell commands, so without this
+    /// flag a pipe entry is an error naming its line).
+    #[arg(long)]
+    pub allow_pipes: bool,
     /// Feature kind: spectrogram (the 001 linear spectrogram), logmel or mfcc (Kaldi defaults).
     #[arg(long)]
     pub kind: FeatureKind,
@@ -59,7 +63,7 @@ pub fn run(args: FeaturesArgs) -> anyhow::Result<()> {
         Some(s) => Shard::parse(s)?,
         None => Shard::ALL,
     };
-    let corpus = read_corpus(args.layout, &args.path)?;
+    let corpus = crate::corpus::read(args.layout, &args.path, args.allow_pipes)?;
     let job = FeatureJob {
         layout: args.layout,
         corpus: args.path.clone(),

@@ -39,7 +39,7 @@ pub struct TrainArgs {
     /// Gold mode (a topline): build classes from this corpus's word alignments (.WRD).
     #[arg(long)]
     pub gold_corpus: Option<PathBuf>,
-    /// Layout of --gold-corpus: timit, elsdsr or list.
+    /// Layout of --gold-corpus: timit, elsdsr, list, kaldi, librispeech or voxceleb.
     #[arg(long, default_value = "timit")]
     pub layout: Layout,
     /// Sample rate the word alignments count in.

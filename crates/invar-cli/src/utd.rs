@@ -48,9 +48,12 @@ pub struct UtdArgs {
     /// Corpus with word alignments, to score pair precision, word types covered and purity.
     #[arg(long)]
     pub gold_corpus: Option<PathBuf>,
-    /// Layout of --gold-corpus: timit, elsdsr or list.
+    /// Layout of --gold-corpus: timit, elsdsr, list, kaldi, librispeech or voxceleb.
     #[arg(long, default_value = "timit")]
     pub layout: Layout,
+    /// Run the `cmd |` entries of a Kaldi `wav.scp` gold corpus (refused without this flag).
+    #[arg(long)]
+    pub allow_pipes: bool,
     /// Sample rate the word alignments count in.
     #[arg(long, default_value_t = 16000.0)]
     pub sample_rate: f64,
@@ -102,7 +105,7 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| args.out.with_extension("json"));
     let gold = match &args.gold_corpus {
         Some(dir) => {
-            let corpus = invar_data::read_corpus(args.layout, dir)?;
+            let corpus = crate::corpus::read(args.layout, dir, args.allow_pipes)?;
             Some(invar_utd::gold_words(&corpus.utterances, args.sample_rate))
         }
         None => None,

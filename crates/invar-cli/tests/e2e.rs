@@ -4,38 +4,13 @@
 
 #![allow(clippy::unwrap_used)] // helpers of tests: a panic is the failure report
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
+use common::{invar, json, s};
 use serde_json::Value;
-
-/// Runs `invar ARGS`, failing the test with the command's output if it fails.
-fn invar(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_invar"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("the invar binary starts");
-    assert!(
-        out.status.success(),
-        "`invar {}` failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        args.join(" "),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn json(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("temporary paths are UTF-8")
-}
 
 fn rate(v: &Value, what: &str) -> f64 {
     let x = v

@@ -5,49 +5,14 @@
 
 #![allow(clippy::unwrap_used)] // helpers of tests: a panic is the failure report
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_invar"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("the invar binary starts")
-}
-
-/// Runs `invar ARGS`, failing the test with the command's output if it fails.
-fn invar(args: &[&str]) -> Output {
-    let out = run(args);
-    assert!(
-        out.status.success(),
-        "`invar {}` failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        args.join(" "),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// Runs `invar ARGS`, which must fail; returns its stderr.
-fn refused(args: &[&str]) -> String {
-    let out = run(args);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        !out.status.success(),
-        "`invar {}` should have been refused:\nstdout:\n{}\nstderr:\n{err}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stdout),
-    );
-    err
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("temporary paths are UTF-8")
-}
+use common::{invar, refused, run, s, synth};
 
 /// Every file under `dir` (relative path → bytes): what "left as it was" compares.
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -89,24 +54,6 @@ fn manifest_ids(dir: &Path) -> Vec<String> {
     ids
 }
 
-/// A generated corpus of `speakers × utterances` (quick config) under `dir/name`.
-fn corpus(dir: &Path, name: &str, speakers: usize, utterances: usize, seed: u64) -> PathBuf {
-    let out = dir.join(name);
-    invar(&[
-        "synth",
-        "--out",
-        s(&out),
-        "--quick",
-        "--speakers",
-        &speakers.to_string(),
-        "--utterances",
-        &utterances.to_string(),
-        "--seed",
-        &seed.to_string(),
-    ]);
-    out
-}
-
 fn features(corpus: &Path, out: &Path, extra: &[&str]) -> Vec<String> {
     let mut args = vec![
         "features",
@@ -132,7 +79,7 @@ fn refs(v: &[String]) -> Vec<&str> {
 #[test]
 fn two_feature_runs_into_one_folder() {
     let dir = tempfile::tempdir().unwrap();
-    let c = corpus(dir.path(), "corpus", 2, 2, 1);
+    let c = synth(&dir.path().join("corpus"), 2, 2, 1);
     let out = dir.path().join("mfcc");
     invar(&refs(&features(&c, &out, &[])));
     let before = snapshot(&out);
@@ -177,8 +124,8 @@ fn two_feature_runs_into_one_folder() {
 #[test]
 fn stale_files_of_another_corpus_never_survive() {
     let dir = tempfile::tempdir().unwrap();
-    let big = corpus(dir.path(), "big", 3, 2, 1);
-    let small = corpus(dir.path(), "small", 2, 1, 2);
+    let big = synth(&dir.path().join("big"), 3, 2, 1);
+    let small = synth(&dir.path().join("small"), 2, 1, 2);
     let out = dir.path().join("feats");
     invar(&refs(&features(&big, &out, &[])));
     assert_eq!(npy_names(&out).len(), 6);
@@ -212,7 +159,7 @@ fn stale_files_of_another_corpus_never_survive() {
 #[test]
 fn gmm_train_and_eval_abx_refuse_a_used_folder() {
     let dir = tempfile::tempdir().unwrap();
-    let c = corpus(dir.path(), "corpus", 3, 4, 3);
+    let c = synth(&dir.path().join("corpus"), 3, 4, 3);
     let feats = dir.path().join("mfcc");
     invar(&refs(&features(&c, &feats, &[])));
     let ubm = dir.path().join("ubm");
@@ -342,7 +289,7 @@ fn a_second_concurrent_writer_is_refused_and_a_killed_ones_lock_is_taken_over() 
     first.kill().unwrap(); // SIGKILL: no destructor removes its lock
     first.wait().unwrap();
     assert!(lock.exists(), "a killed run leaves its lock");
-    let c = corpus(dir.path(), "corpus", 2, 1, 1);
+    let c = synth(&dir.path().join("corpus"), 2, 1, 1);
     let wav = walk_wavs(&c).remove(0);
     std::fs::remove_file(&fifo).unwrap();
     std::fs::copy(&wav, &fifo).unwrap();
@@ -374,7 +321,7 @@ fn walk_wavs(dir: &Path) -> Vec<PathBuf> {
 #[test]
 fn a_refused_partition_train_rewrites_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let c = corpus(dir.path(), "corpus", 2, 3, 4);
+    let c = synth(&dir.path().join("corpus"), 2, 3, 4);
     let feats = dir.path().join("mfcc");
     invar(&refs(&features(&c, &feats, &[])));
     let ubm = dir.path().join("ubm");
@@ -453,7 +400,7 @@ fn a_refused_partition_train_rewrites_nothing() {
 #[test]
 fn a_full_disk_is_an_error_with_no_partial_file() {
     let dir = tempfile::tempdir().unwrap();
-    let c = corpus(dir.path(), "corpus", 2, 4, 1);
+    let c = synth(&dir.path().join("corpus"), 2, 4, 1);
     let mnt = dir.path().join("small");
     std::fs::create_dir_all(&mnt).unwrap();
     match Command::new("mount")

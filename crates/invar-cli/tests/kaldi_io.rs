@@ -5,70 +5,11 @@
 
 #![allow(clippy::unwrap_used)] // helpers of tests: a panic is the failure report
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-use serde_json::Value;
-
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_invar"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("the invar binary starts")
-}
-
-/// Runs `invar ARGS`, failing the test with the command's output if it fails.
-fn invar(args: &[&str]) -> Output {
-    let out = run(args);
-    assert!(
-        out.status.success(),
-        "`invar {}` failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        args.join(" "),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// Runs `invar ARGS`, which must fail; returns its stderr.
-fn invar_fails(args: &[&str]) -> String {
-    let out = run(args);
-    assert!(
-        !out.status.success(),
-        "`invar {}` succeeded",
-        args.join(" ")
-    );
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn json(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("temporary paths are UTF-8")
-}
-
-fn synth(d: &Path) -> PathBuf {
-    let corpus = d.join("corpus");
-    invar(&[
-        "synth",
-        "--out",
-        s(&corpus),
-        "--quick",
-        "--speakers",
-        "3",
-        "--utterances",
-        "3",
-        "--seed",
-        "4",
-    ]);
-    corpus
-}
+use common::{invar, json, refused, s};
 
 fn features(corpus: &Path, out: &Path, format: &str) {
     invar(&[
@@ -92,7 +33,7 @@ fn features(corpus: &Path, out: &Path, format: &str) {
 fn kaldi_feature_sets_feed_every_stage() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let corpus = synth(d);
+    let corpus = common::synth(&d.join("corpus"), 3, 3, 4);
     let (npy, kaldi) = (d.join("npy"), d.join("kaldi"));
     features(&corpus, &npy, "npy");
     features(&corpus, &kaldi, "kaldi");
@@ -175,7 +116,7 @@ fn kaldi_feature_sets_feed_every_stage() {
     std::fs::create_dir_all(&bare).unwrap();
     let scp = bare.join("feats.scp");
     std::fs::copy(kaldi.join("feats.scp"), &scp).unwrap();
-    let err = invar_fails(&[
+    let err = refused(&[
         "eval",
         "abx",
         "--item",
@@ -239,7 +180,7 @@ fn kaldi_feature_sets_feed_every_stage() {
 fn abx_on_a_plain_npy_folder_takes_timing_from_flags() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let corpus = synth(d);
+    let corpus = common::synth(&d.join("corpus"), 3, 3, 4);
     let npy = d.join("npy");
     features(&corpus, &npy, "npy");
     let plain = d.join("plain");
@@ -268,7 +209,7 @@ fn abx_on_a_plain_npy_folder_takes_timing_from_flags() {
     let mut args = base.to_vec();
     let out = d.join("c");
     args.extend_from_slice(&["--features", s(&plain), "--out", s(&out), "--hop-ms", "10"]);
-    let err = invar_fails(&args);
+    let err = refused(&args);
     assert!(err.contains("--win-ms"), "{err}");
     // A different hop moves the items' frames: the flags are used, not ignored.
     assert_ne!(
@@ -325,7 +266,7 @@ fn verify_reads_kaldi_score_files() {
     let mut lines: Vec<&str> = text.lines().collect();
     let dropped = lines.remove(5);
     std::fs::write(&short, lines.join("\n")).unwrap();
-    let err = invar_fails(&[
+    let err = refused(&[
         "eval",
         "verify",
         "--trials",

@@ -103,6 +103,8 @@ pub struct VoxTrial {
     pub target: bool,
     pub enroll: String,
     pub test: String,
+    /// 1-based line in the trial list.
+    pub line: usize,
 }
 
 /// Reads a VoxCeleb trial list (`1 id10270/x6uYqmx31kE/00001.wav id10270/8jEAjG6SegY/00008.wav`:
@@ -139,6 +141,7 @@ pub fn read_voxceleb_trials(path: &Path) -> Result<Vec<VoxTrial>> {
             target,
             enroll,
             test,
+            line: no,
         });
     }
     if out.is_empty() {

@@ -23,8 +23,10 @@ pub use backend::{Backend, BackendConfig, Scoring};
 pub use error::{Error, Result};
 pub use identify::{identify, read_predictions, IdentifyReport, Prediction};
 pub use item::{parse_items, read_items, Item, ItemColumns, ItemFile};
-pub use scores::{read_scores, read_trial_list, score_report, write_scores, ScoreReport};
+pub use scores::{
+    check_unique, read_scores, read_trial_list, score_report, write_scores, NamedTrial, ScoreReport,
+};
 pub use verify::{
-    all_pairs, read_column, read_ids, read_trials, trial_distances, verify, PairMetric, Trial,
-    VerifyConfig, VerifyReport,
+    all_pairs, read_column, read_ids, read_trials, resolve_trials, trial_distances, verify,
+    PairMetric, Trial, VerifyConfig, VerifyReport,
 };

@@ -64,7 +64,6 @@ fn duplicate(path: &Path, line: usize, first_line: usize, a: &str, b: &str) -> E
 pub fn read_trial_list(path: impl AsRef<Path>) -> Result<Vec<NamedTrial>> {
     let path = path.as_ref();
     let mut out = Vec::new();
-    let mut seen: HashMap<(String, String), usize> = HashMap::new();
     for (line, text) in lines(path)? {
         let f: Vec<&str> = text.split_whitespace().collect();
         let [a, b, label] = f.as_slice() else {
@@ -87,9 +86,6 @@ pub fn read_trial_list(path: impl AsRef<Path>) -> Result<Vec<NamedTrial>> {
                 ))
             }
         };
-        if let Some(first) = seen.insert((a.to_string(), b.to_string()), line) {
-            return Err(duplicate(path, line, first, a, b));
-        }
         out.push(NamedTrial {
             enroll: a.to_string(),
             test: b.to_string(),
@@ -97,7 +93,19 @@ pub fn read_trial_list(path: impl AsRef<Path>) -> Result<Vec<NamedTrial>> {
             line,
         });
     }
+    check_unique(&out, path)?;
     Ok(out)
+}
+
+/// Refuses a trial list (read from `path`, in any form) that lists a pair twice, naming both lines.
+pub fn check_unique(trials: &[NamedTrial], path: &Path) -> Result<()> {
+    let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
+    for t in trials {
+        if let Some(first) = seen.insert((&t.enroll, &t.test), t.line) {
+            return Err(duplicate(path, t.line, first, &t.enroll, &t.test));
+        }
+    }
+    Ok(())
 }
 
 /// Reads a score file (`utt1 utt2 score`) and labels each line from `trials`, keeping the score

@@ -18,6 +18,7 @@ use invar_io::Matrix;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::scores::NamedTrial;
 use crate::{Error, Result};
 
 /// How two embeddings are compared.
@@ -135,51 +136,40 @@ pub fn read_column(path: impl AsRef<Path>) -> Result<Vec<String>> {
 /// A pair listed twice is an error naming both lines.
 pub fn read_trials(path: impl AsRef<Path>, ids: &HashMap<String, usize>) -> Result<Vec<Trial>> {
     let path = path.as_ref();
-    let mut out = Vec::new();
+    resolve_trials(&crate::read_trial_list(path)?, ids, path)
+}
+
+/// Resolves named trials (read from `path`, in any trial-list form) to embedding rows: an id with no
+/// row is an error naming the line, as is a pair of rows listed twice.
+pub fn resolve_trials(
+    trials: &[NamedTrial],
+    ids: &HashMap<String, usize>,
+    path: &Path,
+) -> Result<Vec<Trial>> {
+    let mut out = Vec::with_capacity(trials.len());
     let mut seen: HashMap<(usize, usize), usize> = HashMap::new();
-    for (line, text) in text_lines(path)? {
-        let f: Vec<&str> = text.split_whitespace().collect();
-        if f.len() != 3 {
-            return Err(Error::parse(
-                path,
-                line,
-                "`utt1 utt2 target|nontarget`",
-                text,
-            ));
-        }
+    for t in trials {
         let row = |id: &str| {
             ids.get(id).copied().ok_or_else(|| Error::UnknownId {
                 path: path.to_path_buf(),
-                line,
+                line: t.line,
                 id: id.to_string(),
                 known: ids.len(),
             })
         };
-        let target = match f[2] {
-            "target" => true,
-            "nontarget" => false,
-            other => {
-                return Err(Error::parse(
-                    path,
-                    line,
-                    "`target` or `nontarget` in the third field",
-                    other,
-                ))
-            }
-        };
-        let (enroll, test) = (row(f[0])?, row(f[1])?);
-        if let Some(first_line) = seen.insert((enroll, test), line) {
+        let (enroll, test) = (row(&t.enroll)?, row(&t.test)?);
+        if let Some(first_line) = seen.insert((enroll, test), t.line) {
             return Err(Error::DuplicateId {
                 path: path.to_path_buf(),
-                line,
-                id: format!("{} {}", f[0], f[1]),
+                line: t.line,
+                id: format!("{} {}", t.enroll, t.test),
                 first_line,
             });
         }
         out.push(Trial {
             enroll,
             test,
-            target,
+            target: t.target,
         });
     }
     Ok(out)

@@ -1,0 +1,81 @@
+//! Helpers shared by the CLI test files: run the real `invar` binary, require success or failure,
+//! read JSON, make small corpora. Each test file includes this with `mod common;`, so a helper a file
+//! does not use is not dead code.
+
+#![allow(dead_code, clippy::unwrap_used)] // test helpers: a panic is the failure report
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// Runs `invar ARGS` (warnings only on stderr) and returns whatever happened.
+pub fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_invar"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("the invar binary starts")
+}
+
+/// Runs `invar ARGS`, failing the test with the command's output if it fails.
+pub fn invar(args: &[&str]) -> Output {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "`invar {}` failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs `invar ARGS`, which must fail; returns its stderr.
+pub fn refused(args: &[&str]) -> String {
+    let out = run(args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "`invar {}` should have failed:\nstdout:\n{}\nstderr:\n{err}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+    );
+    err
+}
+
+/// A temporary path as the `&str` an argument list needs.
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("temporary paths are UTF-8")
+}
+
+/// Parses a JSON file, failing the test with the path if it cannot.
+pub fn json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
+}
+
+/// `invar synth --quick` into the folder `corpus` (TIMIT layout, with train.item and test.item).
+pub fn synth(corpus: &Path, speakers: usize, utterances: usize, seed: u64) -> PathBuf {
+    invar(&[
+        "synth",
+        "--out",
+        s(corpus),
+        "--quick",
+        "--speakers",
+        &speakers.to_string(),
+        "--utterances",
+        &utterances.to_string(),
+        "--seed",
+        &seed.to_string(),
+    ]);
+    corpus.to_path_buf()
+}
+
+/// Writes `text` to `path`, creating its folder.
+pub fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
