@@ -349,3 +349,45 @@ fn blocked_implementation_equals_naive_definition_on_posteriorgrams() -> anyhow:
     }
     Ok(())
 }
+
+/// Plain KL on posteriorgrams with exact zeros (a third of GMM posteriors are 0) made every DTW cost
+/// infinite, every triplet a tie, and the error chance, with no word. Now the input is refused,
+/// naming the .item line and pointing to symmetric-kl, which scores the same frames.
+#[test]
+fn kl_on_frames_with_zeros_is_refused_not_scored_at_chance() -> anyhow::Result<()> {
+    let item = "#file onset offset #phone prev next speaker\n\
+                f 0 1 a x y s\nf 1 2 a x y s\nf 2 3 b x y s\nf 3 4 b x y s\n";
+    // Two-component posteriorgrams; the third frame has an exact zero.
+    let frames = vec![0.9, 0.1, 0.8, 0.2, 0.0, 1.0, 0.3, 0.7];
+    let items = parse_items(item, Path::new("post.item"))?;
+    let ds = AbxDataset::build(&items, &SECONDS, |_| Ok(Matrix::new(4, 2, frames.clone())?))?;
+    let config = |distance| AbxConfig {
+        mode: AbxMode::Within,
+        convention: Convention::Zs2015,
+        distance,
+        timing: SECONDS,
+    };
+    let err = evaluate(&ds, &config(FrameDistance::Kl), &|| {})
+        .expect_err("kl on a zero must be refused")
+        .to_string();
+    assert!(
+        err.contains("line 4") && err.contains("symmetric-kl"),
+        "{err}"
+    );
+    let r = evaluate(&ds, &config(FrameDistance::SymmetricKl), &|| {})?;
+    assert!(r.error < 0.5, "{}", r.error);
+    // Divergences on features with negative values (MFCCs) are refused too.
+    let mfcc = vec![-1.0, 2.0, 0.5, 0.5, 3.0, -2.0, 1.0, 1.0];
+    let ds = AbxDataset::build(&items, &SECONDS, |_| Ok(Matrix::new(4, 2, mfcc.clone())?))?;
+    for d in [FrameDistance::Js, FrameDistance::SymmetricKl] {
+        let err = evaluate(&ds, &config(d), &|| {})
+            .expect_err("negative")
+            .to_string();
+        assert!(
+            err.contains("line 2") && err.contains("angular"),
+            "{d}: {err}"
+        );
+    }
+    assert!(evaluate(&ds, &config(FrameDistance::Angular), &|| {}).is_ok());
+    Ok(())
+}

@@ -84,6 +84,43 @@ impl AbxConfig {
     }
 }
 
+/// Refuses frames outside the distance's domain, which would otherwise score at chance with no
+/// error: plain `kl` is `+inf` wherever the second frame has a 0 (a third of GMM posteriors are
+/// exactly 0), so every comparison ties; the divergences need non-negative frames.
+fn check_domain(ds: &AbxDataset, distance: FrameDistance) -> Result<()> {
+    let bad: fn(f32) -> bool = match distance {
+        FrameDistance::Kl => |v| v <= 0.0,
+        FrameDistance::SymmetricKl | FrameDistance::Js | FrameDistance::SqrtJs => |v| v < 0.0,
+        _ => return Ok(()),
+    };
+    let dim = ds.dim.max(1);
+    for item in &ds.items {
+        let rows = ds
+            .frames
+            .get(item.start * dim..(item.start + item.len) * dim);
+        let Some(found) = rows.and_then(|r| r.iter().position(|&v| bad(v))) else {
+            continue;
+        };
+        let value = ds.frames[item.start * dim + found];
+        let advice = if distance == FrameDistance::Kl {
+            "plain kl is infinite where a frame has a 0 and would score every triplet as a tie; \
+             use symmetric-kl (ABXpy's smoothed KL, ZeroSpeech's choice for posteriorgrams)"
+        } else {
+            "the divergences compare probability vectors; use angular or euclidean for features"
+        };
+        return Err(Error::degenerate(
+            format!("ABX with {distance} distance"),
+            format!(
+                "the item on .item line {} has the value {value} (frame {}, dimension {}): {advice}",
+                item.line,
+                found / dim,
+                found % dim
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The error of one ordered phone pair (A/X phone, B phone), averaged over contexts and talkers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PairError {
@@ -131,6 +168,7 @@ pub fn evaluate(
     on_unit: &(dyn Fn() + Sync),
 ) -> Result<AbxResult> {
     config.validate()?;
+    check_domain(ds, config.distance)?;
     let units = task::units(ds, config.mode);
     let cells = score::score_units(ds, &units, config.distance, config.convention, on_unit)?;
     if cells.is_empty() {
