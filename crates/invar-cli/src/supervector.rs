@@ -96,7 +96,8 @@ pub struct TrainArgs {
     /// Config file (TOML or JSON, a `SupervectorConfig`); flags below override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Encoder widths, input first (0 = the data's width), e.g. 0,5000,500,100,40.
+    /// Encoder widths, input first [default: 0,5000,500,100,40: 0 = the data's width, and a layer
+    /// wider than the one before it is narrowed to it].
     #[arg(long, value_delimiter = ',')]
     pub sizes: Option<Vec<usize>>,
     #[arg(long)]

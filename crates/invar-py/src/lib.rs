@@ -3,6 +3,8 @@
 //! calls without the GIL, and invar's errors as Python exceptions carrying invar's message. The
 //! Python half (`python/invar/__init__.py`) shapes results into dicts and classes.
 
+mod models;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -686,5 +688,8 @@ fn invar_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_classes, m)?)?;
     m.add_class::<Gmm>()?;
     m.add_class::<Ivector>()?;
+    m.add_class::<models::PartitionModel>()?;
+    m.add_class::<models::AutoencoderModel>()?;
+    m.add_class::<models::SpeakerCnnModel>()?;
     Ok(())
 }

@@ -248,6 +248,77 @@ def test_bad_input_raises_invar_errors(corpus, tmp_path):
         invar.GMM(2).posteriors(np.zeros((3, 2), np.float32))
 
 
+def test_trained_models_apply_as_the_cli_does(corpus):
+    """Partition and autoencoder models loaded from their folders give, array by array, the bytes
+    `partition apply` and `supervector embed` write."""
+    cli("gmm", "train", "--features", corpus / "mfcc", "--out", corpus / "ubm-m",
+        "--components", "4", "--iters", "2", "--seed", "2")
+    ubm = corpus / "ubm-m" / "ubm.safetensors"
+    cli("gmm", "posteriors", "--ubm", ubm, "--features", corpus / "mfcc", "--out", corpus / "post-m")
+    cli("partition", "train", "--posteriors", corpus / "post-m", "--gold-corpus", corpus / "corpus",
+        "--out", corpus / "part", "--outputs", "2", "--epochs", "2")
+    cli("partition", "apply", "--model", corpus / "part", "--posteriors", corpus / "post-m",
+        "--out", corpus / "soft")
+    cli("partition", "apply", "--model", corpus / "part", "--posteriors", corpus / "post-m",
+        "--out", corpus / "hard", "--hard")
+    p = invar.Partition.load(corpus / "part")
+    assert p.W.shape == (4, 2) and np.allclose(p.W.sum(axis=1), 1, atol=1e-5)
+    mapping = json.loads((corpus / "part" / "mapping.json").read_text())
+    assert len(p.assignment) == 4 and max(p.assignment) < 2, mapping
+    for r in manifest(corpus / "post-m"):
+        x = np.load(corpus / "post-m" / f"{r['id']}.npy")
+        assert np.array_equal(p.transform(x), np.load(corpus / "soft" / f"{r['id']}.npy")), r["id"]
+        assert np.array_equal(p.transform(x, hard=True), np.load(corpus / "hard" / f"{r['id']}.npy"))
+    with pytest.raises(invar.InvarError, match="3"):
+        p.transform(np.ones((5, 3), dtype=np.float32))
+
+    cli("gmm", "supervectors", "--ubm", ubm, "--features", corpus / "mfcc", "--out", corpus / "sv-m")
+    cli("supervector", "train", "--supervectors", corpus / "sv-m", "--all-rows", "--epochs", "2",
+        "--out", corpus / "ae")
+    cli("supervector", "embed", "--model", corpus / "ae", "--supervectors", corpus / "sv-m",
+        "--out", corpus / "codes")
+    ae = invar.Autoencoder.load(corpus / "ae")
+    sv = np.load(corpus / "sv-m" / "supervectors.npy")
+    assert ae.input_dim == sv.shape[1]
+    codes = ae.embed(sv)
+    assert codes.shape == (sv.shape[0], ae.code_dim)
+    assert np.array_equal(codes, np.load(corpus / "codes" / "codes.npy"))
+    with pytest.raises(invar.InvarError, match="supervector train"):
+        invar.Autoencoder.load(corpus / "nowhere")
+
+
+def test_speaker_cnn_decides_as_speaker_eval(tmp_path):
+    """The speaker a loaded CNN predicts for each test utterance gives `speaker eval`'s clean
+    confusion matrix and chunk count exactly."""
+    c = tmp_path / "elsdsr"
+    cli("synth", "--out", c, "--layout", "elsdsr", "--speakers", "3", "--utterances", "5", "--seed", "4")
+    cli("speaker", "train", "--corpus", c, "--config", "logmel", "--epochs", "2", "--out", tmp_path / "spk")
+    cli("speaker", "eval", "--corpus", c, "--model", tmp_path / "spk", "--json", tmp_path / "eval.json")
+    clean = json.loads((tmp_path / "eval.json").read_text())[0]
+    assert clean["condition"]["kind"] == "clean"
+    m = invar.SpeakerCnn.load(tmp_path / "spk")
+    labels = clean["identification"]["labels"]
+    confusion = [[0] * len(labels) for _ in labels]
+    chunks = 0
+    for u in invar.Corpus(c, layout="elsdsr"):
+        if u.split != "test":
+            continue
+        signal, rate = invar.load_audio(u.path)
+        lp = m.log_probs(signal, rate)
+        assert lp.shape[1] == len(m.speakers)
+        assert np.allclose(np.exp(lp).sum(axis=1), 1, atol=1e-4)
+        chunks += lp.shape[0]
+        said = m.predict(signal, rate)
+        assert said == m.speakers[int(np.argmax(lp.sum(axis=0)))]
+        confusion[labels.index(u.speaker)][labels.index(said)] += 1
+        e = m.embed(signal, rate)
+        assert e.ndim == 1 and np.all(np.isfinite(e)) and np.all(e >= 0)
+    assert chunks == clean["chunks"]
+    assert confusion == clean["identification"]["confusion"]
+    with pytest.raises(invar.InvarError, match="chunk"):
+        m.predict(np.zeros(400, dtype=np.float32), 16000)
+
+
 def test_example_script_runs_end_to_end(corpus, tmp_path):
     script = Path(__file__).resolve().parents[1] / "examples" / "abx_and_verification.py"
     r = subprocess.run([sys.executable, script, corpus / "corpus"], capture_output=True, text=True,

@@ -7,6 +7,7 @@
 //! (logistic regression on the mean spectrum, a GMM per speaker on MFCC) and evaluates robustness
 //! to waveform gain and log-domain offsets. It reads and writes files only through invar-io.
 
+mod apply;
 mod baselines;
 mod config;
 mod corpus;
@@ -20,6 +21,7 @@ mod pipeline;
 mod robustness;
 mod train;
 
+pub use apply::ChunkOutputs;
 pub use baselines::{gmm_baseline, logistic_baseline, BaselineConfig, BaselineResult};
 pub use config::{
     FeatureConfig, ModelConfig, Nuisance, RegularizerConfig, SpeakerCnnConfig, TimePooling,

@@ -43,6 +43,8 @@ pub struct SpeakerCnn {
 pub struct Forward {
     /// `[B, K]` log P(C_k | x).
     pub log_probs: Tensor,
+    /// `[B, dense]` the dense layer's output after its ReLU: the chunk's embedding.
+    pub embedding: Tensor,
     /// `[B, K]` ∂P(C_k | s(x, α))/∂α at the identity, when a tangent was given.
     pub prob_tangent: Option<Tensor>,
 }
@@ -214,6 +216,7 @@ impl SpeakerCnn {
         };
         Ok(Forward {
             log_probs,
+            embedding: h,
             prob_tangent,
         })
     }

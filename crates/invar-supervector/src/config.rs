@@ -53,8 +53,11 @@ impl std::str::FromStr for Activation {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ModelConfig {
-    /// Input, hidden and code widths; the seed's 9216 → 5000 → 500 → 100 → 40. The first entry must
-    /// equal the supervector dimension (`0` means "take it from the data").
+    /// Input, hidden and code widths; the seed's 9216 → 5000 → 500 → 100 → 40. The first entry is
+    /// the supervector dimension: `0` (the default) takes it from the data, and then a layer wider
+    /// than the one before it is narrowed to that width (52-d input: 52 → 52 → 52 → 52 → 40), so the
+    /// seed's widths fit any input; at 9216 they are the seed's. A non-zero first entry must equal
+    /// the data's width and the widths are used as given.
     pub sizes: Vec<usize>,
     pub activation: Activation,
     /// Apply the activation to the code too (the seed does not say; off keeps the code linear).
@@ -64,7 +67,7 @@ pub struct ModelConfig {
 impl Default for ModelConfig {
     fn default() -> Self {
         Self {
-            sizes: vec![9216, 5000, 500, 100, 40],
+            sizes: vec![0, 5000, 500, 100, 40],
             activation: Activation::Tanh,
             code_activation: false,
         }
@@ -240,7 +243,7 @@ mod tests {
     fn defaults_are_the_seed_and_valid() {
         let c = SupervectorConfig::default();
         c.validate().unwrap();
-        assert_eq!(c.model.sizes, [9216, 5000, 500, 100, 40]);
+        assert_eq!(c.model.sizes, [0, 5000, 500, 100, 40]);
         assert_eq!(c.pairs.max_pairs_per_speaker, None);
         assert_eq!(c.pairs.different_weight, 0.0);
         let json = serde_json::to_string(&c).unwrap();

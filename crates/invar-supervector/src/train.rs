@@ -140,15 +140,22 @@ pub struct TrainOutcome {
     pub run_dir: PathBuf,
 }
 
-/// Resolves `sizes[0] == 0` to the data's width and checks that the widths fit the data.
+/// Resolves `sizes[0] == 0` to the data's width, narrowing any later layer wider than the one
+/// before it (so the seed's widths fit any input), and checks that a given width fits the data.
 pub fn resolve_sizes(config: &mut SupervectorConfig, dim: usize) -> Result<()> {
     let sizes = &mut config.model.sizes;
-    match sizes.first_mut() {
-        Some(first) if *first == 0 => *first = dim,
-        Some(first) if *first != dim => {
+    match sizes.first().copied() {
+        Some(0) => {
+            sizes[0] = dim;
+            for i in 1..sizes.len() {
+                sizes[i] = sizes[i].min(sizes[i - 1]);
+            }
+            tracing::info!("autoencoder widths for {dim}-d input: {sizes:?}");
+        }
+        Some(first) if first != dim => {
             return Err(Error::shape(
                 "supervector dimension (model.sizes[0]; set it to 0 to follow the data)",
-                *first,
+                first,
                 dim,
             ))
         }
@@ -288,6 +295,26 @@ impl TrainedModel {
 mod tests {
     use super::*;
     use rand::SeedableRng;
+
+    #[test]
+    fn widths_follow_the_input_and_keep_the_seed_at_9216() {
+        let resolved = |dim: usize, sizes: Vec<usize>| {
+            let mut c = SupervectorConfig::default();
+            c.model.sizes = sizes;
+            resolve_sizes(&mut c, dim).map(|()| c.model.sizes)
+        };
+        let seed = SupervectorConfig::default().model.sizes;
+        assert_eq!(
+            resolved(9216, seed.clone()).unwrap(),
+            [9216, 5000, 500, 100, 40]
+        );
+        assert_eq!(resolved(52, seed.clone()).unwrap(), [52, 52, 52, 52, 40]);
+        assert_eq!(resolved(208, seed).unwrap(), [208, 208, 208, 100, 40]);
+        // Given widths are used as given, and a wrong input width is refused.
+        assert_eq!(resolved(52, vec![52, 80, 10]).unwrap(), [52, 80, 10]);
+        let err = resolved(52, vec![9216, 40]).unwrap_err().to_string();
+        assert!(err.contains("9216") && err.contains("52"), "{err}");
+    }
 
     #[test]
     fn loss_is_mse_plus_the_weighted_hinge() {

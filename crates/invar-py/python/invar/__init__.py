@@ -35,6 +35,9 @@ __all__ = [
     "Fragment",
     "utd",
     "read_classes",
+    "Partition",
+    "Autoencoder",
+    "SpeakerCnn",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -336,3 +339,84 @@ def utd(features: Union[Mapping[str, np.ndarray], PathLike], **config: Any) -> D
 def read_classes(path: PathLike) -> Dict[int, List[Fragment]]:
     """Read a ZRTools class file (as ``invar utd`` writes): class id → fragments."""
     return _classes(json.loads(_invar.read_classes(os.fspath(path))))
+
+
+class Partition:
+    """A trained 000 partition (``invar partition train``'s model folder): ``W``, inputs × outputs."""
+
+    def __init__(self, model: Any) -> None:
+        self._m = model
+
+    @classmethod
+    def load(cls, folder: PathLike) -> "Partition":
+        """Read ``W.npy`` from a model folder (rows checked to be distributions)."""
+        return cls(_invar.PartitionModel.load(os.fspath(folder)))
+
+    @property
+    def W(self) -> np.ndarray:  # noqa: N802 (the paper's name)
+        """The soft partition, input classes × output classes."""
+        return self._m.w
+
+    @property
+    def assignment(self) -> List[int]:
+        """Each input class's output class (the argmax of its row), as ``mapping.json``."""
+        return list(self._m.assignment)
+
+    def transform(self, posteriorgram: np.ndarray, hard: bool = False) -> np.ndarray:
+        """A posteriorgram (frames × inputs) mapped through ``W`` (or the binary partition with
+        ``hard``): what ``invar partition apply [--hard]`` writes for it."""
+        return self._m.transform(_f32(posteriorgram, 2, "posteriorgram"), hard)
+
+
+class Autoencoder:
+    """A trained 002 autoencoder (``invar supervector train``'s folder), with its input normaliser."""
+
+    def __init__(self, model: Any) -> None:
+        self._m = model
+
+    @classmethod
+    def load(cls, folder: PathLike) -> "Autoencoder":
+        """Read ``supervector.json`` and ``model.safetensors`` from a training folder."""
+        return cls(_invar.AutoencoderModel.load(os.fspath(folder)))
+
+    def embed(self, supervectors: np.ndarray) -> np.ndarray:
+        """Codes of supervectors (rows × input dim → rows × code dim), as ``invar supervector embed``."""
+        return self._m.embed(_f32(supervectors, 2, "supervectors"))
+
+    @property
+    def input_dim(self) -> int:
+        return self._m.input_dim
+
+    @property
+    def code_dim(self) -> int:
+        return self._m.code_dim
+
+
+class SpeakerCnn:
+    """A trained 001 speaker CNN (``invar speaker train``'s folder): its front-end, normaliser and
+    speakers. Signals at another rate than the model's front-end are resampled first."""
+
+    def __init__(self, model: Any) -> None:
+        self._m = model
+
+    @classmethod
+    def load(cls, folder: PathLike) -> "SpeakerCnn":
+        """Read ``speaker_cnn.json`` and ``model.safetensors`` from a training folder."""
+        return cls(_invar.SpeakerCnnModel.load(os.fspath(folder)))
+
+    @property
+    def speakers(self) -> List[str]:
+        """The training speakers, in the order of :meth:`log_probs`' columns."""
+        return list(self._m.speakers)
+
+    def log_probs(self, signal: np.ndarray, rate: int) -> np.ndarray:
+        """Per-chunk log-probabilities, chunks × speakers (a signal shorter than one chunk raises)."""
+        return self._m.log_probs(_f32(signal, 1, "signal"), int(rate))
+
+    def predict(self, signal: np.ndarray, rate: int) -> str:
+        """The speaker ``invar speaker eval`` decides: the best mean log-probability over chunks."""
+        return self._m.predict(_f32(signal, 1, "signal"), int(rate))
+
+    def embed(self, signal: np.ndarray, rate: int) -> np.ndarray:
+        """The utterance embedding: the mean over its chunks of the dense layer's output."""
+        return self._m.embed(_f32(signal, 1, "signal"), int(rate))
