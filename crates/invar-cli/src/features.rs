@@ -33,8 +33,8 @@ pub struct FeaturesArgs {
     /// float, readable by Kaldi and kaldiio); manifest.tsv and config.json are written either way.
     #[arg(long, default_value = "npy")]
     pub format: FeatureFormat,
-    /// Front-end configuration as JSON (a FrontendConfig; missing fields take their defaults).
-    /// `--kind` overrides its `kind`.
+    /// Front-end configuration, TOML or JSON (`*.json`): a FrontendConfig, missing fields taking
+    /// the kind's defaults. `--kind` and the front-end flags below override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Only this shard of the utterances, K/N with 1 <= K <= N (e.g. a Slurm array task); the
@@ -50,14 +50,91 @@ pub struct FeaturesArgs {
     /// Write the summary as JSON here (default: OUT/results.json, or results.K-of-N.json).
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Last, so its help heading covers only its own flags.
+    #[command(flatten)]
+    pub frontend: FrontendFlags,
+}
+
+/// Per-utterance normalisation, as a flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CmvnArg {
+    /// No normalisation.
+    None,
+    /// Subtract each utterance's mean (CMN).
+    Mean,
+    /// Subtract the mean and divide by the standard deviation (CMVN).
+    Meanvar,
+}
+
+/// The front-end's most used settings as flags. Each overrides `--config` (and, without one, the
+/// kind's defaults: Kaldi's `compute-mfcc-feats` / `compute-fbank-feats`, or 001's spectrogram).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Front-end (override --config and the kind's defaults)")]
+pub struct FrontendFlags {
+    /// Append Δ (1) or Δ + ΔΔ (2), Kaldi's add-deltas over ±2 frames [default: 0]
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub deltas: Option<u8>,
+    /// Per-utterance normalisation after deltas [default: none]
+    #[arg(long, value_enum)]
+    pub cmvn: Option<CmvnArg>,
+    /// Frame shift in ms [default: 10; spectrogram 8]
+    #[arg(long)]
+    pub frame_shift_ms: Option<f32>,
+    /// Frame length in ms [default: 25; spectrogram 16]
+    #[arg(long)]
+    pub frame_length_ms: Option<f32>,
+    /// Cepstra kept (mfcc) [default: 13]
+    #[arg(long)]
+    pub num_ceps: Option<usize>,
+    /// Mel bins (mfcc, logmel) [default: 23]
+    #[arg(long)]
+    pub num_mel_bins: Option<usize>,
+    /// Sample rate the front-end works at; audio at another rate is resampled [default: 16000]
+    #[arg(long)]
+    pub sample_rate: Option<u32>,
+    /// Standard deviation of Gaussian dither, seeded per utterance (0 = off) [default: 0]
+    #[arg(long)]
+    pub dither: Option<f32>,
+}
+
+impl FrontendFlags {
+    /// Lays the flags given over `config`.
+    pub fn apply(&self, config: &mut FrontendConfig) {
+        if let Some(order) = self.deltas {
+            config.deltas.order = usize::from(order);
+        }
+        if let Some(cmvn) = self.cmvn {
+            config.cmvn.mean = cmvn != CmvnArg::None;
+            config.cmvn.variance = cmvn == CmvnArg::Meanvar;
+        }
+        if let Some(v) = self.frame_shift_ms {
+            config.frame.shift_ms = v;
+        }
+        if let Some(v) = self.frame_length_ms {
+            config.frame.length_ms = v;
+        }
+        if let Some(v) = self.num_ceps {
+            config.mfcc.num_ceps = v;
+        }
+        if let Some(v) = self.num_mel_bins {
+            config.mel.num_bins = v;
+        }
+        if let Some(v) = self.sample_rate {
+            config.sample_rate = v;
+        }
+        if let Some(v) = self.dither {
+            config.frame.dither = v;
+        }
+    }
 }
 
 pub fn run(args: FeaturesArgs) -> anyhow::Result<()> {
     let mut frontend = match &args.config {
-        Some(path) => invar_io::read_json::<FrontendConfig>(path)?,
+        Some(path) => crate::config_file::read::<FrontendConfig>(path)?,
         None => FrontendConfig::for_kind(args.kind),
     };
     frontend.kind = args.kind;
+    args.frontend.apply(&mut frontend);
     frontend.validate()?;
     let shard = match &args.shard {
         Some(s) => Shard::parse(s)?,
