@@ -457,3 +457,30 @@ fn a_full_disk_is_an_error_with_no_partial_file() {
         "a manifest for a failed run"
     );
 }
+
+/// `--force` pointed at the corpus itself (a mistyped `--out`) used to delete the corpus before
+/// reading it. A folder no invar run made is never cleared: refused, every file kept.
+#[test]
+fn force_never_deletes_a_folder_invar_did_not_make() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = synth(&dir.path().join("corpus"), 2, 1, 5);
+    std::fs::remove_file(c.join(invar_io::MARKER_FILE)).ok();
+    let before = snapshot(&c);
+    let err = refused(&[
+        "features",
+        "--layout",
+        "timit",
+        s(&c),
+        "--kind",
+        "mfcc",
+        "--out",
+        s(&c),
+        "--force",
+    ]);
+    assert!(err.contains("no invar run made it"), "{err}");
+    assert_eq!(
+        snapshot(&c),
+        before,
+        "--force touched a folder invar did not make"
+    );
+}

@@ -42,6 +42,13 @@ pub enum Error {
         entries: usize,
         made_by: String,
     },
+    /// `--force` on a non-empty folder that no invar run made: never cleared.
+    #[error(
+        "{dir}: --force refused: it holds {entries} entries and no invar run made it (no \
+         .invar-run.json); invar clears only folders its own runs made, so a mistyped --out cannot \
+         delete your data: empty it yourself or choose another folder"
+    )]
+    ForeignFolder { dir: PathBuf, entries: usize },
     /// A run would continue a folder that another kind of run made.
     #[error(
         "{dir}: made by another run ({found}), not by `{expected}` with these settings; delete \

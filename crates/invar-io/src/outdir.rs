@@ -11,7 +11,8 @@
 //!   config). A fresh claim ([`Claim::Fresh`]) needs a folder that is absent or empty; a
 //!   [`Claim::Resume`] reopens a folder only when its marker names the same kind of run;
 //!   [`Claim::Force`] deletes everything in the folder (but the claim's own lock) first, so no stale
-//!   file survives.
+//!   file survives; only in a folder an invar run made (one with a marker): a non-empty folder
+//!   without one (a corpus, a home folder, a mistyped path) is refused, never cleared.
 //! - **Refusal before writing.** A claim that is refused has written nothing in the folder but its
 //!   lock, which it removes again.
 
@@ -287,6 +288,12 @@ impl OutDir {
                 None => "no invar run marked it".to_owned(),
             };
             match claim {
+                Claim::Force if marker.is_none() && !contents.is_empty() => {
+                    return Err(Error::ForeignFolder {
+                        dir: self.dir.clone(),
+                        entries: contents.len(),
+                    })
+                }
                 Claim::Force => {
                     self.cleared = contents.len() + locks.len() + temporaries.len();
                     for path in contents.iter().chain(&locks).chain(&temporaries) {
@@ -798,11 +805,36 @@ mod tests {
         let mut dead = LockHolder::current();
         dead.pid = dead_pid();
         write_lock(&dir.join(format!("{LOCK_FILE}.shard-1-of-2")), &dead);
+        // Made by an invar run (its marker), so --force may clear it.
+        fs::write(dir.join(MARKER_FILE), b"{\"command\":\"features\"}").unwrap();
         let out = OutDir::claim(&dir, &kind("features"), Claim::Force).unwrap();
         assert_eq!(out.cleared(), 48 + 1 + 1 + 1);
         let left: Vec<_> = snapshot(&dir).into_iter().map(|(n, _)| n).collect();
         assert_eq!(left, vec![LOCK_FILE.to_owned(), MARKER_FILE.to_owned()]);
         assert_eq!(fs::read(keep.join("precious")).unwrap(), b"p");
+    }
+
+    /// A folder no invar run made (a corpus, a mistyped `--out .`) is never cleared by --force:
+    /// refused, every file kept; an empty one is simply taken.
+    #[test]
+    fn force_never_clears_a_folder_invar_did_not_make() {
+        let root = tempfile::tempdir().unwrap();
+        let corpus = root.path().join("TIMIT");
+        fs::create_dir_all(corpus.join("TRAIN/DR1")).unwrap();
+        fs::write(corpus.join("TRAIN/DR1/SA1.WAV"), b"audio").unwrap();
+        fs::write(corpus.join("README"), b"mine").unwrap();
+        let before = snapshot(&corpus);
+        let err = OutDir::claim(&corpus, &kind("features"), Claim::Force).unwrap_err();
+        assert!(
+            matches!(err, Error::ForeignFolder { entries: 2, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("no invar run made it"), "{err}");
+        assert_eq!(snapshot(&corpus), before);
+        let empty = root.path().join("empty");
+        fs::create_dir_all(&empty).unwrap();
+        let out = OutDir::claim(&empty, &kind("features"), Claim::Force).unwrap();
+        assert_eq!(out.cleared(), 0);
     }
 
     #[test]
