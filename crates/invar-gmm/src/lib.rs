@@ -13,6 +13,7 @@ mod ivector;
 mod linalg;
 mod lnorm;
 mod map;
+mod pca;
 mod plda;
 mod scoring;
 mod stats;
@@ -26,6 +27,7 @@ pub use ivector::{
 };
 pub use lnorm::LengthNorm;
 pub use map::{map_means, supervector, supervector_from_stats, supervectors, MapConfig};
+pub use pca::Pca;
 pub use plda::{Plda, PldaConfig, PldaStats};
 pub use scoring::{Lda, Wccn};
 pub use stats::{GmmStats, StatsOrder};
