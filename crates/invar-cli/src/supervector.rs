@@ -23,7 +23,7 @@ pub enum SupervectorCommand {
     /// Write the 40-d codes of a supervector matrix (codes.npy + ids.txt).
     Embed(EmbedArgs),
     /// Raw / i-vector / AE under cosine, lnorm, PLDA and s-norm over K speaker splits.
-    Eval(crate::supervector_eval::EvalArgs),
+    Eval(Box<crate::supervector_eval::EvalArgs>),
 }
 
 /// Where the supervectors come from: an `invar gmm supervectors` folder, or a matrix + labels.
@@ -160,7 +160,7 @@ pub fn run(args: SupervectorArgs) -> anyhow::Result<()> {
     match args.command {
         SupervectorCommand::Train(a) => train(a),
         SupervectorCommand::Embed(a) => embed(a),
-        SupervectorCommand::Eval(a) => crate::supervector_eval::run(a),
+        SupervectorCommand::Eval(a) => crate::supervector_eval::run(*a),
     }
 }
 
