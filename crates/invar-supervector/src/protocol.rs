@@ -413,6 +413,8 @@ pub struct SplitInfo {
     /// The open-set speakers, by name.
     pub open_speaker_names: Vec<String>,
     pub final_train_loss: Option<f64>,
+    /// The rows of the split (indices into the supervector matrix), to reproduce it elsewhere.
+    pub rows: ProtocolSplit,
 }
 
 /// Everything [`run_protocol`] returns.
@@ -484,6 +486,7 @@ pub fn run_protocol(
                 .history
                 .last()
                 .and_then(|r| r.get("train_loss")),
+            rows: split.clone(),
         });
         tracing::info!(split = i, "split scored");
     }
