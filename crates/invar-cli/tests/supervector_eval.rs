@@ -142,7 +142,15 @@ fn k_splits_report_every_representation_scoring_and_set_and_rerun_identically() 
     ok(root, &again, &["--splits", "2"]);
     assert_eq!(json(&again.join("results.json"))["report"], r["report"]);
     let err = fails(root, &out, &["--splits", "2"]);
-    assert!(err.contains(s(&out)), "{err}");
+    assert!(
+        err.contains("not empty") && err.contains("`supervector eval` made it"),
+        "{err}"
+    );
+    // --force takes it over: one split now.
+    ok(root, &out, &["--splits", "1", "--force"]);
+    let r1 = json(&out.join("results.json"));
+    assert_eq!(r1["report"]["splits"].as_array().unwrap().len(), 1);
+    assert_eq!(r1["report"]["splits"][0], r["report"]["splits"][0]);
 }
 
 #[test]
