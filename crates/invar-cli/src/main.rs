@@ -18,6 +18,7 @@ mod partition;
 mod progress;
 mod speaker;
 mod supervector;
+mod supervector_eval;
 mod synth;
 mod utd;
 // </modules>

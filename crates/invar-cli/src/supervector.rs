@@ -22,6 +22,8 @@ pub enum SupervectorCommand {
     Train(TrainArgs),
     /// Write the 40-d codes of a supervector matrix (codes.npy + ids.txt).
     Embed(EmbedArgs),
+    /// Raw / i-vector / AE under cosine, lnorm, PLDA and s-norm over K speaker splits.
+    Eval(Box<crate::supervector_eval::EvalArgs>),
 }
 
 /// Where the supervectors come from: an `invar gmm supervectors` folder, or a matrix + labels.
@@ -45,7 +47,7 @@ pub struct InputArgs {
 }
 
 impl InputArgs {
-    fn load(&self) -> anyhow::Result<(SupervectorSet, Vec<String>)> {
+    pub(crate) fn load(&self) -> anyhow::Result<(SupervectorSet, Vec<String>)> {
         let (set, ids_file) = match (&self.supervectors, &self.matrix, &self.labels) {
             (Some(dir), _, _) => (
                 SupervectorSet::load(
@@ -159,6 +161,7 @@ pub fn run(args: SupervectorArgs) -> anyhow::Result<()> {
     match args.command {
         SupervectorCommand::Train(a) => train(a),
         SupervectorCommand::Embed(a) => embed(a),
+        SupervectorCommand::Eval(a) => crate::supervector_eval::run(*a),
     }
 }
 

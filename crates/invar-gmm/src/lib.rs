@@ -3,7 +3,7 @@
 //! E-step and sufficient statistics that add across shards; frame posteriorgrams; MAP-adapted,
 //! UBM-normalised supervectors; and an i-vector extractor (total-variability EM, extraction,
 //! length normalisation, LDA and WCCN), and the scoring back-end fitted on training vectors: the
-//! field's length normalisation (centre, whiten, scale) and Kaldi's two-covariance PLDA.
+//! field's length normalisation (centre, whiten, scale), Kaldi's two-covariance PLDA, and PCA.
 //! Everything works on in-memory `invar_io::Matrix` frames; the only files it touches are model
 //! and statistics files it is asked to save or load.
 
@@ -13,6 +13,7 @@ mod ivector;
 mod linalg;
 mod lnorm;
 mod map;
+mod pca;
 mod plda;
 mod scoring;
 mod stats;
@@ -26,6 +27,7 @@ pub use ivector::{
 };
 pub use lnorm::LengthNorm;
 pub use map::{map_means, supervector, supervector_from_stats, supervectors, MapConfig};
+pub use pca::Pca;
 pub use plda::{Plda, PldaConfig, PldaStats};
 pub use scoring::{Lda, Wccn};
 pub use stats::{GmmStats, StatsOrder};

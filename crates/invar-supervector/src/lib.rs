@@ -3,7 +3,8 @@
 //! untied) trained through invar-train to map one supervector of a same-speaker pair to the other,
 //! in both directions, over index pairs into one matrix; its 40-d code is a speaker embedding.
 //! Embedding, a closed-set / open-set protocol split, and the comparison of raw supervectors,
-//! i-vectors and codes by the seed's threshold count, EER and minDCF (through invar-eval).
+//! i-vectors and codes by the seed's threshold count, EER and minDCF (through invar-eval), and the
+//! same comparison under the field's back-end (lnorm, PLDA, s-norm) over K speaker splits.
 
 mod config;
 mod error;
@@ -11,6 +12,7 @@ mod evaluate;
 mod model;
 mod pairs;
 mod pipeline;
+mod protocol;
 mod synthetic;
 mod train;
 
@@ -20,6 +22,10 @@ pub use evaluate::{compare_rows, format_table, ComparisonRow, Protocol, Protocol
 pub use model::TiedAutoencoder;
 pub use pairs::{Normalizer, PairBatch, PairBatches, PairSampler};
 pub use pipeline::{run_method, MethodReport, SplitCounts, METRICS};
+pub use protocol::{
+    format_summary, make_splits, run_protocol, score_split, summarize, EvalConfig, MeanSd,
+    ProtocolReport, SplitInfo, SplitPlan, SplitResult, SummaryRow,
+};
 pub use synthetic::{synthetic_supervectors, SyntheticConfig};
 pub use train::{
     resolve_sizes, train, ModelMeta, PairStep, TrainOutcome, TrainedModel, MODEL_META,

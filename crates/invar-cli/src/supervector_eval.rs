@@ -1,0 +1,356 @@
+//! `invar supervector eval`: method 002 against the field's back-end over K speaker splits (or one
+//! split the user names): per split the autoencoder trains on the split's training rows, then raw
+//! supervectors (PCA-reduced for the back-end), i-vectors and AE codes are scored under cosine,
+//! lnorm, PLDA and their s-norm versions on closed- and open-set trials (invar_supervector::protocol).
+//! Writes results.json (per split and mean ± sd) and results.txt.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use invar_eval::Scoring;
+use invar_supervector::{
+    format_summary, make_splits, run_protocol, Activation, EvalConfig, SplitPlan, SupervectorConfig,
+};
+use serde::Serialize;
+
+use crate::supervector::InputArgs;
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+    /// i-vectors, one row per supervector in the same order: an `invar ivector extract` folder
+    /// (ivectors.npy; its ids.txt is checked against the supervectors' ids) or an .npy file.
+    #[arg(long)]
+    pub ivectors: Option<PathBuf>,
+    /// Utterance ids of the --ivectors .npy rows, checked against the supervectors' ids.
+    #[arg(long, requires = "ivectors")]
+    pub ivector_ids: Option<PathBuf>,
+    /// Output folder: results.json, results.txt, split-N/ (each split's autoencoder run).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Delete what OUT holds first (a non-empty OUT is refused otherwise).
+    #[arg(long)]
+    pub force: bool,
+    /// Number of seeded random speaker splits.
+    #[arg(long, default_value_t = 5, conflicts_with = "train_speakers")]
+    pub splits: usize,
+    /// One user-defined split instead: the training speakers' names, one per line; every other
+    /// speaker is the open set.
+    #[arg(long)]
+    pub train_speakers: Option<PathBuf>,
+    /// With --train-speakers: ids of the closed-set test rows (e.g. the corpus's own test split),
+    /// one per line; default: a seeded --closed-utterances share of each training speaker.
+    #[arg(long, requires = "train_speakers")]
+    pub closed_ids: Option<PathBuf>,
+    /// Share of speakers held out per random split (the open set).
+    #[arg(long)]
+    pub open_speakers: Option<f64>,
+    /// Share of each training speaker's rows held out (the closed set).
+    #[arg(long)]
+    pub closed_utterances: Option<f64>,
+    /// PCA dimension of raw supervectors before the back-end (fitted on the training rows).
+    #[arg(long, default_value_t = 100)]
+    pub raw_dim: usize,
+    /// Scorings to report.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "cosine,lnorm,plda,lnorm-snorm,plda-snorm"
+    )]
+    pub scorings: Vec<Scoring>,
+    /// s-norm cohort: top-K scores kept per vector.
+    #[arg(long, default_value_t = 20)]
+    pub cohort_size: usize,
+    /// minDCF priors.
+    #[arg(long, value_delimiter = ',', default_value = "0.01")]
+    pub p_target: Vec<f64>,
+    #[arg(long, default_value_t = 1.0)]
+    pub c_miss: f64,
+    #[arg(long, default_value_t = 1.0)]
+    pub c_fa: f64,
+    /// Autoencoder config file (TOML or JSON, a `SupervectorConfig`); flags below override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Encoder widths, input first (0 = the data's width), e.g. 0,5000,500,100,40.
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Option<Vec<usize>>,
+    #[arg(long)]
+    pub activation: Option<Activation>,
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    #[arg(long)]
+    pub max_pairs_per_speaker: Option<usize>,
+    /// Gaussian input noise (std, on normalised supervectors).
+    #[arg(long)]
+    pub noise: Option<f32>,
+    /// Weight of the optional different-speaker term (0 = off, the seed's method).
+    #[arg(long)]
+    pub different_weight: Option<f64>,
+    /// Seed of the splits (split i uses seed + i) and of the training (likewise).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+}
+
+impl EvalArgs {
+    fn supervector_config(&self) -> anyhow::Result<SupervectorConfig> {
+        let mut c: SupervectorConfig = match &self.config {
+            Some(p) => crate::config_file::read(p)?,
+            None => SupervectorConfig::default(),
+        };
+        if let Some(s) = &self.sizes {
+            c.model.sizes = s.clone();
+        }
+        if let Some(a) = self.activation {
+            c.model.activation = a;
+        }
+        if let Some(e) = self.epochs {
+            c.train.epochs = e;
+        }
+        if let Some(b) = self.batch_size {
+            c.pairs.batch_size = b;
+        }
+        if self.max_pairs_per_speaker.is_some() {
+            c.pairs.max_pairs_per_speaker = self.max_pairs_per_speaker;
+        }
+        if let Some(n) = self.noise {
+            c.pairs.input_noise = n;
+        }
+        if let Some(w) = self.different_weight {
+            c.pairs.different_weight = w;
+        }
+        if let Some(s) = self.seed {
+            c.train.seed = s;
+            c.protocol.seed = s;
+        }
+        if let Some(f) = self.open_speakers {
+            c.protocol.open_speakers = f;
+        }
+        if let Some(f) = self.closed_utterances {
+            c.protocol.closed_utterances = f;
+        }
+        c.protocol.p_targets = self.p_target.clone();
+        Ok(c)
+    }
+
+    fn eval_config(&self) -> EvalConfig {
+        let mut e = EvalConfig {
+            raw_dim: self.raw_dim,
+            scorings: self.scorings.clone(),
+            p_targets: self.p_target.clone(),
+            c_miss: self.c_miss,
+            c_fa: self.c_fa,
+            ..EvalConfig::default()
+        };
+        e.backend.cohort_size = self.cohort_size;
+        e
+    }
+}
+
+/// The i-vector matrix and the file its ids came from, if any.
+fn load_ivectors(
+    path: &Path,
+    ids_file: Option<&Path>,
+    rows: usize,
+    sv_ids: Option<&[String]>,
+) -> anyhow::Result<invar_io::Matrix> {
+    let (npy, ids_file) = if path.is_dir() {
+        let ids = ids_file
+            .map(Path::to_path_buf)
+            .or_else(|| Some(path.join("ids.txt")).filter(|p| p.is_file()));
+        (path.join("ivectors.npy"), ids)
+    } else {
+        (path.to_path_buf(), ids_file.map(Path::to_path_buf))
+    };
+    let m = invar_io::read_npy(&npy)?;
+    anyhow::ensure!(
+        m.rows == rows,
+        "{}: {} i-vector rows, expected {rows} (one per supervector, same order)",
+        npy.display(),
+        m.rows
+    );
+    if let (Some(f), Some(sv_ids)) = (&ids_file, sv_ids) {
+        let ids = invar_data::read_labels(f)?;
+        anyhow::ensure!(
+            ids.len() == rows,
+            "{}: {} ids for {rows} i-vector rows",
+            f.display(),
+            ids.len()
+        );
+        if let Some((r, (a, b))) = ids
+            .iter()
+            .zip(sv_ids)
+            .enumerate()
+            .find(|(_, (a, b))| a != b)
+        {
+            anyhow::bail!(
+                "{}: row {r} is utterance {a:?} but supervector row {r} is {b:?}; the i-vectors must \
+                 follow the supervectors' order",
+                f.display()
+            );
+        }
+    }
+    Ok(m)
+}
+
+/// Lines of a text file, trimmed, blank lines skipped, with their 1-based line numbers.
+fn read_lines(path: &Path) -> anyhow::Result<Vec<(usize, String)>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", path.display()))?;
+    Ok(text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim().to_string()))
+        .filter(|(_, l)| !l.is_empty())
+        .collect())
+}
+
+#[derive(Debug, Serialize)]
+struct EvalResults<'a> {
+    stage: &'static str,
+    rows: usize,
+    dim: usize,
+    speakers: usize,
+    ivectors: Option<&'a Path>,
+    plan: &'a SplitPlan,
+    config: &'a SupervectorConfig,
+    eval: &'a EvalConfig,
+    report: &'a invar_supervector::ProtocolReport,
+}
+
+pub fn run(args: EvalArgs) -> anyhow::Result<()> {
+    let mut config = args.supervector_config()?;
+    let eval = args.eval_config();
+    let (set, ids) = args.input.load()?;
+    let has_ids = args.input.ids.is_some()
+        || args
+            .input
+            .supervectors
+            .as_ref()
+            .is_some_and(|d| d.join("ids.txt").is_file());
+    invar_supervector::resolve_sizes(&mut config, set.vectors.cols)?;
+    config.validate()?;
+    eval.validate()?;
+    let ivectors = match &args.ivectors {
+        Some(p) => Some(load_ivectors(
+            p,
+            args.ivector_ids.as_deref(),
+            set.vectors.rows,
+            has_ids.then_some(&ids[..]),
+        )?),
+        None => None,
+    };
+    let plan = match &args.train_speakers {
+        None => SplitPlan::Random { k: args.splits },
+        Some(f) => {
+            let index: HashMap<&str, usize> = set
+                .speakers
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (s.as_str(), i))
+                .collect();
+            let train_speakers = read_lines(f)?
+                .into_iter()
+                .map(|(line, name)| {
+                    index.get(name.as_str()).copied().ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "{}:{line}: speaker {name:?} is not in the supervector set",
+                            f.display()
+                        )
+                    })
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let closed_rows = match &args.closed_ids {
+                None => None,
+                Some(c) => {
+                    anyhow::ensure!(
+                        has_ids,
+                        "{}: closed-set ids need the supervectors' ids (--ids, or ids.txt in \
+                         --supervectors)",
+                        c.display()
+                    );
+                    let row: HashMap<&str, usize> = ids
+                        .iter()
+                        .enumerate()
+                        .map(|(i, s)| (s.as_str(), i))
+                        .collect();
+                    Some(
+                        read_lines(c)?
+                            .into_iter()
+                            .map(|(line, id)| {
+                                row.get(id.as_str()).copied().ok_or_else(|| {
+                                    anyhow::anyhow!(
+                                        "{}:{line}: utterance {id:?} is not among the supervectors' ids",
+                                        c.display()
+                                    )
+                                })
+                            })
+                            .collect::<anyhow::Result<Vec<_>>>()?,
+                    )
+                }
+            };
+            SplitPlan::Speakers {
+                train_speakers,
+                closed_rows,
+            }
+        }
+    };
+    let splits = make_splits(&set.labels, &config.protocol, &plan)?;
+    let device = invar_ops::device(&args.device)?;
+    let _out = crate::out_dir::claim(&args.out, "supervector eval", args.force, false)?;
+    tracing::info!(
+        rows = set.vectors.rows,
+        dim = set.vectors.cols,
+        speakers = set.speakers.len(),
+        splits = splits.len(),
+        "supervector eval"
+    );
+    let report = run_protocol(
+        &set,
+        ivectors.as_ref(),
+        &splits,
+        &config,
+        &eval,
+        &args.out,
+        &device,
+    )?;
+    let mut text = String::new();
+    for s in &report.splits {
+        text.push_str(&format!(
+            "split {}: {} training rows ({} speakers), closed set {} rows, open set {} rows ({} speakers: {})\n",
+            s.split,
+            s.train_rows,
+            s.train_speakers,
+            s.closed_rows,
+            s.open_rows,
+            s.open_speakers,
+            s.open_speaker_names.join(" ")
+        ));
+    }
+    text.push_str(&format_summary(&report.summary, &eval));
+    print!("{text}");
+    invar_io::write_text(args.out.join("results.txt"), &text)?;
+    let json = args.out.join("results.json");
+    invar_io::write_json(
+        &json,
+        &EvalResults {
+            stage: "supervector eval",
+            rows: set.vectors.rows,
+            dim: set.vectors.cols,
+            speakers: set.speakers.len(),
+            ivectors: args.ivectors.as_deref(),
+            plan: &plan,
+            config: &config,
+            eval: &eval,
+            report: &report,
+        },
+    )?;
+    println!("results: {}", json.display());
+    Ok(())
+}
