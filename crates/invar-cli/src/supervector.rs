@@ -84,6 +84,81 @@ impl InputArgs {
     }
 }
 
+/// The autoencoder's settings as flags, shared by `train` and `eval`; each overrides `--config`.
+#[derive(Debug, Args)]
+pub struct AutoencoderFlags {
+    /// Config file (TOML or JSON, a `SupervectorConfig`); the flags below override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Encoder widths, input first [default: 0,5000,500,100,40: 0 = the data's width, and a layer
+    /// wider than the one before it is narrowed to it]
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Option<Vec<usize>>,
+    /// Non-linearity after every hidden layer: tanh, relu, sigmoid, elu, identity [default: tanh]
+    #[arg(long)]
+    pub activation: Option<Activation>,
+    /// Training epochs [default: 20]
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    /// Learning rate of the optimiser (Adam) [default: 0.001]
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Directed pairs per batch [default: 64]
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// At most this many same-speaker pairs per speaker, resampled each epoch [default: all]
+    #[arg(long)]
+    pub max_pairs_per_speaker: Option<usize>,
+    /// Gaussian input noise (std, on normalised supervectors) [default: 0]
+    #[arg(long)]
+    pub noise: Option<f32>,
+    /// Weight of the optional different-speaker term (0 = off, the seed's method) [default: 0]
+    #[arg(long)]
+    pub different_weight: Option<f64>,
+    /// Seed of the training and of the speaker split [default: 0]
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+impl AutoencoderFlags {
+    /// The config file (or the defaults) with the flags given laid over it.
+    pub fn config(&self) -> anyhow::Result<SupervectorConfig> {
+        let mut c: SupervectorConfig = match &self.config {
+            Some(p) => crate::config_file::read(p)?,
+            None => SupervectorConfig::default(),
+        };
+        if let Some(s) = &self.sizes {
+            c.model.sizes = s.clone();
+        }
+        if let Some(a) = self.activation {
+            c.model.activation = a;
+        }
+        if let Some(e) = self.epochs {
+            c.train.epochs = e;
+        }
+        if let Some(lr) = self.lr {
+            c.train.optimizer.set_lr(lr);
+        }
+        if let Some(b) = self.batch_size {
+            c.pairs.batch_size = b;
+        }
+        if self.max_pairs_per_speaker.is_some() {
+            c.pairs.max_pairs_per_speaker = self.max_pairs_per_speaker;
+        }
+        if let Some(n) = self.noise {
+            c.pairs.input_noise = n;
+        }
+        if let Some(w) = self.different_weight {
+            c.pairs.different_weight = w;
+        }
+        if let Some(s) = self.seed {
+            c.train.seed = s;
+            c.protocol.seed = s;
+        }
+        Ok(c)
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct TrainArgs {
     #[command(flatten)]
@@ -95,30 +170,8 @@ pub struct TrainArgs {
     /// codes.npy, ids.txt, speakers.txt, results.json.
     #[arg(long)]
     pub out: PathBuf,
-    /// Config file (TOML or JSON, a `SupervectorConfig`); flags below override it.
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Encoder widths, input first [default: 0,5000,500,100,40: 0 = the data's width, and a layer
-    /// wider than the one before it is narrowed to it].
-    #[arg(long, value_delimiter = ',')]
-    pub sizes: Option<Vec<usize>>,
-    #[arg(long)]
-    pub activation: Option<Activation>,
-    #[arg(long)]
-    pub epochs: Option<usize>,
-    #[arg(long)]
-    pub batch_size: Option<usize>,
-    /// At most this many same-speaker pairs per speaker, resampled each epoch (default: all).
-    #[arg(long)]
-    pub max_pairs_per_speaker: Option<usize>,
-    /// Gaussian input noise (std, on normalised supervectors).
-    #[arg(long)]
-    pub noise: Option<f32>,
-    /// Weight of the optional different-speaker term (0 = off, the seed's method).
-    #[arg(long)]
-    pub different_weight: Option<f64>,
-    #[arg(long)]
-    pub seed: Option<u64>,
+    #[command(flatten)]
+    pub autoencoder: AutoencoderFlags,
     /// Train on every row and skip the evaluation (a final model).
     #[arg(long)]
     pub all_rows: bool,
@@ -165,39 +218,6 @@ pub fn run(args: SupervectorArgs) -> anyhow::Result<()> {
     }
 }
 
-fn load_config(args: &TrainArgs) -> anyhow::Result<SupervectorConfig> {
-    let mut c: SupervectorConfig = match &args.config {
-        Some(p) => crate::config_file::read(p)?,
-        None => SupervectorConfig::default(),
-    };
-    if let Some(s) = &args.sizes {
-        c.model.sizes = s.clone();
-    }
-    if let Some(a) = args.activation {
-        c.model.activation = a;
-    }
-    if let Some(e) = args.epochs {
-        c.train.epochs = e;
-    }
-    if let Some(b) = args.batch_size {
-        c.pairs.batch_size = b;
-    }
-    if args.max_pairs_per_speaker.is_some() {
-        c.pairs.max_pairs_per_speaker = args.max_pairs_per_speaker;
-    }
-    if let Some(n) = args.noise {
-        c.pairs.input_noise = n;
-    }
-    if let Some(w) = args.different_weight {
-        c.pairs.different_weight = w;
-    }
-    if let Some(s) = args.seed {
-        c.train.seed = s;
-        c.protocol.seed = s;
-    }
-    Ok(c)
-}
-
 /// Codes plus the ids and speakers of their rows.
 fn write_codes(
     out: &Path,
@@ -231,7 +251,7 @@ struct TrainResults<'a> {
 }
 
 fn train(args: TrainArgs) -> anyhow::Result<()> {
-    let mut config = load_config(&args)?;
+    let mut config = args.autoencoder.config()?;
     let (set, ids) = args.input.load()?;
     invar_supervector::resolve_sizes(&mut config, set.vectors.cols)?;
     config.validate()?;
@@ -407,15 +427,18 @@ mod tests {
             input: input(&sv),
             ivectors: Some(ivectors),
             out: run.clone(),
-            config: None,
-            sizes: Some(vec![0, 16, 8, 4]),
-            activation: None,
-            epochs: Some(3),
-            batch_size: Some(16),
-            max_pairs_per_speaker: Some(5),
-            noise: Some(0.05),
-            different_weight: None,
-            seed: Some(2),
+            autoencoder: AutoencoderFlags {
+                config: None,
+                sizes: Some(vec![0, 16, 8, 4]),
+                activation: None,
+                epochs: Some(3),
+                lr: Some(0.004),
+                batch_size: Some(16),
+                max_pairs_per_speaker: Some(5),
+                noise: Some(0.05),
+                different_weight: None,
+                seed: Some(2),
+            },
             all_rows: false,
             resume: false,
             force: false,
@@ -427,6 +450,7 @@ mod tests {
         // 2 protocols × raw / ivector / ae × angular / Euclidean
         assert_eq!(results["table"].as_array().unwrap().len(), 12);
         assert_eq!(results["split"]["open_speakers"], 2);
+        assert_eq!(results["config"]["train"]["optimizer"]["lr"], 0.004);
         let codes = invar_io::read_npy(run.join("codes.npy")).unwrap();
         assert_eq!((codes.rows, codes.cols), (72, 4));
         let written = std::fs::read_to_string(run.join("ids.txt")).unwrap();

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use invar_eval::Scoring;
 use invar_supervector::{
-    format_summary, make_splits, run_protocol, Activation, EvalConfig, SplitPlan, SupervectorConfig,
+    format_summary, make_splits, run_protocol, EvalConfig, SplitPlan, SupervectorConfig,
 };
 use serde::Serialize;
 
@@ -70,29 +70,8 @@ pub struct EvalArgs {
     pub c_miss: f64,
     #[arg(long, default_value_t = 1.0)]
     pub c_fa: f64,
-    /// Autoencoder config file (TOML or JSON, a `SupervectorConfig`); flags below override it.
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Encoder widths, input first (0 = the data's width), e.g. 0,5000,500,100,40.
-    #[arg(long, value_delimiter = ',')]
-    pub sizes: Option<Vec<usize>>,
-    #[arg(long)]
-    pub activation: Option<Activation>,
-    #[arg(long)]
-    pub epochs: Option<usize>,
-    #[arg(long)]
-    pub batch_size: Option<usize>,
-    #[arg(long)]
-    pub max_pairs_per_speaker: Option<usize>,
-    /// Gaussian input noise (std, on normalised supervectors).
-    #[arg(long)]
-    pub noise: Option<f32>,
-    /// Weight of the optional different-speaker term (0 = off, the seed's method).
-    #[arg(long)]
-    pub different_weight: Option<f64>,
-    /// Seed of the splits (split i uses seed + i) and of the training (likewise).
-    #[arg(long)]
-    pub seed: Option<u64>,
+    #[command(flatten)]
+    pub autoencoder: crate::supervector::AutoencoderFlags,
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -100,35 +79,7 @@ pub struct EvalArgs {
 
 impl EvalArgs {
     fn supervector_config(&self) -> anyhow::Result<SupervectorConfig> {
-        let mut c: SupervectorConfig = match &self.config {
-            Some(p) => crate::config_file::read(p)?,
-            None => SupervectorConfig::default(),
-        };
-        if let Some(s) = &self.sizes {
-            c.model.sizes = s.clone();
-        }
-        if let Some(a) = self.activation {
-            c.model.activation = a;
-        }
-        if let Some(e) = self.epochs {
-            c.train.epochs = e;
-        }
-        if let Some(b) = self.batch_size {
-            c.pairs.batch_size = b;
-        }
-        if self.max_pairs_per_speaker.is_some() {
-            c.pairs.max_pairs_per_speaker = self.max_pairs_per_speaker;
-        }
-        if let Some(n) = self.noise {
-            c.pairs.input_noise = n;
-        }
-        if let Some(w) = self.different_weight {
-            c.pairs.different_weight = w;
-        }
-        if let Some(s) = self.seed {
-            c.train.seed = s;
-            c.protocol.seed = s;
-        }
+        let mut c = self.autoencoder.config()?;
         if let Some(f) = self.open_speakers {
             c.protocol.open_speakers = f;
         }

@@ -148,6 +148,16 @@ impl OptimizerConfig {
         }
     }
 
+    /// Sets the learning rate, whatever the kind (a command's `--lr`).
+    pub fn set_lr(&mut self, lr: f64) {
+        match self {
+            OptimizerConfig::Sgd(c) => c.lr = lr,
+            OptimizerConfig::Adam(c) => c.lr = lr,
+            OptimizerConfig::AdamW(c) => c.lr = lr,
+            OptimizerConfig::AdaMax(c) => c.lr = lr,
+        }
+    }
+
     /// Names of the per-parameter state tensors, in the order [`Optimizer`] keeps them.
     fn slots(&self) -> &'static [&'static str] {
         match self {
