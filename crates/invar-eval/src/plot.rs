@@ -7,17 +7,10 @@ use std::path::{Path, PathBuf};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
+use invar_plot::{Figure, Heatmap, KeyAxis, Scale};
+
 use crate::verify::DetPoint;
 use crate::{Error, Result};
-
-/// Something that can draw itself on any plotters backend.
-trait Figure {
-    fn size(&self) -> (u32, u32);
-    fn draw<DB: DrawingBackend>(
-        &self,
-        root: &DrawingArea<DB, Shift>,
-    ) -> std::result::Result<(), String>;
-}
 
 fn plot_err(path: &Path, message: impl ToString) -> Error {
     Error::Plot {
@@ -26,35 +19,9 @@ fn plot_err(path: &Path, message: impl ToString) -> Error {
     }
 }
 
-/// Writes `stem.svg` and `stem.png`; returns the two paths.
+/// Writes `stem.svg` and `stem.png` ([`invar_plot::save`]); returns the two paths.
 fn save(fig: &impl Figure, stem: &Path) -> Result<Vec<PathBuf>> {
-    let svg_path = stem.with_extension("svg");
-    invar_plot::register_fonts().map_err(|e| plot_err(&svg_path, e))?;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, fig.size()).into_drawing_area();
-        fig.draw(&root).map_err(|e| plot_err(&svg_path, e))?;
-        root.present().map_err(|e| plot_err(&svg_path, e))?;
-    }
-    invar_io::write_text(&svg_path, &svg)?;
-
-    let png_path = stem.with_extension("png");
-    let tmp = stem.with_extension("tmp.png");
-    let drawn = (|| {
-        let root = BitMapBackend::new(&tmp, fig.size()).into_drawing_area();
-        fig.draw(&root).map_err(|e| plot_err(&png_path, e))?;
-        root.present().map_err(|e| plot_err(&png_path, e))?;
-        drop(root);
-        std::fs::rename(&tmp, &png_path).map_err(|source| Error::Io {
-            path: png_path.clone(),
-            source,
-        })
-    })();
-    if drawn.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    drawn?;
-    Ok(vec![svg_path, png_path])
+    invar_plot::save(fig, stem).map_err(|e| plot_err(stem, e))
 }
 
 /// The standard normal quantile Φ⁻¹(p) (Acklam's rational approximation, relative error < 1.2e-9),
@@ -103,44 +70,6 @@ pub fn probit(p: f64) -> f64 {
         let r = q * q;
         (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
             / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
-    }
-}
-
-/// A linear axis with explicit tick positions and their labels (plotters' `WithKeyPoints` cannot be
-/// given a label formatter in 0.3).
-#[derive(Debug, Clone)]
-struct KeyAxis {
-    from: f64,
-    to: f64,
-    keys: Vec<f64>,
-    labels: Vec<String>,
-}
-
-impl Ranged for KeyAxis {
-    type FormatOption = plotters::coord::ranged1d::NoDefaultFormatting;
-    type ValueType = f64;
-    fn map(&self, v: &f64, limit: (i32, i32)) -> i32 {
-        let t = (v - self.from) / (self.to - self.from);
-        limit.0 + (t * f64::from(limit.1 - limit.0)).round() as i32
-    }
-    fn key_points<Hint: plotters::coord::ranged1d::KeyPointHint>(&self, _hint: Hint) -> Vec<f64> {
-        self.keys.clone()
-    }
-    fn range(&self) -> std::ops::Range<f64> {
-        self.from..self.to
-    }
-}
-
-impl plotters::coord::ranged1d::ValueFormatter<f64> for KeyAxis {
-    fn format(_value: &f64) -> String {
-        String::new()
-    }
-    fn format_ext(&self, value: &f64) -> String {
-        self.keys
-            .iter()
-            .position(|k| (k - value).abs() < 1e-9)
-            .and_then(|i| self.labels.get(i).cloned())
-            .unwrap_or_default()
     }
 }
 
@@ -212,136 +141,6 @@ pub fn det_plot(stem: &Path, curves: &[(String, Vec<DetPoint>)]) -> Result<Vec<P
     save(&Det { curves }, stem)
 }
 
-/// A sequential colour map from pale yellow (0) to dark blue (1).
-fn heat(v: f64) -> RGBColor {
-    let v = if v.is_finite() {
-        v.clamp(0.0, 1.0)
-    } else {
-        0.0
-    };
-    let stops = [
-        (255.0, 255.0, 204.0),
-        (65.0, 182.0, 196.0),
-        (8.0, 29.0, 88.0),
-    ];
-    let (i, t) = if v < 0.5 {
-        (0, v * 2.0)
-    } else {
-        (1, (v - 0.5) * 2.0)
-    };
-    let mix = |a: f64, b: f64| (a + (b - a) * t).round() as u8;
-    RGBColor(
-        mix(stops[i].0, stops[i + 1].0),
-        mix(stops[i].1, stops[i + 1].1),
-        mix(stops[i].2, stops[i + 1].2),
-    )
-}
-
-struct Heatmap<'a> {
-    title: &'a str,
-    x_desc: &'a str,
-    y_desc: &'a str,
-    row_labels: &'a [String],
-    col_labels: &'a [String],
-    /// Values in [0, 1] (NaN = empty cell), row-major.
-    values: Vec<f64>,
-}
-
-impl Figure for Heatmap<'_> {
-    fn size(&self) -> (u32, u32) {
-        let n = self.row_labels.len().max(self.col_labels.len()) as u32;
-        let side = (200 + 18 * n).clamp(480, 2400);
-        (side, side)
-    }
-    fn draw<DB: DrawingBackend>(
-        &self,
-        root: &DrawingArea<DB, Shift>,
-    ) -> std::result::Result<(), String> {
-        let e = |e: &dyn std::fmt::Display| e.to_string();
-        root.fill(&WHITE).map_err(|x| e(&x))?;
-        let (nr, nc) = (self.row_labels.len(), self.col_labels.len());
-        // Past 80 labels they overlap into a smudge: draw the cells only.
-        let axis = |n: usize, labels: &[String], reversed: bool| {
-            let (from, to) = if reversed {
-                (n as f64, 0.0)
-            } else {
-                (0.0, n as f64)
-            };
-            KeyAxis {
-                from,
-                to,
-                keys: if n <= 80 {
-                    (0..n).map(|i| i as f64 + 0.5).collect()
-                } else {
-                    Vec::new()
-                },
-                labels: labels.to_vec(),
-            }
-        };
-        let mut chart = ChartBuilder::on(root)
-            .caption(self.title, ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(60)
-            .y_label_area_size(80)
-            .build_cartesian_2d(
-                axis(nc, self.col_labels, false),
-                axis(nr, self.row_labels, true),
-            )
-            .map_err(|x| e(&x))?;
-        chart
-            .configure_mesh()
-            .disable_mesh()
-            .x_desc(self.x_desc)
-            .y_desc(self.y_desc)
-            .draw()
-            .map_err(|x| e(&x))?;
-        chart
-            .draw_series(
-                (0..nr)
-                    .flat_map(|r| (0..nc).map(move |c| (r, c)))
-                    .map(|(r, c)| {
-                        let v = self.values[r * nc + c];
-                        let style = if v.is_nan() {
-                            WHITE.filled()
-                        } else {
-                            heat(v).filled()
-                        };
-                        Rectangle::new(
-                            [(c as f64, r as f64), (c as f64 + 1.0, r as f64 + 1.0)],
-                            style,
-                        )
-                    }),
-            )
-            .map_err(|x| e(&x))?;
-        if nr <= 30 && nc <= 30 {
-            // Small enough to print each value (in %) inside its cell.
-            let style = TextStyle::from(("sans-serif", 11).into_font()).pos(
-                plotters::style::text_anchor::Pos::new(
-                    plotters::style::text_anchor::HPos::Center,
-                    plotters::style::text_anchor::VPos::Center,
-                ),
-            );
-            chart
-                .draw_series(
-                    (0..nr)
-                        .flat_map(|r| (0..nc).map(move |c| (r, c)))
-                        .filter(|&(r, c)| !self.values[r * nc + c].is_nan())
-                        .map(|(r, c)| {
-                            let v = self.values[r * nc + c];
-                            let color: &'static RGBColor = if v > 0.6 { &WHITE } else { &BLACK };
-                            Text::new(
-                                format!("{:.0}", 100.0 * v),
-                                (c as f64 + 0.5, r as f64 + 0.5),
-                                style.clone().color(color),
-                            )
-                        }),
-                )
-                .map_err(|x| e(&x))?;
-        }
-        Ok(())
-    }
-}
-
 /// Draws a confusion matrix, each row normalised by its total (so a perfect system is a dark diagonal).
 pub fn confusion_plot(
     stem: &Path,
@@ -366,6 +165,8 @@ pub fn confusion_plot(
             row_labels: labels,
             col_labels: labels,
             values,
+            scale: Scale::Percent,
+            bar_desc: "share of the reference speaker's utterances (%)",
         },
         stem,
     )
@@ -399,6 +200,8 @@ pub fn abx_pair_plot(
             row_labels: &phones,
             col_labels: &phones,
             values,
+            scale: Scale::Percent,
+            bar_desc: "ABX error (%)",
         },
         stem,
     )
@@ -508,12 +311,5 @@ mod tests {
         for (p, z) in known {
             assert!((probit(p) - z).abs() < 1e-7, "probit({p}) = {}", probit(p));
         }
-    }
-
-    #[test]
-    fn heat_map_ends() {
-        assert_eq!(heat(0.0), RGBColor(255, 255, 204));
-        assert_eq!(heat(1.0), RGBColor(8, 29, 88));
-        assert_eq!(heat(f64::NAN), heat(0.0));
     }
 }

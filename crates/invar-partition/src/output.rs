@@ -1,11 +1,10 @@
 //! What a trained partition leaves on disk: `W.npy`, `V.npy`, `mapping.json` (the hard partition),
-//! `W.svg` (a heat map of W), and posteriorgram sets mapped through it (soft or hard).
+//! `W.svg` and `W.png` (a heat map of W), and posteriorgram sets mapped through it (soft or hard).
 
 use std::path::{Path, PathBuf};
 
 use invar_data::{FeatureEntry, FeatureSet, FeatureSetWriter};
 use invar_io::Matrix;
-use plotters::prelude::*;
 use rayon::prelude::*;
 
 use crate::{Error, Partition, Result};
@@ -16,8 +15,10 @@ pub const W_FILE: &str = "W.npy";
 pub const V_FILE: &str = "V.npy";
 /// The hard partition's file in a model folder.
 pub const MAPPING_FILE: &str = "mapping.json";
-/// The heat map's file in a model folder.
+/// The heat map's file in a model folder (with `W.png` beside it).
 pub const HEATMAP_FILE: &str = "W.svg";
+/// The heat map as PNG.
+pub const HEATMAP_PNG: &str = "W.png";
 
 /// Writes `W.npy`, `V.npy` (when given), `mapping.json` and `W.svg` into `dir`. The numbers come
 /// first; a heat map that cannot be drawn is a warning, never a lost model.
@@ -47,46 +48,44 @@ pub fn read_model(dir: &Path) -> Result<Partition> {
     })
 }
 
-/// A heat map of `W` (inputs down, outputs across, white 0 → black 1) as SVG.
+/// A heat map of `W` as `W.svg` and `W.png` beside `path` (inputs down, grouped by the output
+/// class they map to and within a group by their weight there, so a hard partition reads as
+/// blocks; outputs across; a colour bar of the weight).
 pub fn plot_heatmap(partition: &Partition, path: &Path) -> Result<()> {
-    let err = |e: &dyn std::fmt::Display| Error::Plot {
+    let (m, d) = (partition.inputs(), partition.outputs());
+    let assignment = partition.assignment();
+    let mut rows: Vec<usize> = (0..m).collect();
+    rows.sort_by(|&a, &b| {
+        let (wa, wb) = (
+            partition.w.row(a)[assignment[a]],
+            partition.w.row(b)[assignment[b]],
+        );
+        assignment[a]
+            .cmp(&assignment[b])
+            .then(wb.total_cmp(&wa))
+            .then(a.cmp(&b))
+    });
+    let row_labels: Vec<String> = rows.iter().map(|i| i.to_string()).collect();
+    let col_labels: Vec<String> = (0..d).map(|k| k.to_string()).collect();
+    let values = rows
+        .iter()
+        .flat_map(|&i| partition.w.row(i).iter().map(|&v| f64::from(v)))
+        .collect();
+    let title = format!("000 partition W: {m} input classes → {d} outputs");
+    let map = invar_plot::Heatmap {
+        title: &title,
+        x_desc: "output class",
+        y_desc: "input class (grouped by output)",
+        row_labels: &row_labels,
+        col_labels: &col_labels,
+        values,
+        scale: invar_plot::Scale::Fraction,
+        bar_desc: "weight W[input, output]",
+    };
+    invar_plot::save(&map, &path.with_extension("")).map_err(|e| Error::Plot {
         path: path.to_path_buf(),
         reason: e.to_string(),
-    };
-    invar_plot::register_fonts().map_err(|e| err(&e))?;
-    let (m, d) = (partition.inputs(), partition.outputs());
-    let cell = (600 / m.max(d).max(1)).clamp(2, 12) as u32;
-    let (width, height) = (d as u32 * cell + 90, m as u32 * cell + 70);
-    let mut svg = String::new();
-    let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("W (input class × output class)", ("sans-serif", 14))
-        .margin(8)
-        .x_label_area_size(24)
-        .y_label_area_size(40)
-        .build_cartesian_2d(0..d, 0..m)
-        .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .disable_mesh()
-        .x_desc("output")
-        .y_desc("input")
-        .draw()
-        .map_err(|e| err(&e))?;
-    chart
-        .draw_series((0..m).flat_map(|i| {
-            (0..d).map(move |k| {
-                let v = partition.w.row(i)[k].clamp(0.0, 1.0);
-                let g = (255.0 * (1.0 - v)).round() as u8;
-                Rectangle::new([(k, m - 1 - i), (k + 1, m - i)], RGBColor(g, g, g).filled())
-            })
-        }))
-        .map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))?;
-    drop(chart);
-    drop(root);
-    invar_io::write_text(path, &svg)?;
+    })?;
     Ok(())
 }
 
@@ -127,7 +126,7 @@ pub fn apply_featureset(
 
 /// The model folder's path of each output, for reports.
 pub fn model_files(dir: &Path) -> Vec<PathBuf> {
-    [W_FILE, V_FILE, MAPPING_FILE, HEATMAP_FILE]
+    [W_FILE, V_FILE, MAPPING_FILE, HEATMAP_FILE, HEATMAP_PNG]
         .iter()
         .map(|f| dir.join(f))
         .collect()

@@ -4,10 +4,17 @@
 //! system fonts, and building needs no fontconfig or freetype.
 //!
 //! Every crate that draws calls [`register_fonts`] before drawing; it does the work once per process.
+//! [`Figure`] and [`save`] are the one way figures are drawn and written (SVG and PNG), and
+//! [`Heatmap`] the one matrix plot.
 
+mod figure;
+
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use plotters::style::{register_font, FontStyle};
+
+pub use figure::{heat, save, Figure, Heatmap, KeyAxis, Scale};
 
 /// DejaVu Sans 2.37, subset to Latin, IPA, Greek and the signs plots use (`fonts/make-subset.sh`);
 /// licence in `fonts/LICENSE-DejaVu.txt`.
@@ -22,6 +29,9 @@ pub enum Error {
     /// The compiled-in font could not be parsed (a broken build, never bad input).
     #[error("the plot font compiled into invar ({bytes} bytes) cannot be parsed; rebuild invar")]
     Font { bytes: usize },
+    /// A figure could not be drawn or written (nothing is left under its final name).
+    #[error("{path}: plot not written: {message}")]
+    Draw { path: PathBuf, message: String },
 }
 
 /// `Result` with invar-plot's [`Error`].
