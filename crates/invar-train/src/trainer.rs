@@ -20,9 +20,16 @@ use crate::plot::plot_curves;
 use crate::progress::Progress;
 use crate::{Error, Optimizer, Result};
 
-/// Where the batches of an epoch come from. Everything random about an epoch (shuffling, pair
-/// sampling) must be drawn from the `rng` given to [`BatchSource::start_epoch`]: that is what makes a
-/// resumed run repeat the uninterrupted one exactly.
+/// Where the batches of an epoch come from.
+///
+/// The contract that makes a resumed run repeat the uninterrupted one exactly: the batches of epoch
+/// `e` are a function of the source's construction inputs and of the `rng` handed to
+/// [`BatchSource::start_epoch`] — nothing else. Everything random about an epoch (shuffling, pair
+/// sampling, per-batch seeds) is drawn from that `rng`, and no state carries from one epoch to the
+/// next: a source must not, for example, shuffle its items in place (the next epoch would then
+/// start from this epoch's order, which no checkpoint holds); it shuffles a fresh `0..n` instead.
+/// A resumed run builds a new source and calls `start_epoch` first for the epoch after the
+/// checkpoint, with the generator restored to where that epoch began.
 pub trait BatchSource {
     type Batch;
 
