@@ -119,9 +119,9 @@ pub struct TrainArgs {
     /// Train on every row and skip the evaluation (a final model).
     #[arg(long)]
     pub all_rows: bool,
-    /// Continue from the newest checkpoint in --out (with --all-rows; OUT must hold a
-    /// `supervector train` run, or be empty).
-    #[arg(long, requires = "all_rows")]
+    /// Continue from the newest good checkpoint in --out (OUT must hold a `supervector train` run
+    /// with the same settings, or be empty).
+    #[arg(long)]
     pub resume: bool,
     /// Delete what OUT holds before training (a non-empty OUT is refused otherwise).
     #[arg(long, conflicts_with = "resume")]
@@ -287,8 +287,14 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         Some(p) => Some(invar_io::read_npy(p)?),
         None => None,
     };
-    let report =
-        invar_supervector::run_method(&set, ivectors.as_ref(), &config, &args.out, &device)?;
+    let report = invar_supervector::run_method(
+        &set,
+        ivectors.as_ref(),
+        &config,
+        &args.out,
+        &device,
+        args.resume,
+    )?;
     write_codes(&args.out, &report.codes, &ids, &set)?;
     let results = TrainResults {
         stage: "supervector train",
