@@ -5,6 +5,8 @@
 //! newest checkpoint is skipped with a warning naming the file, and a resume with another `--lambda`
 //! is refused naming the key, with nothing in the folder rewritten.
 
+#![allow(clippy::unwrap_used)] // helpers of tests: a panic is the failure report
+
 mod common;
 
 use std::collections::BTreeMap;
