@@ -221,6 +221,8 @@ struct TrainResults<'a> {
     params: usize,
     epochs: usize,
     final_train_loss: Option<f64>,
+    /// Set when the training loss exploded.
+    diverged: Option<invar_train::Divergence>,
     split: Option<&'a invar_supervector::SplitCounts>,
     table: &'a [invar_supervector::ComparisonRow],
     config: &'a SupervectorConfig,
@@ -268,6 +270,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
                 .history
                 .last()
                 .and_then(|r| r.get("train_loss")),
+            diverged: outcome.summary.diverged.clone(),
             split: None,
             table: &[],
             config: &config,
@@ -308,6 +311,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
             .history
             .last()
             .and_then(|r| r.get("train_loss")),
+        diverged: report.train.diverged.clone(),
         split: Some(&report.counts),
         table: &report.table,
         config: &config,

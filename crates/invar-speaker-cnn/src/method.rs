@@ -18,6 +18,8 @@ pub struct MethodResults {
     pub test_utterances: usize,
     pub epochs: usize,
     pub best_epoch: Option<usize>,
+    /// Set when the training loss exploded (the restored best epoch does not hide it).
+    pub diverged: Option<invar_train::Divergence>,
     /// One evaluation per condition (the first is the clean test set).
     pub evaluations: Vec<Evaluation>,
     /// Both baselines under the same conditions (empty when not asked for).
@@ -68,6 +70,7 @@ pub fn run_method(
         test_utterances: test.len(),
         epochs: trained.summary.as_ref().map_or(0, |s| s.epochs),
         best_epoch: trained.summary.as_ref().and_then(|s| s.best_epoch),
+        diverged: trained.summary.as_ref().and_then(|s| s.diverged.clone()),
         evaluations,
         baselines: base,
     };

@@ -34,6 +34,6 @@ pub use optim::{
 };
 pub use plot::plot_curves;
 pub use trainer::{
-    resume_differences, BatchSource, StepContext, StepOutput, TrainStep, TrainSummary, Trainer,
-    RESUME_MAY_CHANGE,
+    divergence, resume_differences, BatchSource, Divergence, StepContext, StepOutput, TrainStep,
+    TrainSummary, Trainer, DIVERGENCE_FACTOR, RESUME_MAY_CHANGE,
 };

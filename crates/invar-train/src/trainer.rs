@@ -103,7 +103,48 @@ pub struct TrainSummary {
     pub resumed_from: Option<PathBuf>,
     /// `run_dir/model.safetensors`: the final weights (the best ones under `restore_best`).
     pub weights: PathBuf,
+    /// Set when the training loss exploded (see [`divergence`]): restoring the best epoch's weights
+    /// does not make such a run a good one, so it is reported, not hidden.
+    pub diverged: Option<Divergence>,
     pub history: Vec<EpochRecord>,
+}
+
+/// The training loss of epoch `epoch` rose above [`DIVERGENCE_FACTOR`] times the lowest mean
+/// training loss of the epochs before it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Divergence {
+    pub epoch: usize,
+    pub train_loss: f64,
+    pub best_train_loss: f64,
+}
+
+/// How many times its best an epoch's training loss may reach before the run counts as diverged.
+pub const DIVERGENCE_FACTOR: f64 = 10.0;
+
+/// The first epoch (from the third on, so that a first epoch's drop does not set a baseline the
+/// second cannot be compared with fairly) whose mean training loss exceeds [`DIVERGENCE_FACTOR`]
+/// times the lowest of the epochs before it. Only positive losses are compared (a loss that can be
+/// negative has no scale to compare against); `None` when the loss never exploded.
+pub fn divergence(history: &[EpochRecord]) -> Option<Divergence> {
+    let mut best: Option<f64> = None;
+    for (i, record) in history.iter().enumerate() {
+        let Some(loss) = record.get("train_loss") else {
+            continue;
+        };
+        if i >= 2 {
+            if let Some(b) = best.filter(|b| *b > 0.0) {
+                if loss > DIVERGENCE_FACTOR * b {
+                    return Some(Divergence {
+                        epoch: record.epoch,
+                        train_loss: loss,
+                        best_train_loss: b,
+                    });
+                }
+            }
+        }
+        best = Some(best.map_or(loss, |b| b.min(loss)));
+    }
+    None
 }
 
 /// The loop's fixed inputs: configuration, output folder, device and the method's resolved config.
@@ -492,7 +533,20 @@ impl Trainer {
                 tracing::warn!("training curves not written: {e}");
             }
         }
+        let diverged = divergence(&run.history);
+        if let Some(d) = &diverged {
+            tracing::warn!(
+                "training diverged: the mean training loss of epoch {} is {:.4}, more than {} \
+                 times the best before it ({:.4}); the final weights are not a trained model \
+                 (lower the learning rate, or clip the gradient norm)",
+                d.epoch,
+                d.train_loss,
+                DIVERGENCE_FACTOR,
+                d.best_train_loss
+            );
+        }
         let summary = TrainSummary {
+            diverged,
             epochs: run.epoch,
             steps: run.step,
             stop,

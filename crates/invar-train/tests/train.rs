@@ -673,3 +673,79 @@ fn resume_with_other_settings_is_refused_naming_them() -> TestResult {
     assert_eq!(summary.resumed_from, Some(checkpoint_path(dir.path(), 2)));
     Ok(())
 }
+
+/// Scales the loss (and so its gradient) by `factor` from epoch `from` on.
+struct Explode {
+    inner: SoftmaxRegression,
+    from: usize,
+    factor: f64,
+}
+
+impl TrainStep<BlobBatch> for Explode {
+    fn step(
+        &mut self,
+        batch: &BlobBatch,
+        ctx: &mut StepContext<'_>,
+    ) -> invar_train::Result<StepOutput> {
+        let mut out = self.inner.step(batch, ctx)?;
+        if ctx.epoch >= self.from {
+            out.loss = (out.loss * self.factor)?;
+        }
+        Ok(out)
+    }
+
+    fn validate(&mut self) -> invar_train::Result<Metrics> {
+        self.inner.validate()
+    }
+}
+
+/// Issue 17: a run whose training loss explodes is reported as diverged (in the summary and
+/// `summary.json`), even though restoring the best epoch would hand back good-looking weights.
+#[test]
+fn an_exploding_loss_is_reported_as_diverged() -> TestResult {
+    let tiny_sgd = |epochs| TrainConfig {
+        optimizer: OptimizerConfig::Sgd(SgdConfig {
+            lr: 1e-6,
+            ..SgdConfig::default()
+        }),
+        restore_best: true,
+        ..quiet(epochs)
+    };
+    let dir = tempfile::tempdir()?;
+    let (varmap, inner, mut source) = problem(60, 20)?;
+    let mut step = Explode {
+        inner,
+        from: 4,
+        factor: 50.0,
+    };
+    let summary =
+        Trainer::new(tiny_sgd(5), dir.path(), Device::Cpu)?.fit(&varmap, &mut source, &mut step)?;
+    let d = summary
+        .diverged
+        .clone()
+        .ok_or("an exploded loss must be flagged")?;
+    assert_eq!(d.epoch, 4);
+    assert!(d.train_loss > 10.0 * d.best_train_loss, "{d:?}");
+    let written: serde_json::Value = invar_io::read_json(dir.path().join("summary.json"))?;
+    assert_eq!(written["diverged"]["epoch"], 4);
+    // The same run without the explosion is not flagged.
+    let dir = tempfile::tempdir()?;
+    let (varmap, inner, mut source) = problem(60, 20)?;
+    let mut step = Explode {
+        inner,
+        from: 99,
+        factor: 50.0,
+    };
+    let summary =
+        Trainer::new(tiny_sgd(5), dir.path(), Device::Cpu)?.fit(&varmap, &mut source, &mut step)?;
+    assert_eq!(summary.diverged, None);
+    // Negative losses have no scale: never flagged.
+    let mut history = Vec::new();
+    for (epoch, loss) in [(1, -1.0), (2, -2.0), (3, 5.0)] {
+        let mut r = invar_train::EpochRecord::new(epoch, 0);
+        r.metrics.insert("train_loss".into(), loss);
+        history.push(r);
+    }
+    assert_eq!(invar_train::divergence(&history), None);
+    Ok(())
+}
