@@ -156,9 +156,7 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
         (Some(path), _) => invar_data::read_classes(path)?,
         (None, Some(root)) => {
             let corpus = invar_data::read_corpus(a.layout, root)?;
-            let classes = gold_classes(&corpus.utterances, a.sample_rate, &["h#", "pau", "sil"]);
-            invar_data::write_classes(a.out.join("gold-classes.txt"), &classes)?;
-            classes
+            gold_classes(&corpus.utterances, a.sample_rate, &["h#", "pau", "sil"])
         }
         (None, None) => anyhow::bail!("give --classes FILE or --gold-corpus PATH"),
     };
@@ -181,6 +179,10 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
         None,
         sil.as_ref(),
     )?;
+    if a.gold_corpus.is_some() {
+        // Written after training, so that a refused run (another resume's settings) writes nothing.
+        invar_data::write_classes(a.out.join("gold-classes.txt"), &classes)?;
+    }
 
     println!("partition (method 000)        {}", a.out.display());
     println!(

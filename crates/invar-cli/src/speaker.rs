@@ -165,8 +165,12 @@ pub struct TrainArgs {
     /// Output folder: checkpoints, model.safetensors, speaker_cnn.json, results.json.
     #[arg(long)]
     pub out: PathBuf,
-    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    /// Continue from the newest good checkpoint in OUT (OUT must hold a `speaker train` run with
+    /// the same settings, or be empty); a killed run resumes to the same weights.
     #[arg(long)]
+    pub resume: bool,
+    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    #[arg(long, conflicts_with = "resume")]
     pub force: bool,
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
@@ -271,7 +275,9 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     let cfg = args.model.resolve()?;
     let device = invar_ops::device(&args.device)?;
     let (train, test) = args.corpus.load()?;
-    let _out = crate::out_dir::claim(&args.out, "speaker train", args.force, false)?;
+    // A test speaker the model cannot name is found now, not after training.
+    invar_speaker_cnn::check_test_speakers(&train, &test)?;
+    let _out = crate::out_dir::claim(&args.out, "speaker train", args.force, args.resume)?;
     let conditions = RobustnessConfig::default().conditions;
     let baselines = args.baselines.then(BaselineConfig::default);
     let results = invar_speaker_cnn::run_method(
@@ -282,6 +288,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         &conditions,
         &args.out,
         &device,
+        args.resume,
     )?;
     println!(
         "speaker CNN `{}` ({} regulariser, λ = {}): {} epochs (best {:?})",

@@ -175,9 +175,9 @@ pub struct TrainArgs {
     /// Train on every row and skip the evaluation (a final model).
     #[arg(long)]
     pub all_rows: bool,
-    /// Continue from the newest checkpoint in --out (with --all-rows; OUT must hold a
-    /// `supervector train` run, or be empty).
-    #[arg(long, requires = "all_rows")]
+    /// Continue from the newest good checkpoint in --out (OUT must hold a `supervector train` run
+    /// with the same settings, or be empty).
+    #[arg(long)]
     pub resume: bool,
     /// Delete what OUT holds before training (a non-empty OUT is refused otherwise).
     #[arg(long, conflicts_with = "resume")]
@@ -245,6 +245,8 @@ struct TrainResults<'a> {
     params: usize,
     epochs: usize,
     final_train_loss: Option<f64>,
+    /// Set when the training loss exploded.
+    diverged: Option<invar_train::Divergence>,
     split: Option<&'a invar_supervector::SplitCounts>,
     table: &'a [invar_supervector::ComparisonRow],
     config: &'a SupervectorConfig,
@@ -292,6 +294,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
                 .history
                 .last()
                 .and_then(|r| r.get("train_loss")),
+            diverged: outcome.summary.diverged.clone(),
             split: None,
             table: &[],
             config: &config,
@@ -311,8 +314,14 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         Some(p) => Some(invar_io::read_npy(p)?),
         None => None,
     };
-    let report =
-        invar_supervector::run_method(&set, ivectors.as_ref(), &config, &args.out, &device)?;
+    let report = invar_supervector::run_method(
+        &set,
+        ivectors.as_ref(),
+        &config,
+        &args.out,
+        &device,
+        args.resume,
+    )?;
     write_codes(&args.out, &report.codes, &ids, &set)?;
     let results = TrainResults {
         stage: "supervector train",
@@ -326,6 +335,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
             .history
             .last()
             .and_then(|r| r.get("train_loss")),
+        diverged: report.train.diverged.clone(),
         split: Some(&report.counts),
         table: &report.table,
         config: &config,

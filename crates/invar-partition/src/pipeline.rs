@@ -24,6 +24,8 @@ pub struct PartitionReport {
     pub best_epoch: Option<usize>,
     pub best_value: Option<f64>,
     pub stop: StopReason,
+    /// Set when the training loss exploded (the restored best epoch does not hide it).
+    pub diverged: Option<invar_train::Divergence>,
     /// Mean training loss, validation loss and √JS of the best epoch's record, when recorded.
     pub best_metrics: std::collections::BTreeMap<String, f64>,
     /// Silhouette of the classes on the input posteriorgrams and on the soft outputs, when asked.
@@ -92,6 +94,7 @@ pub fn run(
         best_epoch: trained.summary.best_epoch,
         best_value: trained.summary.best_value,
         stop: trained.summary.stop.clone(),
+        diverged: trained.summary.diverged.clone(),
         best_metrics,
         silhouette_input,
         silhouette_output,

@@ -51,10 +51,13 @@ fn make_batch(pairs: &[Pair], device: &Device) -> Result<PairBatch> {
     })
 }
 
-/// Shuffled minibatches of the training pairs; the order of each epoch comes from the loop's RNG.
+/// Shuffled minibatches of the training pairs; the order of each epoch comes from the loop's RNG
+/// alone: `pairs` never changes, each epoch shuffles a fresh `0..n` (a resumed run, which does not
+/// know the earlier epochs' orders, draws the same batches as an uninterrupted one).
 #[derive(Debug)]
 pub struct PairBatches {
     pairs: Vec<Pair>,
+    order: Vec<usize>,
     batch_size: usize,
     device: Device,
 }
@@ -62,10 +65,19 @@ pub struct PairBatches {
 impl PairBatches {
     pub fn new(pairs: Vec<Pair>, batch_size: usize, device: Device) -> Self {
         Self {
+            order: (0..pairs.len()).collect(),
             pairs,
             batch_size: batch_size.max(1),
             device,
         }
+    }
+
+    /// The pairs of batch `index` of the current epoch, in order.
+    pub fn batch_pairs(&self, index: usize) -> Option<Vec<Pair>> {
+        let start = index * self.batch_size;
+        let end = (start + self.batch_size).min(self.order.len());
+        let idx = self.order.get(start..end)?;
+        idx.iter().map(|&i| self.pairs.get(i).copied()).collect()
     }
 }
 
@@ -73,17 +85,19 @@ impl BatchSource for PairBatches {
     type Batch = PairBatch;
 
     fn start_epoch(&mut self, _epoch: usize, rng: &mut ChaCha8Rng) -> invar_train::Result<usize> {
-        self.pairs.shuffle(rng);
+        // A fresh order each epoch: shuffling the previous epoch's order would make this epoch
+        // depend on state that no checkpoint holds.
+        self.order.clear();
+        self.order.extend(0..self.pairs.len());
+        self.order.shuffle(rng);
         Ok(self.pairs.len().div_ceil(self.batch_size))
     }
 
     fn batch(&mut self, index: usize) -> invar_train::Result<PairBatch> {
-        let start = index * self.batch_size;
-        let end = (start + self.batch_size).min(self.pairs.len());
-        let chunk = self.pairs.get(start..end).ok_or_else(|| {
+        let chunk = self.batch_pairs(index).ok_or_else(|| {
             invar_train::Error::method("pair batches", format!("batch {index} is past the epoch"))
         })?;
-        make_batch(chunk, &self.device).map_err(|e| invar_train::Error::method("pair batches", e))
+        make_batch(&chunk, &self.device).map_err(|e| invar_train::Error::method("pair batches", e))
     }
 }
 
@@ -315,4 +329,36 @@ fn split(pairs: &FramePairs, fraction: f64, seed: u64) -> (Vec<Pair>, Vec<Pair>)
     // Validation batches are fixed chunks: mix same and different pairs so each holds both.
     val.shuffle(&mut rng);
     (train, val)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn epoch_pairs(source: &mut PairBatches, epoch: usize, rng: &mut ChaCha8Rng) -> Vec<Pair> {
+        let n = source.start_epoch(epoch, rng).expect("start epoch");
+        (0..n)
+            .flat_map(|i| source.batch_pairs(i).expect("batch in range"))
+            .collect()
+    }
+
+    /// Issue 17: an epoch's batches depend on the generator alone, not on the earlier epochs a
+    /// resumed run never saw (the pairs used to be shuffled in place, compounding the orders).
+    #[test]
+    fn an_epochs_order_comes_from_the_generator_alone() {
+        let pairs: Vec<Pair> = (0..50).map(|i| (i, i + 1, i % 3 == 0)).collect();
+        let mut uninterrupted = PairBatches::new(pairs.clone(), 7, Device::Cpu);
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let first = epoch_pairs(&mut uninterrupted, 1, &mut rng);
+        let at_epoch_2 = rng.clone();
+        let second = epoch_pairs(&mut uninterrupted, 2, &mut rng);
+        assert_ne!(first, second, "epochs are reshuffled");
+        // A fresh source (a resumed run) at the generator's position after epoch 1.
+        let mut resumed = PairBatches::new(pairs.clone(), 7, Device::Cpu);
+        let mut rng = at_epoch_2;
+        assert_eq!(epoch_pairs(&mut resumed, 2, &mut rng), second);
+        let mut sorted = second.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, pairs, "each epoch holds every pair once");
+    }
 }

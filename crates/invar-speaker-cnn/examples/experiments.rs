@@ -443,6 +443,7 @@ fn timit_stage(out: &Path, configs: &[SpeakerCnnConfig]) -> Result<()> {
             &conditions,
             &out.join(&cfg.name),
             &Device::Cpu,
+            false,
         )?;
         for e in &r.evaluations {
             rows.push(Row {

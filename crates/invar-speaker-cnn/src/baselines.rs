@@ -260,6 +260,19 @@ pub fn logistic_baseline(
     run_dir: &std::path::Path,
     device: &Device,
 ) -> Result<Vec<BaselineResult>> {
+    logistic_baseline_resume(config, train, test, conditions, run_dir, device, false)
+}
+
+/// [`logistic_baseline`], continuing its training run in `run_dir` when `resume`.
+pub fn logistic_baseline_resume(
+    config: &BaselineConfig,
+    train: &[LabeledAudio],
+    test: &[LabeledAudio],
+    conditions: &[Condition],
+    run_dir: &std::path::Path,
+    device: &Device,
+    resume: bool,
+) -> Result<Vec<BaselineResult>> {
     config.validate()?;
     let (speakers, labels) = speaker_labels(train);
     let fe = &config.logistic_frontend;
@@ -288,11 +301,9 @@ pub fn logistic_baseline(
         order: Vec::new(),
         device: device.clone(),
     };
-    Trainer::new(config.logistic_train.clone(), run_dir, device.clone())?.fit(
-        &varmap,
-        &mut source,
-        &mut step,
-    )?;
+    Trainer::new(config.logistic_train.clone(), run_dir, device.clone())?
+        .with_resume(resume)
+        .fit(&varmap, &mut source, &mut step)?;
     let t_labels = test_labels(test, &speakers)?;
     conditions
         .iter()

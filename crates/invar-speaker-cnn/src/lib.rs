@@ -22,7 +22,9 @@ mod robustness;
 mod train;
 
 pub use apply::ChunkOutputs;
-pub use baselines::{gmm_baseline, logistic_baseline, BaselineConfig, BaselineResult};
+pub use baselines::{
+    gmm_baseline, logistic_baseline, logistic_baseline_resume, BaselineConfig, BaselineResult,
+};
 pub use config::{
     FeatureConfig, ModelConfig, Nuisance, RegularizerConfig, SpeakerCnnConfig, TimePooling,
 };
@@ -37,9 +39,9 @@ pub use layers::{conv1d_bias, conv1d_valid, max_pool_time};
 pub use method::{run_method, MethodResults};
 pub use model::{cross_entropy, regularizer, Forward, SpeakerCnn};
 pub use pipeline::{
-    chunk_log_probs, compute_features, decide, evaluate, load_cnn, random_batch, report,
-    speaker_labels, train_cnn, Condition, Evaluation, LabeledAudio, ModelMeta, TrainedCnn,
-    META_FILE,
+    check_test_speakers, chunk_log_probs, compute_features, decide, evaluate, load_cnn,
+    random_batch, report, speaker_labels, train_cnn, train_cnn_resume, Condition, Evaluation,
+    LabeledAudio, ModelMeta, TrainedCnn, META_FILE,
 };
 pub use robustness::{
     plot_robustness, robustness, DivergedRun, RobustnessConfig, RobustnessReport, RobustnessRow,

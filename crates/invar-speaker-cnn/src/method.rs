@@ -6,8 +6,8 @@ use candle_core::Device;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    evaluate, gmm_baseline, logistic_baseline, train_cnn, BaselineConfig, BaselineResult,
-    Condition, Evaluation, LabeledAudio, Result, SpeakerCnnConfig,
+    check_test_speakers, evaluate, gmm_baseline, logistic_baseline_resume, train_cnn_resume,
+    BaselineConfig, BaselineResult, Condition, Evaluation, LabeledAudio, Result, SpeakerCnnConfig,
 };
 
 /// What [`run_method`] returns (and writes as `results.json`).
@@ -18,6 +18,8 @@ pub struct MethodResults {
     pub test_utterances: usize,
     pub epochs: usize,
     pub best_epoch: Option<usize>,
+    /// Set when the training loss exploded (the restored best epoch does not hide it).
+    pub diverged: Option<invar_train::Divergence>,
     /// One evaluation per condition (the first is the clean test set).
     pub evaluations: Vec<Evaluation>,
     /// Both baselines under the same conditions (empty when not asked for).
@@ -26,7 +28,9 @@ pub struct MethodResults {
 
 /// Trains `config` on `train` into `out_dir`, evaluates it on `test` under `conditions`, runs the
 /// baselines when `baselines` is given (into `out_dir/baseline-logistic`), and writes
-/// `out_dir/results.json`.
+/// `out_dir/results.json`. A test speaker absent from `train` is an error before any training;
+/// `resume` continues the runs in `out_dir` from their newest good checkpoints.
+#[allow(clippy::too_many_arguments)]
 pub fn run_method(
     config: &SpeakerCnnConfig,
     baselines: Option<&BaselineConfig>,
@@ -35,25 +39,28 @@ pub fn run_method(
     conditions: &[Condition],
     out_dir: &Path,
     device: &Device,
+    resume: bool,
 ) -> Result<MethodResults> {
     config.validate()?;
     if let Some(b) = baselines {
         b.validate()?;
     }
-    let trained = train_cnn(config, train, out_dir, device)?;
+    check_test_speakers(train, test)?;
+    let trained = train_cnn_resume(config, train, out_dir, device, resume)?;
     let evaluations = conditions
         .iter()
         .map(|&c| evaluate(&trained, test, c, device))
         .collect::<Result<Vec<_>>>()?;
     let mut base = Vec::new();
     if let Some(b) = baselines {
-        base.extend(logistic_baseline(
+        base.extend(logistic_baseline_resume(
             b,
             train,
             test,
             conditions,
             &out_dir.join("baseline-logistic"),
             device,
+            resume,
         )?);
         base.extend(gmm_baseline(b, train, test, conditions)?);
     }
@@ -63,6 +70,7 @@ pub fn run_method(
         test_utterances: test.len(),
         epochs: trained.summary.as_ref().map_or(0, |s| s.epochs),
         best_epoch: trained.summary.as_ref().and_then(|s| s.best_epoch),
+        diverged: trained.summary.as_ref().and_then(|s| s.diverged.clone()),
         evaluations,
         baselines: base,
     };

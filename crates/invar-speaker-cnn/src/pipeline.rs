@@ -136,6 +136,13 @@ pub fn speaker_labels(audio: &[LabeledAudio]) -> (Vec<String>, Vec<u32>) {
     (speakers, labels)
 }
 
+/// Checks, before any training, that every test utterance's speaker is among the training
+/// speakers (a closed-set model cannot name any other): an error names the first that is not.
+pub fn check_test_speakers(train: &[LabeledAudio], test: &[LabeledAudio]) -> Result<()> {
+    let (speakers, _) = speaker_labels(train);
+    known_labels(test, &speakers).map(|_| ())
+}
+
 /// Labels of `audio` in a trained model's speaker list.
 fn known_labels(audio: &[LabeledAudio], speakers: &[String]) -> Result<Vec<u32>> {
     audio
@@ -181,6 +188,18 @@ pub fn train_cnn(
     train: &[LabeledAudio],
     run_dir: &Path,
     device: &Device,
+) -> Result<TrainedCnn> {
+    train_cnn_resume(config, train, run_dir, device, false)
+}
+
+/// [`train_cnn`], continuing from the newest good checkpoint in `run_dir` when `resume` (the
+/// settings must be the checkpoint's; a folder without checkpoints starts fresh).
+pub fn train_cnn_resume(
+    config: &SpeakerCnnConfig,
+    train: &[LabeledAudio],
+    run_dir: &Path,
+    device: &Device,
+    resume: bool,
 ) -> Result<TrainedCnn> {
     config.validate()?;
     if train.is_empty() {
@@ -257,8 +276,9 @@ pub fn train_cnn(
         speakers,
         bins,
     };
-    let trainer =
-        Trainer::new(train_cfg, run_dir, device.clone())?.with_method_config(&meta.config)?;
+    let trainer = Trainer::new(train_cfg, run_dir, device.clone())?
+        .with_method_config(&meta.config)?
+        .with_resume(resume);
     let mut source = ChunkBatches::new(&tr_chunks, config.batch_size, device.clone());
     let mut step = CnnStep {
         model: model.clone(),

@@ -95,8 +95,9 @@ pub struct RobustnessRow {
     pub epochs: usize,
 }
 
-/// A model of the grid whose training stopped on a NaN or infinite loss or gradient: it has no
-/// rows, and the grid goes on without it.
+/// A model of the grid whose training stopped on a NaN or infinite loss or gradient, or whose
+/// training loss exploded (invar-train's `Divergence`, which restoring the best epoch would
+/// otherwise hide): it has no rows, and the grid goes on without it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DivergedRun {
     pub nuisance: Nuisance,
@@ -308,6 +309,27 @@ pub fn robustness(
                     }
                     Err(e) => return Err(e),
                 };
+                if let Some(d) = trained.summary.as_ref().and_then(|s| s.diverged.clone()) {
+                    let reason = format!(
+                        "the mean training loss of epoch {} was {:.4}, more than {} times the \
+                         best before it ({:.4})",
+                        d.epoch,
+                        d.train_loss,
+                        invar_train::DIVERGENCE_FACTOR,
+                        d.best_train_loss
+                    );
+                    tracing::warn!("{name}: diverged: {reason}");
+                    diverged.push(DivergedRun {
+                        nuisance,
+                        lambda: cfg.regularizer.lambda,
+                        unit_norm,
+                        seed,
+                        reason,
+                    });
+                    done += 1;
+                    on_run(&name, done, total);
+                    continue;
+                }
                 let epochs = trained.summary.as_ref().map_or(0, |s| s.epochs);
                 for &condition in &grid.conditions {
                     let e = evaluate(&trained, test, condition, device)?;

@@ -40,13 +40,14 @@ pub struct MethodReport {
 pub const METRICS: [PairMetric; 2] = [PairMetric::Angular, PairMetric::Euclidean];
 
 /// Runs method 002 on `set` (and compares with `ivectors`, one row per supervector, if given),
-/// writing the training run into `run_dir`.
+/// writing the training run into `run_dir`; `resume` continues it from its newest good checkpoint.
 pub fn run_method(
     set: &SupervectorSet,
     ivectors: Option<&Matrix>,
     config: &SupervectorConfig,
     run_dir: &Path,
     device: &Device,
+    resume: bool,
 ) -> Result<MethodReport> {
     config.validate()?;
     if let Some(iv) = ivectors {
@@ -81,7 +82,7 @@ pub fn run_method(
         config,
         run_dir,
         device,
-        false,
+        resume,
     )?;
     let codes = outcome.model.embed(&set.vectors, 256)?;
     let mut reps: Vec<(&str, &Matrix)> = vec![("raw", &set.vectors)];

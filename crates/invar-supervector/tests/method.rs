@@ -90,7 +90,15 @@ fn closed_set_codes_beat_raw_supervectors() {
     })
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let report = run_method(&set, None, &small_config(30), dir.path(), &Device::Cpu).unwrap();
+    let report = run_method(
+        &set,
+        None,
+        &small_config(30),
+        dir.path(),
+        &Device::Cpu,
+        false,
+    )
+    .unwrap();
     assert_eq!(report.counts.open_speakers, 4);
     assert_eq!(report.counts.train_speakers, 16);
     assert_eq!(

@@ -3,6 +3,12 @@
 //! early-stopping state, metric history, the resolved configs). Each file is written atomically into a
 //! hidden temporary directory that is renamed into place last, so a checkpoint directory either holds
 //! a complete checkpoint or does not exist; a policy keeps the newest N and the best.
+//!
+//! `state.json` records the SHA-256 of both tensor files; a checkpoint whose files do not hash to
+//! it (a flipped bit, a truncated copy) is refused on load, and a resume skips it with a warning.
+//! With `restore_best`, `checkpoints/best.safetensors` holds the best epoch's weights (its epoch in
+//! the safetensors metadata, its SHA-256 in every later checkpoint), written whenever the
+//! monitored metric improves, so retention can never take the best weights away.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -18,11 +24,41 @@ use crate::log::EpochRecord;
 use crate::{Error, Optimizer, Result};
 
 /// Version of the checkpoint layout written by this crate.
-pub const CHECKPOINT_FORMAT: u32 = 1;
+/// 2: `state.json` holds the SHA-256 of the tensor files and the best weights' record.
+pub const CHECKPOINT_FORMAT: u32 = 2;
 
 const MODEL_FILE: &str = "model.safetensors";
 const OPTIMIZER_FILE: &str = "optimizer.safetensors";
 const STATE_FILE: &str = "state.json";
+/// The best epoch's weights, in `run_dir/checkpoints`.
+pub const BEST_FILE: &str = "best.safetensors";
+
+/// Lower-case hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The SHA-256 of each tensor file of a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Checksums {
+    /// Of `model.safetensors`.
+    pub model: String,
+    /// Of `optimizer.safetensors`.
+    pub optimizer: String,
+}
+
+/// Which weights `checkpoints/best.safetensors` must hold: the best epoch and the file's SHA-256.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BestWeights {
+    pub epoch: usize,
+    pub sha256: String,
+}
 
 /// The exact position of a ChaCha8 stream: seed, stream and word position (as text: it is a u128).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,6 +104,7 @@ impl RngState {
 
 /// Everything in `state.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TrainState {
     pub format: u32,
     /// Epochs completed.
@@ -84,6 +121,10 @@ pub struct TrainState {
     pub stopped: Option<StopReason>,
     pub train_config: TrainConfig,
     pub method_config: serde_json::Value,
+    /// SHA-256 of the tensor files, checked on load.
+    pub checksums: Checksums,
+    /// The best weights as of this checkpoint (with `restore_best`).
+    pub best_weights: Option<BestWeights>,
 }
 
 /// A checkpoint read completely into memory (nothing applied yet).
@@ -186,14 +227,94 @@ fn safetensors_bytes(path: &Path, tensors: Vec<(String, Tensor)>) -> Result<Vec<
         .map_err(|e| Error::file(path, e))
 }
 
-/// Writes the model weights alone to `path` as safetensors, atomically.
-pub fn save_weights(varmap: &VarMap, path: &Path) -> Result<()> {
-    let tensors = named_vars(varmap)?
+fn weights_bytes(
+    varmap: &VarMap,
+    path: &Path,
+    metadata: Option<HashMap<String, String>>,
+) -> Result<Vec<u8>> {
+    let tensors: Vec<(String, Tensor)> = named_vars(varmap)?
         .into_iter()
         .map(|(k, v)| (k, v.as_tensor().clone()))
         .collect();
-    let bytes = safetensors_bytes(path, tensors)?;
+    safetensors::serialize(tensors.iter().map(|(k, t)| (k.as_str(), t)), metadata)
+        .map_err(|e| Error::file(path, e))
+}
+
+/// Writes the model weights alone to `path` as safetensors, atomically.
+pub fn save_weights(varmap: &VarMap, path: &Path) -> Result<()> {
+    let bytes = weights_bytes(varmap, path, None)?;
     invar_io::atomic_write(path, |w| w.write_all(&bytes))?;
+    Ok(())
+}
+
+/// `run_dir/checkpoints/best.safetensors`.
+pub fn best_weights_path(run_dir: &Path) -> PathBuf {
+    checkpoints_dir(run_dir).join(BEST_FILE)
+}
+
+/// Writes the model's weights as the best ones, of `epoch` (in the file's metadata), atomically;
+/// returns their record.
+pub fn save_best_weights(run_dir: &Path, varmap: &VarMap, epoch: usize) -> Result<BestWeights> {
+    let root = checkpoints_dir(run_dir);
+    std::fs::create_dir_all(&root).map_err(|e| Error::file(&root, e))?;
+    let path = best_weights_path(run_dir);
+    let metadata = HashMap::from([("epoch".to_string(), epoch.to_string())]);
+    let bytes = weights_bytes(varmap, &path, Some(metadata))?;
+    invar_io::atomic_write(&path, |w| w.write_all(&bytes))?;
+    Ok(BestWeights {
+        epoch,
+        sha256: sha256_hex(&bytes),
+    })
+}
+
+/// Reads `checkpoints/best.safetensors` and checks it against `expected` (its SHA-256 and the
+/// epoch in its metadata): the weights of the best epoch, or an error naming the file.
+pub fn load_best_weights(
+    run_dir: &Path,
+    expected: &BestWeights,
+    device: &Device,
+) -> Result<HashMap<String, Tensor>> {
+    let path = best_weights_path(run_dir);
+    let bytes = std::fs::read(&path).map_err(|e| {
+        Error::file(
+            &path,
+            format!(
+                "the best weights (epoch {}) cannot be read: {e}",
+                expected.epoch
+            ),
+        )
+    })?;
+    verify_sha256(&path, &bytes, &expected.sha256)?;
+    let (_, meta) =
+        safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| Error::file(&path, e))?;
+    let epoch = meta
+        .metadata()
+        .as_ref()
+        .and_then(|m| m.get("epoch"))
+        .and_then(|e| e.parse::<usize>().ok());
+    if epoch != Some(expected.epoch) {
+        return Err(Error::file(
+            &path,
+            format!(
+                "holds the weights of epoch {epoch:?}, early stopping's best is epoch {}",
+                expected.epoch
+            ),
+        ));
+    }
+    candle_core::safetensors::load_buffer(&bytes, device).map_err(|e| Error::file(&path, e))
+}
+
+fn verify_sha256(path: &Path, bytes: &[u8], expected: &str) -> Result<()> {
+    let found = sha256_hex(bytes);
+    if found != expected {
+        return Err(Error::file(
+            path,
+            format!(
+                "checksum mismatch: SHA-256 {found}, state.json recorded {expected} (the file was \
+                 changed or damaged after it was written)"
+            ),
+        ));
+    }
     Ok(())
 }
 
@@ -217,14 +338,21 @@ pub fn save_checkpoint(
     }
     std::fs::create_dir_all(&tmp).map_err(|e| Error::file(&tmp, e))?;
     let result = (|| -> Result<()> {
-        save_weights(varmap, &tmp.join(MODEL_FILE))?;
+        let model_path = tmp.join(MODEL_FILE);
+        let model = weights_bytes(varmap, &model_path, None)?;
+        invar_io::atomic_write(&model_path, |w| w.write_all(&model))?;
         let opt_path = tmp.join(OPTIMIZER_FILE);
-        let bytes = safetensors_bytes(&opt_path, optimizer.state_tensors())?;
-        invar_io::atomic_write(&opt_path, |w| w.write_all(&bytes))?;
-        invar_io::write_json(tmp.join(STATE_FILE), state)?;
+        let opt = safetensors_bytes(&opt_path, optimizer.state_tensors())?;
+        invar_io::atomic_write(&opt_path, |w| w.write_all(&opt))?;
+        let mut state = state.clone();
+        state.checksums = Checksums {
+            model: sha256_hex(&model),
+            optimizer: sha256_hex(&opt),
+        };
+        invar_io::write_json(tmp.join(STATE_FILE), &state)?;
         if final_path.exists() {
             // An older checkpoint of the same epoch (from a run that was resumed before it): replace it.
-            std::fs::remove_dir_all(&final_path).map_err(|e| Error::file(&final_path, e))?;
+            remove_checkpoint_dir(&final_path)?;
         }
         std::fs::rename(&tmp, &final_path).map_err(|e| Error::file(&final_path, e))?;
         // Make the rename durable.
@@ -239,15 +367,46 @@ pub fn save_checkpoint(
     result.map(|()| final_path)
 }
 
+/// Deletes a checkpoint directory so that a kill midway cannot leave a half-deleted `ckpt-N`
+/// that looks like a checkpoint: it is renamed to a hidden temporary first.
+pub fn remove_checkpoint_dir(path: &Path) -> Result<()> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let doomed = path.with_file_name(format!(".{name}.tmp-del-{}", std::process::id()));
+    std::fs::rename(path, &doomed).map_err(|e| Error::file(path, e))?;
+    std::fs::remove_dir_all(&doomed).map_err(|e| Error::file(&doomed, e))
+}
+
 fn read_safetensors(path: &Path, device: &Device) -> Result<HashMap<String, Tensor>> {
     let bytes = std::fs::read(path).map_err(|e| Error::file(path, e))?;
     candle_core::safetensors::load_buffer(&bytes, device).map_err(|e| Error::file(path, e))
 }
 
-/// Reads a checkpoint completely: every file present and parseable.
+fn read_verified(path: &Path, sha256: &str, device: &Device) -> Result<HashMap<String, Tensor>> {
+    let bytes = std::fs::read(path).map_err(|e| Error::file(path, e))?;
+    verify_sha256(path, &bytes, sha256)?;
+    candle_core::safetensors::load_buffer(&bytes, device).map_err(|e| Error::file(path, e))
+}
+
+/// Reads a checkpoint completely: every file present, parseable, and hashing to the SHA-256 that
+/// `state.json` recorded.
 pub fn load_checkpoint(path: &Path, device: &Device) -> Result<Checkpoint> {
     let state_path = path.join(STATE_FILE);
-    let state: TrainState = invar_io::read_json(&state_path)?;
+    let value: serde_json::Value = invar_io::read_json(&state_path)?;
+    let format = value.get("format").and_then(serde_json::Value::as_u64);
+    if format != Some(u64::from(CHECKPOINT_FORMAT)) {
+        return Err(Error::file(
+            &state_path,
+            format!(
+                "checkpoint format {} (this build reads {CHECKPOINT_FORMAT})",
+                format.map_or("missing".into(), |f| f.to_string())
+            ),
+        ));
+    }
+    let state: TrainState =
+        serde_json::from_value(value).map_err(|e| Error::file(&state_path, e))?;
     if state.format != CHECKPOINT_FORMAT {
         return Err(Error::file(
             &state_path,
@@ -257,8 +416,12 @@ pub fn load_checkpoint(path: &Path, device: &Device) -> Result<Checkpoint> {
             ),
         ));
     }
-    let weights = read_safetensors(&path.join(MODEL_FILE), device)?;
-    let optimizer = read_safetensors(&path.join(OPTIMIZER_FILE), device)?;
+    let weights = read_verified(&path.join(MODEL_FILE), &state.checksums.model, device)?;
+    let optimizer = read_verified(
+        &path.join(OPTIMIZER_FILE),
+        &state.checksums.optimizer,
+        device,
+    )?;
     Ok(Checkpoint {
         path: path.to_path_buf(),
         weights,

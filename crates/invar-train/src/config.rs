@@ -93,7 +93,8 @@ pub struct TrainConfig {
     pub checkpoint: CheckpointConfig,
     /// Write a `"kind":"step"` line to the metric log every this many steps; 0: epochs only.
     pub log_every: u64,
-    /// Load the best checkpoint's weights into the model when training ends.
+    /// Load the best epoch's weights into the model when training ends (kept in
+    /// `checkpoints/best.safetensors`, written at each improvement, whatever the checkpoint policy).
     pub restore_best: bool,
     pub progress: ProgressMode,
     /// Write `curves.svg` and `curves.png` at the end.
@@ -169,12 +170,6 @@ impl TrainConfig {
             return Err(Error::config(
                 "checkpoint.keep_last",
                 "must be at least 1 while checkpoints are on",
-            ));
-        }
-        if self.restore_best && (self.checkpoint.every == 0 || !self.checkpoint.keep_best) {
-            return Err(Error::config(
-                "restore_best",
-                "needs checkpoints on (checkpoint.every > 0) and checkpoint.keep_best",
             ));
         }
         Ok(())

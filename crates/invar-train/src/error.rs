@@ -76,6 +76,18 @@ pub enum Error {
         dtype: candle_core::DType,
     },
 
+    /// A resume asked for settings other than those the checkpoint was trained with.
+    #[error(
+        "cannot resume from {path}: it was trained with other settings ({}); resume with the \
+         checkpoint's settings, or train into a new folder",
+        differences.join("; ")
+    )]
+    ResumeMismatch {
+        path: PathBuf,
+        /// `dotted.key: old → new`, one per differing setting.
+        differences: Vec<String>,
+    },
+
     /// The variable map's lock was poisoned by a panic elsewhere.
     #[error("the VarMap lock is poisoned (another thread panicked while holding it)")]
     Poisoned,

@@ -19,9 +19,10 @@ mod progress;
 mod trainer;
 
 pub use checkpoint::{
-    checkpoint_path, checkpoints_dir, checkpoints_to_remove, list_checkpoints, load_checkpoint,
-    load_weights, newest_good_checkpoint, remove_stale_temporaries, save_weights, Checkpoint,
-    RngState, TrainState, CHECKPOINT_FORMAT,
+    best_weights_path, checkpoint_path, checkpoints_dir, checkpoints_to_remove, list_checkpoints,
+    load_best_weights, load_checkpoint, load_weights, newest_good_checkpoint,
+    remove_checkpoint_dir, remove_stale_temporaries, save_best_weights, save_weights, sha256_hex,
+    BestWeights, Checkpoint, Checksums, RngState, TrainState, BEST_FILE, CHECKPOINT_FORMAT,
 };
 pub use config::{CheckpointConfig, EarlyStoppingConfig, Mode, ProgressMode, TrainConfig};
 pub use early_stop::{EarlyStoppingState, StopReason, Verdict};
@@ -32,4 +33,7 @@ pub use optim::{
     AdaMaxConfig, AdamConfig, AdamWConfig, Optimizer, OptimizerConfig, SgdConfig, UpdatePath,
 };
 pub use plot::plot_curves;
-pub use trainer::{BatchSource, StepContext, StepOutput, TrainStep, TrainSummary, Trainer};
+pub use trainer::{
+    divergence, resume_differences, BatchSource, Divergence, StepContext, StepOutput, TrainStep,
+    TrainSummary, Trainer, DIVERGENCE_FACTOR, RESUME_MAY_CHANGE,
+};

@@ -12,7 +12,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::{self, RngState, TrainState, CHECKPOINT_FORMAT};
+use crate::checkpoint::{self, BestWeights, Checksums, RngState, TrainState, CHECKPOINT_FORMAT};
 use crate::config::TrainConfig;
 use crate::early_stop::{EarlyStoppingState, StopReason};
 use crate::log::{EpochRecord, MetricLog, Metrics};
@@ -20,9 +20,16 @@ use crate::plot::plot_curves;
 use crate::progress::Progress;
 use crate::{Error, Optimizer, Result};
 
-/// Where the batches of an epoch come from. Everything random about an epoch (shuffling, pair
-/// sampling) must be drawn from the `rng` given to [`BatchSource::start_epoch`]: that is what makes a
-/// resumed run repeat the uninterrupted one exactly.
+/// Where the batches of an epoch come from.
+///
+/// The contract that makes a resumed run repeat the uninterrupted one exactly: the batches of epoch
+/// `e` are a function of the source's construction inputs and of the `rng` handed to
+/// [`BatchSource::start_epoch`] — nothing else. Everything random about an epoch (shuffling, pair
+/// sampling, per-batch seeds) is drawn from that `rng`, and no state carries from one epoch to the
+/// next: a source must not, for example, shuffle its items in place (the next epoch would then
+/// start from this epoch's order, which no checkpoint holds); it shuffles a fresh `0..n` instead.
+/// A resumed run builds a new source and calls `start_epoch` first for the epoch after the
+/// checkpoint, with the generator restored to where that epoch began.
 pub trait BatchSource {
     type Batch;
 
@@ -96,7 +103,48 @@ pub struct TrainSummary {
     pub resumed_from: Option<PathBuf>,
     /// `run_dir/model.safetensors`: the final weights (the best ones under `restore_best`).
     pub weights: PathBuf,
+    /// Set when the training loss exploded (see [`divergence`]): restoring the best epoch's weights
+    /// does not make such a run a good one, so it is reported, not hidden.
+    pub diverged: Option<Divergence>,
     pub history: Vec<EpochRecord>,
+}
+
+/// The training loss of epoch `epoch` rose above [`DIVERGENCE_FACTOR`] times the lowest mean
+/// training loss of the epochs before it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Divergence {
+    pub epoch: usize,
+    pub train_loss: f64,
+    pub best_train_loss: f64,
+}
+
+/// How many times its best an epoch's training loss may reach before the run counts as diverged.
+pub const DIVERGENCE_FACTOR: f64 = 10.0;
+
+/// The first epoch (from the third on, so that a first epoch's drop does not set a baseline the
+/// second cannot be compared with fairly) whose mean training loss exceeds [`DIVERGENCE_FACTOR`]
+/// times the lowest of the epochs before it. Only positive losses are compared (a loss that can be
+/// negative has no scale to compare against); `None` when the loss never exploded.
+pub fn divergence(history: &[EpochRecord]) -> Option<Divergence> {
+    let mut best: Option<f64> = None;
+    for (i, record) in history.iter().enumerate() {
+        let Some(loss) = record.get("train_loss") else {
+            continue;
+        };
+        if i >= 2 {
+            if let Some(b) = best.filter(|b| *b > 0.0) {
+                if loss > DIVERGENCE_FACTOR * b {
+                    return Some(Divergence {
+                        epoch: record.epoch,
+                        train_loss: loss,
+                        best_train_loss: b,
+                    });
+                }
+            }
+        }
+        best = Some(best.map_or(loss, |b| b.min(loss)));
+    }
+    None
 }
 
 /// The loop's fixed inputs: configuration, output folder, device and the method's resolved config.
@@ -160,14 +208,8 @@ impl Trainer {
                 "holds checkpoints of an earlier run: resume it, or train into a new folder",
             ));
         }
-        invar_io::write_json(
-            self.run_dir.join("config.json"),
-            &serde_json::json!({ "train": cfg, "method": self.method_config }),
-        )?;
         let mut optimizer = Optimizer::new(varmap, cfg.optimizer.clone())?;
         let log_path = self.run_dir.join("metrics.jsonl");
-        checkpoint::remove_stale_temporaries(&self.run_dir)?;
-
         let mut run = RunState {
             epoch: 0,
             step: 0,
@@ -175,15 +217,28 @@ impl Trainer {
             early: EarlyStoppingState::default(),
             history: Vec::new(),
             stopped: None,
+            best_weights: None,
         };
+        // Load and check the checkpoint (settings included) before anything is written: a refused
+        // resume leaves the folder as it was.
+        let resumed = self.resume_from(varmap, &mut optimizer, &mut run)?;
+        invar_io::write_json(
+            self.run_dir.join("config.json"),
+            &serde_json::json!({ "train": cfg, "method": self.method_config }),
+        )?;
+        checkpoint::remove_stale_temporaries(&self.run_dir)?;
         let mut resumed_from = None;
-        let log = match self.resume_from(varmap, &mut optimizer, &mut run)? {
+        let log = match resumed {
             Some(path) => {
                 resumed_from = Some(path);
                 MetricLog::resume(&log_path, run.step)?
             }
             None => MetricLog::create(&log_path)?,
         };
+        if run.stopped == Some(StopReason::MaxEpochs) && run.epoch < cfg.epochs {
+            // A run that ended at its epoch limit, resumed with a higher one: extend it.
+            run.stopped = None;
+        }
         if let Some(stop) = run.stopped.clone() {
             tracing::info!("the checkpoint marks this run finished ({stop:?}); nothing to train");
             return self.finish(varmap, run, stop, resumed_from);
@@ -211,6 +266,11 @@ impl Trainer {
             let verdict = run.early.update(&cfg.early_stopping, &record)?;
             run.history.push(record.clone());
             run.epoch = epoch;
+            if verdict.improved && cfg.restore_best {
+                // The best weights live in their own file, which retention never deletes.
+                run.best_weights =
+                    Some(checkpoint::save_best_weights(&self.run_dir, varmap, epoch)?);
+            }
             progress.end_epoch(&record);
             let last = epoch == cfg.epochs || verdict.stop.is_some();
             if last {
@@ -250,11 +310,15 @@ impl Trainer {
             );
             return Ok(None);
         };
-        if ckpt.state.train_config != self.config {
-            tracing::warn!(
-                "the checkpoint {} was written with a different training config; continuing with the new one",
-                ckpt.path.display()
-            );
+        let differences = resume_differences(
+            &serde_json::json!({ "train": ckpt.state.train_config, "method": ckpt.state.method_config }),
+            &serde_json::json!({ "train": self.config, "method": self.method_config }),
+        );
+        if !differences.is_empty() {
+            return Err(Error::ResumeMismatch {
+                path: ckpt.path.clone(),
+                differences,
+            });
         }
         let rng = ckpt.state.rng.restore(&ckpt.path)?;
         checkpoint::apply_weights(varmap, &ckpt.weights, &ckpt.path)?;
@@ -267,6 +331,7 @@ impl Trainer {
             early: s.early_stopping,
             history: s.history,
             stopped: s.stopped,
+            best_weights: s.best_weights,
         };
         tracing::info!(
             "resumed from {} (epoch {}, step {})",
@@ -395,6 +460,11 @@ impl Trainer {
             stopped: run.stopped.clone(),
             train_config: self.config.clone(),
             method_config: self.method_config.clone(),
+            checksums: Checksums {
+                model: String::new(),
+                optimizer: String::new(),
+            },
+            best_weights: run.best_weights.clone(),
         };
         let path = checkpoint::save_checkpoint(&self.run_dir, varmap, optimizer, &state)?;
         tracing::debug!("checkpoint {}", path.display());
@@ -410,8 +480,7 @@ impl Trainer {
         for epoch in
             checkpoint::checkpoints_to_remove(&present, self.config.checkpoint.keep_last, best)
         {
-            let old = checkpoint::checkpoint_path(&self.run_dir, epoch);
-            std::fs::remove_dir_all(&old).map_err(|e| Error::file(&old, e))?;
+            checkpoint::remove_checkpoint_dir(&checkpoint::checkpoint_path(&self.run_dir, epoch))?;
         }
         Ok(())
     }
@@ -425,9 +494,33 @@ impl Trainer {
     ) -> Result<TrainSummary> {
         if self.config.restore_best {
             if let Some(best) = run.early.best_epoch {
-                let path = checkpoint::checkpoint_path(&self.run_dir, best);
-                let ckpt = checkpoint::load_checkpoint(&path, &self.device)?;
-                checkpoint::apply_weights(varmap, &ckpt.weights, &path)?;
+                let path = checkpoint::best_weights_path(&self.run_dir);
+                let record = match &run.best_weights {
+                    Some(r) if r.epoch == best => r,
+                    other => {
+                        return Err(Error::file(
+                            &path,
+                            format!(
+                                "early stopping's best epoch is {best}, but the run recorded best \
+                                 weights of epoch {:?}; the best weights are lost (train again)",
+                                other.as_ref().map(|r| r.epoch)
+                            ),
+                        ))
+                    }
+                };
+                let weights =
+                    match checkpoint::load_best_weights(&self.run_dir, record, &self.device) {
+                        Ok(w) => w,
+                        Err(e) => {
+                            // The best epoch's own checkpoint, when retention kept it, holds them too.
+                            let ckpt = checkpoint::checkpoint_path(&self.run_dir, best);
+                            tracing::warn!("{e}; trying {}", ckpt.display());
+                            checkpoint::load_checkpoint(&ckpt, &self.device)
+                                .map_err(|_| e)?
+                                .weights
+                        }
+                    };
+                checkpoint::apply_weights(varmap, &weights, &path)?;
                 tracing::info!("restored the best weights (epoch {best})");
             }
         }
@@ -440,7 +533,20 @@ impl Trainer {
                 tracing::warn!("training curves not written: {e}");
             }
         }
+        let diverged = divergence(&run.history);
+        if let Some(d) = &diverged {
+            tracing::warn!(
+                "training diverged: the mean training loss of epoch {} is {:.4}, more than {} \
+                 times the best before it ({:.4}); the final weights are not a trained model \
+                 (lower the learning rate, or clip the gradient norm)",
+                d.epoch,
+                d.train_loss,
+                DIVERGENCE_FACTOR,
+                d.best_train_loss
+            );
+        }
         let summary = TrainSummary {
+            diverged,
             epochs: run.epoch,
             steps: run.step,
             stop,
@@ -464,6 +570,49 @@ struct RunState {
     early: EarlyStoppingState,
     history: Vec<EpochRecord>,
     stopped: Option<StopReason>,
+    best_weights: Option<BestWeights>,
+}
+
+/// Settings a resume may change: the last key of a setting's dotted path. `epochs` extends (or
+/// shortens) a run; `progress`, `plot` and `log_every` change only what is shown and logged.
+/// Everything else that differs between the checkpoint and the new run refuses the resume.
+pub const RESUME_MAY_CHANGE: [&str; 4] = ["epochs", "progress", "plot", "log_every"];
+
+/// The settings that differ between a checkpoint's configs (`old`) and a resume's (`new`), as
+/// `dotted.path: old → new`, leaving out [`RESUME_MAY_CHANGE`].
+pub fn resume_differences(old: &serde_json::Value, new: &serde_json::Value) -> Vec<String> {
+    fn walk(path: &str, old: &serde_json::Value, new: &serde_json::Value, out: &mut Vec<String>) {
+        use serde_json::Value;
+        let last = path.rsplit('.').next().unwrap_or(path);
+        if RESUME_MAY_CHANGE.contains(&last) {
+            return;
+        }
+        match (old, new) {
+            (Value::Object(a), Value::Object(b)) => {
+                let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+                keys.sort();
+                keys.dedup();
+                for k in keys {
+                    let sub = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    walk(
+                        &sub,
+                        a.get(k).unwrap_or(&Value::Null),
+                        b.get(k).unwrap_or(&Value::Null),
+                        out,
+                    );
+                }
+            }
+            (a, b) if a != b => out.push(format!("{path}: {a} → {b}")),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk("", old, new, &mut out);
+    out
 }
 
 fn scalar_loss(loss: &Tensor, step: u64) -> Result<f32> {

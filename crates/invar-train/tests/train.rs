@@ -491,3 +491,261 @@ fn a_refused_run_rewrites_no_config() -> TestResult {
     assert_eq!(std::fs::read(dir.path().join("metrics.jsonl"))?, log);
     Ok(())
 }
+
+fn sgd_config(epochs: usize) -> TrainConfig {
+    TrainConfig {
+        checkpoint: CheckpointConfig {
+            every: 1,
+            keep_last: 3,
+            keep_best: false,
+        },
+        optimizer: OptimizerConfig::Sgd(SgdConfig {
+            lr: 0.1,
+            ..SgdConfig::default()
+        }),
+        ..quiet(epochs)
+    }
+}
+
+/// Issue 17: one flipped bit inside a checkpoint's tensor data (the file still parses) is caught
+/// by the checksum in `state.json`; a resume skips that checkpoint, names the file, and still ends
+/// with the uninterrupted run's weights.
+#[test]
+fn a_bit_flip_in_checkpoint_tensors_is_refused_and_resume_falls_back() -> TestResult {
+    let full = tempfile::tempdir()?;
+    let (varmap, mut model, mut source) = problem(120, 16)?;
+    Trainer::new(sgd_config(4), full.path(), Device::Cpu)?.fit(&varmap, &mut source, &mut model)?;
+
+    let flipped = tempfile::tempdir()?;
+    let (varmap, mut model, mut source) = problem(120, 16)?;
+    Trainer::new(sgd_config(4), flipped.path(), Device::Cpu)?.fit(
+        &varmap,
+        &mut source,
+        &mut model,
+    )?;
+    for (epoch, file) in [(4, "model.safetensors"), (3, "optimizer.safetensors")] {
+        let path = checkpoint_path(flipped.path(), epoch).join(file);
+        let mut bytes = std::fs::read(&path)?;
+        let last = bytes.len() - 3; // inside the last tensor's data, past the header
+        bytes[last] ^= 0x10;
+        std::fs::write(&path, &bytes)?;
+        let err = load_checkpoint(&checkpoint_path(flipped.path(), epoch), &Device::Cpu)
+            .expect_err("a flipped bit must not load");
+        let text = err.to_string();
+        assert!(text.contains(file) && text.contains("checksum"), "{text}");
+    }
+    std::fs::remove_file(flipped.path().join("model.safetensors"))?;
+    let (varmap, mut model, mut source) = problem(120, 16)?;
+    let summary = Trainer::new(sgd_config(4), flipped.path(), Device::Cpu)?
+        .with_resume(true)
+        .fit(&varmap, &mut source, &mut model)?;
+    assert_eq!(
+        summary.resumed_from,
+        Some(checkpoint_path(flipped.path(), 2)),
+        "both damaged checkpoints are skipped"
+    );
+    assert_eq!(
+        weights(&flipped.path().join("model.safetensors"))?,
+        weights(&full.path().join("model.safetensors"))?
+    );
+    Ok(())
+}
+
+/// Issue 17: with `restore_best`, the best epoch's weights survive retention deleting (or never
+/// writing) its checkpoint: they are restored from `checkpoints/best.safetensors`.
+#[test]
+fn restore_best_survives_retention_removing_the_best_checkpoint() -> TestResult {
+    let scripted = |val: Vec<f64>| -> Result<_, Box<dyn std::error::Error>> {
+        let (varmap, inner, source) = problem(60, 20)?;
+        Ok((
+            varmap,
+            Scripted {
+                inner,
+                val_losses: val,
+                epoch: 0,
+            },
+            source,
+        ))
+    };
+    let config = TrainConfig {
+        restore_best: true,
+        checkpoint: CheckpointConfig {
+            every: 1,
+            keep_last: 1,
+            keep_best: false,
+        },
+        ..quiet(5)
+    };
+    let dir = tempfile::tempdir()?;
+    let (varmap, mut step, mut source) = scripted(vec![1.0, 0.2, 0.7, 0.8, 0.9])?;
+    let summary = Trainer::new(config.clone(), dir.path(), Device::Cpu)?.fit(
+        &varmap,
+        &mut source,
+        &mut step,
+    )?;
+    assert_eq!(summary.best_epoch, Some(2));
+    let kept: Vec<usize> = list_checkpoints(dir.path())?
+        .into_iter()
+        .map(|(e, _)| e)
+        .collect();
+    assert_eq!(
+        kept,
+        vec![5],
+        "retention removed the best epoch's checkpoint"
+    );
+    // The same seed stopped after epoch 2: its final weights are epoch 2's.
+    let two = tempfile::tempdir()?;
+    let (varmap, mut step, mut source) = scripted(vec![1.0, 0.2])?;
+    Trainer::new(quiet(2), two.path(), Device::Cpu)?.fit(&varmap, &mut source, &mut step)?;
+    let epoch2 = weights(&two.path().join("model.safetensors"))?;
+    assert_eq!(weights(&dir.path().join("model.safetensors"))?, epoch2);
+    assert_ne!(
+        weights(&checkpoint_path(dir.path(), 5).join("model.safetensors"))?,
+        epoch2
+    );
+    // The best file names its epoch; a resume of the finished run restores it again, and a best
+    // file that no longer matches the record is an error naming it, not other weights.
+    let bytes = std::fs::read(invar_train::best_weights_path(dir.path()))?;
+    let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes)?;
+    assert_eq!(
+        meta.metadata()
+            .as_ref()
+            .and_then(|m| m.get("epoch"))
+            .map(String::as_str),
+        Some("2")
+    );
+    let (varmap, mut step, mut source) = scripted(vec![1.0, 0.2, 0.7, 0.8, 0.9])?;
+    Trainer::new(config.clone(), dir.path(), Device::Cpu)?
+        .with_resume(true)
+        .fit(&varmap, &mut source, &mut step)?;
+    assert_eq!(weights(&dir.path().join("model.safetensors"))?, epoch2);
+    let mut damaged = bytes.clone();
+    let last = damaged.len() - 2;
+    damaged[last] ^= 1;
+    std::fs::write(invar_train::best_weights_path(dir.path()), &damaged)?;
+    let (varmap, mut step, mut source) = scripted(vec![1.0, 0.2, 0.7, 0.8, 0.9])?;
+    let err = Trainer::new(config, dir.path(), Device::Cpu)?
+        .with_resume(true)
+        .fit(&varmap, &mut source, &mut step)
+        .expect_err("damaged best weights must not be restored");
+    assert!(err.to_string().contains("best.safetensors"), "{err}");
+    Ok(())
+}
+
+/// Issue 17: a resume with a changed setting is refused before anything is written, naming the
+/// setting as a dotted path; `epochs` may change (to extend a run).
+#[test]
+fn resume_with_other_settings_is_refused_naming_them() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (varmap, mut model, mut source) = problem(120, 16)?;
+    Trainer::new(sgd_config(2), dir.path(), Device::Cpu)?
+        .with_method_config(&serde_json::json!({"loss": {"lambda": 0.1}}))?
+        .fit(&varmap, &mut source, &mut model)?;
+    let before: Vec<Vec<u8>> = ["config.json", "metrics.jsonl", "summary.json"]
+        .iter()
+        .map(|f| std::fs::read(dir.path().join(f)))
+        .collect::<Result<_, _>>()?;
+    let (varmap, mut model, mut source) = problem(120, 16)?;
+    let err = Trainer::new(sgd_config(4), dir.path(), Device::Cpu)?
+        .with_method_config(&serde_json::json!({"loss": {"lambda": 0.5}}))?
+        .with_resume(true)
+        .fit(&varmap, &mut source, &mut model)
+        .expect_err("a changed lambda must refuse the resume");
+    match &err {
+        Error::ResumeMismatch { differences, .. } => {
+            assert_eq!(differences.len(), 1, "{differences:?}");
+            assert!(differences[0].starts_with("method.loss.lambda"), "{err}");
+        }
+        other => panic!("expected ResumeMismatch, got {other}"),
+    }
+    let after: Vec<Vec<u8>> = ["config.json", "metrics.jsonl", "summary.json"]
+        .iter()
+        .map(|f| std::fs::read(dir.path().join(f)))
+        .collect::<Result<_, _>>()?;
+    assert!(before == after, "a refused resume rewrote a file");
+    // More epochs, the same settings otherwise: the run continues.
+    let (varmap, mut model, mut source) = problem(120, 16)?;
+    let summary = Trainer::new(sgd_config(4), dir.path(), Device::Cpu)?
+        .with_method_config(&serde_json::json!({"loss": {"lambda": 0.1}}))?
+        .with_resume(true)
+        .fit(&varmap, &mut source, &mut model)?;
+    assert_eq!(summary.epochs, 4);
+    assert_eq!(summary.resumed_from, Some(checkpoint_path(dir.path(), 2)));
+    Ok(())
+}
+
+/// Scales the loss (and so its gradient) by `factor` from epoch `from` on.
+struct Explode {
+    inner: SoftmaxRegression,
+    from: usize,
+    factor: f64,
+}
+
+impl TrainStep<BlobBatch> for Explode {
+    fn step(
+        &mut self,
+        batch: &BlobBatch,
+        ctx: &mut StepContext<'_>,
+    ) -> invar_train::Result<StepOutput> {
+        let mut out = self.inner.step(batch, ctx)?;
+        if ctx.epoch >= self.from {
+            out.loss = (out.loss * self.factor)?;
+        }
+        Ok(out)
+    }
+
+    fn validate(&mut self) -> invar_train::Result<Metrics> {
+        self.inner.validate()
+    }
+}
+
+/// Issue 17: a run whose training loss explodes is reported as diverged (in the summary and
+/// `summary.json`), even though restoring the best epoch would hand back good-looking weights.
+#[test]
+fn an_exploding_loss_is_reported_as_diverged() -> TestResult {
+    let tiny_sgd = |epochs| TrainConfig {
+        optimizer: OptimizerConfig::Sgd(SgdConfig {
+            lr: 1e-6,
+            ..SgdConfig::default()
+        }),
+        restore_best: true,
+        ..quiet(epochs)
+    };
+    let dir = tempfile::tempdir()?;
+    let (varmap, inner, mut source) = problem(60, 20)?;
+    let mut step = Explode {
+        inner,
+        from: 4,
+        factor: 50.0,
+    };
+    let summary =
+        Trainer::new(tiny_sgd(5), dir.path(), Device::Cpu)?.fit(&varmap, &mut source, &mut step)?;
+    let d = summary
+        .diverged
+        .clone()
+        .ok_or("an exploded loss must be flagged")?;
+    assert_eq!(d.epoch, 4);
+    assert!(d.train_loss > 10.0 * d.best_train_loss, "{d:?}");
+    let written: serde_json::Value = invar_io::read_json(dir.path().join("summary.json"))?;
+    assert_eq!(written["diverged"]["epoch"], 4);
+    // The same run without the explosion is not flagged.
+    let dir = tempfile::tempdir()?;
+    let (varmap, inner, mut source) = problem(60, 20)?;
+    let mut step = Explode {
+        inner,
+        from: 99,
+        factor: 50.0,
+    };
+    let summary =
+        Trainer::new(tiny_sgd(5), dir.path(), Device::Cpu)?.fit(&varmap, &mut source, &mut step)?;
+    assert_eq!(summary.diverged, None);
+    // Negative losses have no scale: never flagged.
+    let mut history = Vec::new();
+    for (epoch, loss) in [(1, -1.0), (2, -2.0), (3, 5.0)] {
+        let mut r = invar_train::EpochRecord::new(epoch, 0);
+        r.metrics.insert("train_loss".into(), loss);
+        history.push(r);
+    }
+    assert_eq!(invar_train::divergence(&history), None);
+    Ok(())
+}

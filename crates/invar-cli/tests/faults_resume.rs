@@ -1,0 +1,473 @@
+//! Issue 17 (fault suite), exact resume: each training command (`partition train`, `speaker train`,
+//! `supervector train` with and without `--all-rows`) is SIGKILLed at a random point once a
+//! checkpoint exists, resumed with `--resume`, and must end with the same `model.safetensors`
+//! bytes and the same `results.json` (timings aside) as an uninterrupted run. A flipped bit in the
+//! newest checkpoint is skipped with a warning naming the file, and a resume with another `--lambda`
+//! is refused naming the key, with nothing in the folder rewritten.
+
+#![allow(clippy::unwrap_used)] // helpers of tests: a panic is the failure report
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{invar, json, refused, s, synth};
+use serde_json::Value;
+
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                out.insert(
+                    p.strip_prefix(root).unwrap().to_path_buf(),
+                    std::fs::read(&p).unwrap(),
+                );
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// `value` without the keys that measure time.
+fn without_timings(value: &Value) -> Value {
+    match value {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "seconds" | "samples_per_s"))
+                .map(|(k, v)| (k.clone(), without_timings(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(without_timings).collect()),
+        other => other.clone(),
+    }
+}
+
+fn checkpoints(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|r| {
+            r.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("ckpt-"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// A pseudo-random delay in `0..max_ms` from the clock (printed when a case fails).
+fn random_ms(max_ms: u64) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::from(d.subsec_nanos()));
+    nanos.wrapping_mul(0x9E37_79B9_7F4A_7C15) % max_ms.max(1)
+}
+
+/// One training command: its arguments for an output folder, and where it keeps what we compare.
+struct Case<'a> {
+    name: &'a str,
+    args: &'a dyn Fn(&Path) -> Vec<String>,
+    /// The run folder inside OUT (holding `checkpoints/` and `model.safetensors`).
+    run: &'a str,
+    /// The kill comes at a random time up to this long after the first checkpoint.
+    max_delay_ms: u64,
+}
+
+impl Case<'_> {
+    fn run_dir(&self, out: &Path) -> PathBuf {
+        out.join(self.run)
+    }
+
+    fn invar(&self, out: &Path, extra: &[&str]) -> std::process::Output {
+        let mut a = (self.args)(out);
+        a.extend(extra.iter().map(|x| x.to_string()));
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        invar(&refs)
+    }
+
+    /// Starts the command, SIGKILLs it `delay` after its first checkpoint; false when it ended
+    /// before it could be killed.
+    fn kill_after_checkpoint(&self, out: &Path, max_delay_ms: u64) -> bool {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_invar"))
+            .args((self.args)(out))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let ckpts = self.run_dir(out).join("checkpoints");
+        let started = Instant::now();
+        while checkpoints(&ckpts).is_empty() {
+            if let Some(status) = child.try_wait().unwrap() {
+                assert!(status.success(), "{}: the run failed: {status}", self.name);
+                return false;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(300),
+                "{}: no checkpoint after 300 s",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let delay = random_ms(max_delay_ms);
+        std::thread::sleep(Duration::from_millis(delay));
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        child.kill().unwrap(); // SIGKILL on Unix
+        let status = child.wait().unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(status.signal(), Some(9), "{}: {status}", self.name);
+        }
+        eprintln!(
+            "{}: killed {delay} ms after the first checkpoint, holding {:?}",
+            self.name,
+            checkpoints(&ckpts)
+        );
+        true
+    }
+
+    /// Uninterrupted into `reference`, then killed and resumed (a few tries until a kill lands
+    /// mid-run); both must end with the same weights and results.
+    fn check_kill_and_resume(&self, root: &Path, reference: &Path) {
+        let mut killed = None;
+        for attempt in 0..6 {
+            let out = root.join(format!("{}-killed-{attempt}", self.name));
+            // Later tries kill sooner: a fast run may finish before a long delay.
+            let max_delay = self.max_delay_ms >> attempt;
+            // A kill after training wrote its final weights did not interrupt training: try again.
+            if self.kill_after_checkpoint(&out, max_delay)
+                && !self.run_dir(&out).join("model.safetensors").exists()
+            {
+                killed = Some(out);
+                break;
+            }
+        }
+        let out = killed.unwrap_or_else(|| panic!("{}: never killed mid-run", self.name));
+        self.invar(&out, &["--resume"]);
+        self.assert_same(reference, &out);
+    }
+
+    fn assert_same(&self, reference: &Path, out: &Path) {
+        let a = std::fs::read(self.run_dir(reference).join("model.safetensors")).unwrap();
+        let b = std::fs::read(self.run_dir(out).join("model.safetensors")).unwrap();
+        assert!(
+            a == b,
+            "{}: final weights differ from the uninterrupted run",
+            self.name
+        );
+        assert_eq!(
+            without_timings(&json(&reference.join("results.json"))),
+            without_timings(&json(&out.join("results.json"))),
+            "{}: results differ",
+            self.name
+        );
+    }
+}
+
+fn partition_setup(d: &Path) -> (PathBuf, PathBuf) {
+    let c = synth(&d.join("corpus"), 2, 3, 4);
+    let feats = d.join("mfcc");
+    invar(&[
+        "features",
+        "--layout",
+        "timit",
+        s(&c),
+        "--kind",
+        "mfcc",
+        "--out",
+        s(&feats),
+    ]);
+    let ubm = d.join("ubm");
+    invar(&[
+        "gmm",
+        "train",
+        "--features",
+        s(&feats),
+        "--out",
+        s(&ubm),
+        "--components",
+        "8",
+        "--iters",
+        "2",
+    ]);
+    let post = d.join("post");
+    invar(&[
+        "gmm",
+        "posteriors",
+        "--ubm",
+        s(&ubm.join("ubm.safetensors")),
+        "--features",
+        s(&feats),
+        "--out",
+        s(&post),
+    ]);
+    (c, post)
+}
+
+#[test]
+fn partition_train_killed_and_resumed_is_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (c, post) = partition_setup(d);
+    let args = |out: &Path| -> Vec<String> {
+        [
+            "partition",
+            "train",
+            "--posteriors",
+            s(&post),
+            "--gold-corpus",
+            s(&c),
+            "--out",
+            s(out),
+            "--outputs",
+            "3",
+            "--epochs",
+            "60",
+            "--batch-size",
+            "64",
+            "--seed",
+            "5",
+        ]
+        .iter()
+        .map(|x| x.to_string())
+        .collect()
+    };
+    let case = Case {
+        name: "partition",
+        args: &args,
+        run: "train",
+        max_delay_ms: 100,
+    };
+    let reference = d.join("reference");
+    case.invar(&reference, &[]);
+    let epochs = json(&reference.join("results.json"))["epochs"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        epochs > 3,
+        "the reference ran {epochs} epochs: too few to kill in"
+    );
+    case.check_kill_and_resume(d, &reference);
+
+    // A flipped bit in the newest checkpoint's weights: skipped with a warning naming the file,
+    // and the resume (from an older checkpoint) still ends with the same bytes.
+    let flipped = d.join("flipped");
+    case.invar(&flipped, &[]);
+    let ckpts = flipped.join("train/checkpoints");
+    let names = checkpoints(&ckpts);
+    assert!(names.len() >= 2, "{names:?}");
+    let newest = ckpts.join(names.last().unwrap()).join("model.safetensors");
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let at = bytes.len() - 5;
+    bytes[at] ^= 0x04;
+    std::fs::write(&newest, &bytes).unwrap();
+    std::fs::remove_file(flipped.join("train/model.safetensors")).unwrap();
+    let out = case.invar(&flipped, &["--resume"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("skipping checkpoint")
+            && err.contains(&*newest.to_string_lossy())
+            && err.contains("checksum"),
+        "{err}"
+    );
+    case.assert_same(&reference, &flipped);
+
+    // Another λ on resume: refused, naming the key; nothing in the folder changes.
+    let before = snapshot(&reference);
+    let mut a = args(&reference);
+    a.extend(["--resume".to_string(), "--lambda".into(), "0.5".into()]);
+    let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+    let err = refused(&refs);
+    assert!(
+        err.contains("loss.lambda") && err.contains("0.1") && err.contains("0.5"),
+        "{err}"
+    );
+    assert!(
+        snapshot(&reference) == before,
+        "a refused resume changed the folder"
+    );
+}
+
+#[test]
+fn speaker_train_killed_and_resumed_is_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let corpus = d.join("corpus");
+    invar(&[
+        "synth",
+        "--out",
+        s(&corpus),
+        "--layout",
+        "elsdsr",
+        "--speakers",
+        "3",
+        "--utterances",
+        "5",
+        "--seed",
+        "4",
+    ]);
+    let args = |out: &Path| -> Vec<String> {
+        [
+            "speaker",
+            "train",
+            "--corpus",
+            s(&corpus),
+            "--config",
+            "logmel",
+            "--epochs",
+            "6",
+            "--seed",
+            "3",
+            "--out",
+            s(out),
+        ]
+        .iter()
+        .map(|x| x.to_string())
+        .collect()
+    };
+    let case = Case {
+        name: "speaker",
+        args: &args,
+        run: ".",
+        max_delay_ms: 300,
+    };
+    let reference = d.join("reference");
+    case.invar(&reference, &[]);
+    case.check_kill_and_resume(d, &reference);
+}
+
+#[test]
+fn speaker_train_refuses_an_unknown_test_speaker_before_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let corpus = d.join("corpus");
+    invar(&[
+        "synth",
+        "--out",
+        s(&corpus),
+        "--layout",
+        "elsdsr",
+        "--speakers",
+        "3",
+        "--utterances",
+        "4",
+        "--seed",
+        "4",
+    ]);
+    // Move one test utterance of a new speaker into the test split: ELSDSR names speakers by
+    // the first four letters of the file name.
+    let test = corpus.join("test");
+    let wav = std::fs::read_dir(&test)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x.eq_ignore_ascii_case("wav")))
+        .expect("a test wav");
+    std::fs::copy(&wav, test.join("MZZZ_Sr9.wav")).unwrap();
+    let out = d.join("run");
+    let started = Instant::now();
+    let err = refused(&[
+        "speaker",
+        "train",
+        "--corpus",
+        s(&corpus),
+        "--config",
+        "logmel",
+        "--epochs",
+        "50",
+        "--out",
+        s(&out),
+    ]);
+    assert!(err.contains("MZZZ"), "{err}");
+    assert!(
+        !out.join("checkpoints").exists(),
+        "training started before the speaker check"
+    );
+    eprintln!("refused in {:?}", started.elapsed());
+}
+
+fn supervector_input(d: &Path) -> (PathBuf, PathBuf) {
+    let (rows, cols, speakers) = (48, 16, 6);
+    let mut state = 12345u64;
+    let data: Vec<f32> = (0..rows * cols)
+        .map(|i| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let noise = ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5;
+            let speaker = (i / cols) % speakers;
+            ((speaker * 7 + i % cols) % 5) as f32 + noise
+        })
+        .collect();
+    let sv = d.join("sv.npy");
+    invar_io::write_npy(&sv, &invar_io::Matrix::new(rows, cols, data).unwrap()).unwrap();
+    let labels = d.join("speakers.txt");
+    let names: Vec<String> = (0..rows).map(|i| format!("s{}", i % speakers)).collect();
+    std::fs::write(&labels, names.join("\n") + "\n").unwrap();
+    (sv, labels)
+}
+
+#[test]
+fn supervector_train_killed_and_resumed_is_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (sv, labels) = supervector_input(d);
+    for all_rows in [false, true] {
+        let args = |out: &Path| -> Vec<String> {
+            let mut a: Vec<String> = [
+                "supervector",
+                "train",
+                "--matrix",
+                s(&sv),
+                "--labels",
+                s(&labels),
+                "--out",
+                s(out),
+                "--sizes",
+                "0,32,8,4",
+                "--epochs",
+                "40",
+                "--batch-size",
+                "4",
+                "--max-pairs-per-speaker",
+                "6",
+                "--noise",
+                "0.05",
+                "--seed",
+                "2",
+            ]
+            .iter()
+            .map(|x| x.to_string())
+            .collect();
+            if all_rows {
+                a.push("--all-rows".into());
+            }
+            a
+        };
+        let name = if all_rows {
+            "supervector-all-rows"
+        } else {
+            "supervector"
+        };
+        let case = Case {
+            name,
+            args: &args,
+            run: ".",
+            max_delay_ms: 200,
+        };
+        let reference = d.join(format!("{name}-reference"));
+        case.invar(&reference, &[]);
+        case.check_kill_and_resume(d, &reference);
+    }
+}
