@@ -17,9 +17,9 @@ mod error;
 mod extract;
 mod featureset;
 mod filter;
-mod frames;
 mod fsutil;
 mod kaldi;
+mod meta;
 mod librispeech;
 mod list;
 mod segments;
@@ -49,8 +49,9 @@ pub use featureset::{
     MANIFEST,
 };
 pub use filter::{utterance_samples, SpeakerFilter};
-pub use frames::FrameGeometry;
+pub use invar_io::FrameTiming;
 pub use kaldi::read_kaldi;
+pub use meta::{fnv1a, ManifestSeal, SetMeta, SetOrigin, SET_KEY};
 pub use librispeech::read_librispeech;
 pub use list::read_list;
 pub use segments::{parse_segments, parse_transcript, read_phn, read_txt, read_wrd, SegmentOrder};
