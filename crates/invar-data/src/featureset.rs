@@ -504,7 +504,11 @@ pub(crate) mod tests {
         assert_eq!((e.frames, e.dims, e.speaker.as_str()), (8, 3, "s1"));
         assert_eq!(set.load(e).unwrap(), mat(8, 3, 7.0));
         let mut written = set.config().unwrap();
-        let described = written.as_object_mut().unwrap().remove(crate::SET_KEY).unwrap();
+        let described = written
+            .as_object_mut()
+            .unwrap()
+            .remove(crate::SET_KEY)
+            .unwrap();
         assert_eq!(written, cfg, "the producer's config is kept as given");
         let meta: SetMeta = serde_json::from_value(described).unwrap();
         assert_eq!(set.meta(), Some(&meta));
@@ -589,6 +593,103 @@ pub(crate) mod tests {
         let got: Vec<_> = set.entries().iter().map(|e| e.id.as_str()).collect();
         assert_eq!(got, ids);
         assert_eq!(set.find("d").unwrap().frames, 4);
+    }
+
+    fn small_set(dir: &Path) {
+        let w =
+            FeatureSetWriter::create(dir, &serde_json::json!({"kind": "x"}), &origin()).unwrap();
+        for i in 0..4 {
+            w.write(&format!("u{i}"), "s", Split::Train, &mat(i + 1, 2, 0.0))
+                .unwrap();
+        }
+        w.finish().unwrap();
+    }
+
+    fn open_err(dir: &Path) -> String {
+        FeatureSet::open(dir).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn open_requires_the_sealed_description() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        small_set(d);
+        let set = FeatureSet::open(d).unwrap();
+        assert_eq!(set.meta().unwrap().manifest.rows, 4);
+        assert_eq!(set.origin(), origin());
+        let config = std::fs::read_to_string(d.join(CONFIG)).unwrap();
+        let manifest = std::fs::read_to_string(d.join(MANIFEST)).unwrap();
+
+        // A manifest cut at a line boundary: rows expected vs found, naming the manifest.
+        let cut: String = manifest.lines().take(3).map(|l| format!("{l}\n")).collect();
+        std::fs::write(d.join(MANIFEST), &cut).unwrap();
+        let e = FeatureSet::open(d).unwrap_err();
+        assert!(
+            matches!(&e, Error::Mismatch { path, expected, found, .. }
+                if path.ends_with(MANIFEST) && expected.starts_with("4 ") && found.starts_with("2:")),
+            "{e}"
+        );
+        // Same rows, other content: the checksum.
+        std::fs::write(d.join(MANIFEST), manifest.replace("\ts\t", "\tt\t")).unwrap();
+        assert!(open_err(d).contains("checksum"), "{}", open_err(d));
+        std::fs::write(d.join(MANIFEST), &manifest).unwrap();
+
+        // config.json missing, truncated, without "set", unsealed, or with other dims.
+        std::fs::remove_file(d.join(CONFIG)).unwrap();
+        let e = open_err(d);
+        assert!(e.contains(CONFIG) && e.contains("missing"), "{e}");
+        std::fs::write(d.join(CONFIG), &config[..config.len() / 2]).unwrap();
+        assert!(open_err(d).contains("not a complete JSON"));
+        let mut v: serde_json::Value = serde_json::from_str(&config).unwrap();
+        let described = v.as_object_mut().unwrap().remove(crate::SET_KEY).unwrap();
+        std::fs::write(d.join(CONFIG), v.to_string()).unwrap();
+        assert!(open_err(d).contains("older invar"));
+        let mut unsealed = described.clone();
+        unsealed.as_object_mut().unwrap().remove("manifest");
+        v[crate::SET_KEY] = unsealed;
+        std::fs::write(d.join(CONFIG), v.to_string()).unwrap();
+        assert!(open_err(d).contains("never sealed"));
+        let mut wide = described.clone();
+        wide["dims"] = serde_json::json!(3);
+        v[crate::SET_KEY] = wide;
+        std::fs::write(d.join(CONFIG), v.to_string()).unwrap();
+        assert!(open_err(d).contains("feature dimensions"));
+        v[crate::SET_KEY] = described;
+        std::fs::write(d.join(CONFIG), v.to_string()).unwrap();
+        assert_eq!(FeatureSet::open(d).unwrap().entries().len(), 4);
+    }
+
+    #[test]
+    fn writer_refuses_mixed_dims_and_merged_shards_are_sealed() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = FeatureSetWriter::create(dir.path(), &serde_json::json!({}), &origin()).unwrap();
+        w.write("a", "s", Split::Train, &mat(1, 2, 0.0)).unwrap();
+        w.write("b", "s", Split::Train, &mat(1, 3, 0.0)).unwrap();
+        assert!(matches!(w.finish(), Err(Error::Mismatch { .. })));
+
+        let dir = tempfile::tempdir().unwrap();
+        let shard = Shard::parse("1/2").unwrap();
+        let w =
+            FeatureSetWriter::create_shard(dir.path(), &serde_json::json!({}), &origin(), shard)
+                .unwrap();
+        w.write("a", "s", Split::Train, &mat(2, 2, 0.0)).unwrap();
+        w.finish().unwrap();
+        let cfg: serde_json::Value = invar_io::read_json(dir.path().join(CONFIG)).unwrap();
+        assert!(
+            cfg[crate::SET_KEY].get("manifest").is_none(),
+            "one shard: not sealed"
+        );
+        let shard = Shard::parse("2/2").unwrap();
+        let w =
+            FeatureSetWriter::create_shard(dir.path(), &serde_json::json!({}), &origin(), shard)
+                .unwrap();
+        w.write("b", "s", Split::Train, &mat(3, 2, 0.0)).unwrap();
+        w.finish().unwrap();
+        merge_shards(dir.path(), 2).unwrap().unwrap();
+        let set = FeatureSet::open(dir.path()).unwrap();
+        let meta = set.meta().unwrap();
+        assert_eq!((meta.manifest.rows, meta.dims), (2, 2));
+        assert_eq!(set.timing(), origin().timing);
     }
 
     #[test]

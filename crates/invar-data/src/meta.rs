@@ -238,7 +238,10 @@ pub(crate) fn read_sealed(dir: &Path, manifest_text: &[u8], rows: usize) -> Resu
         return Err(Error::Mismatch {
             path: manifest_path,
             what: "rows",
-            expected: format!("{} (sealed in {CONFIG} when the set was written)", meta.manifest.rows),
+            expected: format!(
+                "{} (sealed in {CONFIG} when the set was written)",
+                meta.manifest.rows
+            ),
             found: format!("{rows}: the manifest was cut or edited; {REWRITE}"),
         });
     }
@@ -248,7 +251,10 @@ pub(crate) fn read_sealed(dir: &Path, manifest_text: &[u8], rows: usize) -> Resu
             path: manifest_path,
             what: "content checksum (FNV-1a)",
             expected: format!("{} (sealed in {CONFIG})", meta.manifest.fnv1a),
-            found: format!("{}: the manifest was changed after it was written; {REWRITE}", found.fnv1a),
+            found: format!(
+                "{}: the manifest was changed after it was written; {REWRITE}",
+                found.fnv1a
+            ),
         });
     }
     Ok(meta)

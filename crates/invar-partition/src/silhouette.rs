@@ -7,7 +7,7 @@ use invar_ops::{Dtw, FrameDistance};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Partition, Posteriorgrams, Result, FrameTiming};
+use crate::{Error, FrameTiming, Partition, Posteriorgrams, Result};
 
 /// Which fragments take part and how they are compared.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -287,11 +287,13 @@ fn abx(
                     win_ms.or(own.map(|t| t.win_s * 1000.0)),
                 ) {
                     (Some(hop), Some(win)) => FrameTiming::from_ms(hop, win),
-                    _ => return Err(PyValueError::new_err(format!(
+                    _ => {
+                        return Err(PyValueError::new_err(format!(
                         "{}: these features record no frame timing (a Kaldi scp or a plain .npy \
                          folder): give hop_ms and win_ms",
                         set.dir().display()
-                    ))),
+                    )))
+                    }
                 }
             }
             AbxSource::Arrays(_) => match (hop_ms, win_ms) {

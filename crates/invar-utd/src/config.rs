@@ -150,7 +150,6 @@ impl Default for ClusterConfig {
     }
 }
 
-
 fn bad(field: &'static str, reason: impl Into<String>) -> Error {
     Error::Config {
         field,

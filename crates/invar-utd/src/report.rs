@@ -7,7 +7,7 @@ use std::path::Path;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::{Discovery, FragmentRef, Result, StageCounts, FrameTiming, UtteranceFeatures};
+use crate::{Discovery, FragmentRef, FrameTiming, Result, StageCounts, UtteranceFeatures};
 
 /// Classes in the ZRTools format (ids from 1), fragment files named by utterance id.
 pub fn to_classes(

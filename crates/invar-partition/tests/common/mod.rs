@@ -8,7 +8,7 @@
 use invar_data::{Class, Fragment};
 use invar_eval::{Item, ItemColumns, ItemFile};
 use invar_io::Matrix;
-use invar_partition::{Posteriorgrams, FrameTiming};
+use invar_partition::{FrameTiming, Posteriorgrams};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
