@@ -84,8 +84,9 @@ impl Shard {
 pub struct FeatureSet {
     dir: PathBuf,
     entries: Vec<FeatureEntry>,
-    /// `None` only for a set without an invar manifest (Kaldi scp, plain `.npy` folder).
-    meta: Option<SetMeta>,
+    /// `None` only for a set without an invar manifest (Kaldi scp, plain `.npy` folder). Boxed:
+    /// the front-end config is large and most code moves sets around by value.
+    meta: Option<Box<SetMeta>>,
 }
 
 impl FeatureSet {
@@ -120,14 +121,14 @@ impl FeatureSet {
         Ok(FeatureSet {
             dir,
             entries,
-            meta: Some(meta),
+            meta: Some(Box::new(meta)),
         })
     }
 
     /// The set's sealed description; `None` only for a set without an invar manifest (a Kaldi
     /// scp, a plain `.npy` folder), whose readers take timing from their flags.
     pub fn meta(&self) -> Option<&SetMeta> {
-        self.meta.as_ref()
+        self.meta.as_deref()
     }
 
     /// The frame timing the set records (`None`: see [`FeatureSet::meta`], or derived from such a
@@ -140,7 +141,7 @@ impl FeatureSet {
     pub fn origin(&self) -> SetOrigin {
         self.meta
             .as_ref()
-            .map_or_else(SetOrigin::unknown, SetMeta::origin)
+            .map_or_else(SetOrigin::unknown, |m| m.origin())
     }
 
     /// The folder the set lives in.
