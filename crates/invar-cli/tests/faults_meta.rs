@@ -246,4 +246,31 @@ fn posteriorgrams_carry_the_features_timing_into_eval_abx() {
         own, default,
         "10 ms frames pick other frames: {own} vs {default}"
     );
+
+    // `partition apply` on the posteriorgrams (a 4 → 2 model written by hand) keeps the timing too.
+    let part = dir.path().join("part");
+    std::fs::create_dir_all(&part).unwrap();
+    invar_io::write_npy(
+        part.join("W.npy"),
+        &invar_io::Matrix::new(4, 2, vec![1.0, 0.0, 0.0, 1.0, 0.5, 0.5, 0.2, 0.8]).unwrap(),
+    )
+    .unwrap();
+    let applied = dir.path().join("applied");
+    invar(&[
+        "partition",
+        "apply",
+        "--model",
+        s(&part),
+        "--posteriors",
+        s(&post),
+        "--out",
+        s(&applied),
+    ]);
+    let a = set(&applied);
+    assert_eq!(
+        a["timing"], f["timing"],
+        "partition outputs keep the timing: {a}"
+    );
+    assert_eq!(a["frontend"], f["frontend"]);
+    assert_eq!(a["dims"].as_u64(), Some(2), "{a}");
 }
