@@ -82,6 +82,28 @@ impl FrameTiming {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// `frames` keeps exactly the frames whose centre `k·hop + win/2` lies in `[onset, offset]`
+        /// (on a millisecond grid, away from the rounding slack).
+        #[test]
+        fn frames_match_the_centre_rule(hop in 1u32..40, win in 1u32..60, on in 0u32..500,
+                                        len in 0u32..300, n in 0usize..80) {
+            // Quarter-millisecond centres against whole-millisecond bounds never tie.
+            let t = FrameTiming::from_ms(f64::from(hop), f64::from(win) + 0.5);
+            let (onset, offset) = (f64::from(on) / 1000.0, f64::from(on + len) / 1000.0);
+            let want: Vec<usize> = (0..n)
+                .filter(|&k| {
+                    // 4·centre in ms: 4·k·hop + 2·(win + ½).
+                    let c4 = 4 * k as u64 * u64::from(hop) + 2 * u64::from(win) + 1;
+                    4 * u64::from(on) <= c4 && c4 <= 4 * u64::from(on + len)
+                })
+                .collect();
+            let got: Vec<usize> = t.frames(onset, offset, n).collect();
+            prop_assert_eq!(got, want);
+        }
+    }
 
     #[test]
     fn frame_selection_uses_centres() {
