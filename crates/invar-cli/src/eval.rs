@@ -63,11 +63,11 @@ pub struct AbxArgs {
     /// Frame distance: euclidean, cosine, angular, kl, symmetric-kl, js, sqrt-js, zero-one.
     #[arg(long, default_value = "angular")]
     pub distance: FrameDistance,
-    /// Frame shift in ms (default: the features' config.json `shift_ms`, else 10; required for
-    /// features without a config.json: a Kaldi scp or a plain .npy folder).
+    /// Frame shift in ms (default: the timing the feature set records; required for features
+    /// that record none: a Kaldi scp or a plain .npy folder, or a set derived from one).
     #[arg(long)]
     pub hop_ms: Option<f64>,
-    /// Frame length in ms (default: the features' config.json `length_ms`; required as --hop-ms).
+    /// Frame length in ms (default: the timing the feature set records; required as --hop-ms).
     #[arg(long)]
     pub win_ms: Option<f64>,
     /// Also write the results JSON here.
@@ -164,27 +164,43 @@ fn write_results<T: Serialize>(out: &Path, json: Option<&Path>, value: &T) -> an
     Ok(())
 }
 
+/// The frame timing for `eval abx`: the set's own (an invar set always records one, or was derived
+/// from a set that records none), the flags where the set has none; a flag that disagrees with the
+/// set's timing wins, with a warning.
+fn abx_timing(
+    set: &FeatureSet,
+    features: &Path,
+    hop_ms: Option<f64>,
+    win_ms: Option<f64>,
+) -> anyhow::Result<FrameTiming> {
+    let recorded = set.timing();
+    let pick = |flag: Option<f64>, own: Option<f64>, name: &str| match (flag, own) {
+        (Some(f), Some(o)) => {
+            if (f - o).abs() > 1e-9 {
+                tracing::warn!(
+                    "--{name} {f} overrides the {o} ms that {} records",
+                    features.display()
+                );
+            }
+            Ok(f)
+        }
+        (Some(f), None) | (None, Some(f)) => Ok(f),
+        (None, None) => Err(anyhow::anyhow!(
+            "{}: these features record no frame timing (a Kaldi scp, a plain .npy folder, or a \
+             set derived from one): give --{name}",
+            features.display()
+        )),
+    };
+    Ok(FrameTiming::from_ms(
+        pick(hop_ms, recorded.map(|t| t.hop_s * 1000.0), "hop-ms")?,
+        pick(win_ms, recorded.map(|t| t.win_s * 1000.0), "win-ms")?,
+    ))
+}
+
 fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
     let _out = crate::out_dir::claim(&args.out, "eval abx", args.force, false)?;
     let set = FeatureSet::open(&args.features)?;
-    // A set without config.json (a Kaldi scp, a plain .npy folder) says nothing of its frame
-    // timing: the flags must. An invar set keeps its old fallback (10 / 25 ms).
-    let described = set.config().is_ok();
-    let timing_ms = |flag: Option<f64>, key: &str, name: &str, fallback: f64| match flag
-        .or_else(|| set.config_number(key))
-    {
-        Some(v) => Ok(v),
-        None if described => Ok(fallback),
-        None => Err(anyhow::anyhow!(
-            "{}: these features carry no config.json, so no frame timing (a Kaldi scp or a \
-                 plain .npy folder): give --{name}",
-            args.features.display()
-        )),
-    };
-    let timing = FrameTiming {
-        hop_s: timing_ms(args.hop_ms, "shift_ms", "hop-ms", 10.0)? / 1000.0,
-        win_s: timing_ms(args.win_ms, "length_ms", "win-ms", 25.0)? / 1000.0,
-    };
+    let timing = abx_timing(&set, &args.features, args.hop_ms, args.win_ms)?;
     let items = invar_eval::read_items(&args.item)?;
     tracing::info!(
         "{} items; frames every {} ms, {} ms long",

@@ -451,7 +451,7 @@ pub(crate) fn per_utterance_as(
     what: &'static str,
     f: &(dyn Fn(&Matrix) -> anyhow::Result<Matrix> + Sync),
 ) -> anyhow::Result<(usize, usize, usize, bool)> {
-    let writer = FeatureSetWriter::create_as(out, config, shard, format)?;
+    let writer = FeatureSetWriter::create_as(out, config, &set.origin(), shard, format)?;
     let mine: Vec<&FeatureEntry> = set
         .entries()
         .iter()
@@ -599,8 +599,13 @@ pub(crate) mod tests {
             ((state >> 33) as f64 / (1u64 << 31) as f64) as f32
         };
         let phones: Vec<f32> = (0..6 * 4).map(|_| uniform() * 8.0 - 4.0).collect();
+        let origin = invar_data::SetOrigin {
+            timing: Some(invar_io::FrameTiming::default()),
+            frontend: None,
+        };
         let writer =
-            FeatureSetWriter::create(dir, &serde_json::json!({"synthetic": true})).unwrap();
+            FeatureSetWriter::create(dir, &serde_json::json!({"synthetic": true}), &origin)
+                .unwrap();
         for s in 0..speakers {
             let shift: Vec<f32> = (0..4).map(|_| uniform() * 2.0 - 1.0).collect();
             for u in 0..4 {

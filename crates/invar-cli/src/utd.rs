@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use anyhow::Context;
 use clap::Args;
 use invar_data::{FeatureSet, Layout};
-use invar_utd::{Cmvn, Timing, UtdConfig};
+use invar_utd::{Cmvn, UtdConfig};
 
 use crate::progress::Progress;
 
@@ -66,12 +66,7 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
         Some(path) => invar_io::read_json(path)?,
         None => {
             let mut cfg = UtdConfig::default();
-            if let Some(t) = set
-                .config()
-                .ok()
-                .as_ref()
-                .and_then(Timing::from_feature_config)
-            {
+            if let Some(t) = set.timing() {
                 cfg.timing = t;
             }
             cfg

@@ -265,16 +265,8 @@ fn read_utt2spk(path: &Path) -> Result<std::collections::HashMap<String, String>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::featureset::tests::{mat, origin};
     use crate::{FeatureSet, FeatureSetWriter, Shard};
-
-    fn mat(rows: usize, cols: usize, base: f32) -> Matrix {
-        Matrix::new(
-            rows,
-            cols,
-            (0..rows * cols).map(|i| base + i as f32).collect(),
-        )
-        .unwrap()
-    }
 
     #[test]
     fn kaldi_written_set_reads_back_through_manifest_and_scp() {
@@ -282,6 +274,7 @@ mod tests {
         let w = FeatureSetWriter::create_as(
             dir.path(),
             &serde_json::json!({}),
+            &origin(),
             Shard::ALL,
             FeatureFormat::Kaldi,
         )
@@ -337,6 +330,7 @@ mod tests {
             let w = FeatureSetWriter::create_as(
                 dir.path(),
                 &serde_json::json!({}),
+                &origin(),
                 shard,
                 FeatureFormat::Kaldi,
             )

@@ -74,6 +74,14 @@ pub enum Error {
     /// An id cannot be used as a file name.
     #[error("id {id:?} is not filesystem-safe: use letters, digits, '.', '_' and '-', not starting with '.'")]
     BadId { id: String },
+    /// A feature set's `config.json` does not describe it (missing, truncated, unsealed or written
+    /// by an older invar): its frame timing, dimensions and row count are never assumed.
+    #[error("{path}: {problem}; {fix}")]
+    Undescribed {
+        path: PathBuf,
+        problem: String,
+        fix: &'static str,
+    },
     /// Numbers that must agree do not (row counts, dimensions, label counts).
     #[error("{path}: {what}: expected {expected}, found {found}")]
     Mismatch {

@@ -81,7 +81,8 @@ pub fn extract_features(
         Ok(bytes) => serde_json::from_slice::<FeatureJob>(&bytes).ok().as_ref() == Some(job),
         Err(_) => false,
     };
-    let writer = FeatureSetWriter::create_as(out, &config, shard, job.format)?;
+    let origin = crate::SetOrigin::from_frontend(&job.frontend);
+    let writer = FeatureSetWriter::create_as(out, &config, &origin, shard, job.format)?;
     let mine: Vec<&Utterance> = utterances
         .iter()
         .enumerate()

@@ -1,6 +1,8 @@
 //! Feature sets on disk: `DIR/<id>.npy` (f32, frames × dims), `DIR/manifest.tsv`
 //! (`id speaker split path frames dims`, tab-separated, path relative to DIR) and `DIR/config.json`
-//! (what produced it). Written by `invar features` and every later per-utterance stage.
+//! (what produced it, and under `"set"` the set's own description: frame timing, front-end, dims
+//! and the manifest's sealed row count and checksum, see [`crate::meta`]). Written by
+//! `invar features` and every later per-utterance stage; derived sets carry their input's timing.
 //!
 //! Sharded runs (`--shard K/N`) write `manifest.K-of-N.tsv` instead; [`merge_shards`] joins them
 //! into `manifest.tsv` once all N are there.
@@ -12,6 +14,7 @@ use std::sync::Mutex;
 use invar_io::Matrix;
 
 use crate::backend::FeatureFormat;
+use crate::meta::{SetMeta, SetOrigin};
 use crate::text::{excerpt, numbered_lines, read_text};
 use crate::{check_id, Error, Result, Split};
 
@@ -81,19 +84,64 @@ impl Shard {
 pub struct FeatureSet {
     dir: PathBuf,
     entries: Vec<FeatureEntry>,
+    /// `None` only for a set without an invar manifest (Kaldi scp, plain `.npy` folder). Boxed:
+    /// the front-end config is large and most code moves sets around by value.
+    meta: Option<Box<SetMeta>>,
 }
 
 impl FeatureSet {
     /// Opens `dir` by reading its manifest (the matrices are loaded on demand). Without a manifest,
     /// also a Kaldi `scp` file, a folder with `feats.scp`, or a plain folder of `<id>.npy` files
     /// (see [`crate::backend`]).
+    ///
+    /// An invar set (one with a manifest) must carry its sealed description in `config.json`: a
+    /// missing or truncated file, a set never sealed, or a manifest whose row count or checksum
+    /// differs from the seal is an error naming the file.
     pub fn open(dir: impl AsRef<Path>) -> Result<FeatureSet> {
         if let Some((dir, entries)) = crate::backend::open_unindexed(dir.as_ref())? {
-            return Ok(FeatureSet { dir, entries });
+            return Ok(FeatureSet {
+                dir,
+                entries,
+                meta: None,
+            });
         }
         let dir = dir.as_ref().to_path_buf();
-        let entries = read_manifest(&dir.join(MANIFEST))?;
-        Ok(FeatureSet { dir, entries })
+        let path = dir.join(MANIFEST);
+        let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, "read", e))?;
+        let entries = parse_manifest(&path, &read_text(&path)?)?;
+        let meta = crate::meta::read_sealed(&dir, &bytes, entries.len())?;
+        if let Some(e) = entries.iter().find(|e| e.dims != meta.dims) {
+            return Err(Error::Mismatch {
+                path,
+                what: "feature dimensions",
+                expected: format!("{} (sealed in {CONFIG})", meta.dims),
+                found: format!("{} for {}", e.dims, e.id),
+            });
+        }
+        Ok(FeatureSet {
+            dir,
+            entries,
+            meta: Some(Box::new(meta)),
+        })
+    }
+
+    /// The set's sealed description; `None` only for a set without an invar manifest (a Kaldi
+    /// scp, a plain `.npy` folder), whose readers take timing from their flags.
+    pub fn meta(&self) -> Option<&SetMeta> {
+        self.meta.as_deref()
+    }
+
+    /// The frame timing the set records (`None`: see [`FeatureSet::meta`], or derived from such a
+    /// set).
+    pub fn timing(&self) -> Option<invar_io::FrameTiming> {
+        self.meta.as_ref().and_then(|m| m.timing)
+    }
+
+    /// What a set derived from this one records as its origin.
+    pub fn origin(&self) -> SetOrigin {
+        self.meta
+            .as_ref()
+            .map_or_else(SetOrigin::unknown, |m| m.origin())
     }
 
     /// The folder the set lives in.
@@ -134,39 +182,9 @@ impl FeatureSet {
         Ok(invar_io::read_json(self.dir.join(CONFIG))?)
     }
 
-    /// The first number under `key` anywhere in `config.json` (feature configs nest their frame
-    /// config, e.g. `frontend.frame.shift_ms`); `None` when the file is missing, unreadable or has
-    /// no such number. The one lookup `invar eval abx` and the Python package share.
-    pub fn config_number(&self, key: &str) -> Option<f64> {
-        fn find(v: &serde_json::Value, key: &str) -> Option<f64> {
-            match v {
-                serde_json::Value::Object(m) => m
-                    .get(key)
-                    .and_then(serde_json::Value::as_f64)
-                    .or_else(|| m.values().find_map(|x| find(x, key))),
-                serde_json::Value::Array(a) => a.iter().find_map(|x| find(x, key)),
-                _ => None,
-            }
-        }
-        find(&self.config().ok()?, key)
-    }
-
     /// Feature dimension shared by all entries, or an error naming the first entry that differs.
     pub fn dims(&self) -> Result<usize> {
-        let Some(first) = self.entries.first() else {
-            return Ok(0);
-        };
-        for e in &self.entries {
-            if e.dims != first.dims {
-                return Err(Error::Mismatch {
-                    path: self.dir.join(MANIFEST),
-                    what: "feature dimensions",
-                    expected: format!("{} (as {})", first.dims, first.id),
-                    found: format!("{} for {}", e.dims, e.id),
-                });
-            }
-        }
-        Ok(first.dims)
+        common_dims(&self.entries, &self.dir.join(MANIFEST))
     }
 }
 
@@ -176,14 +194,20 @@ impl FeatureSet {
 pub struct FeatureSetWriter {
     dir: PathBuf,
     shard: Shard,
+    origin: SetOrigin,
     entries: Mutex<Vec<FeatureEntry>>,
     kaldi: Option<crate::backend::KaldiOut>,
 }
 
 impl FeatureSetWriter {
-    /// Creates `dir` (and parents) and writes `config.json` there.
-    pub fn create(dir: impl AsRef<Path>, config_json: &serde_json::Value) -> Result<Self> {
-        Self::create_shard(dir, config_json, Shard::ALL)
+    /// Creates `dir` (and parents) and writes `config.json` there (`config_json`, a JSON object,
+    /// with `origin` recorded under `"set"`; [`FeatureSetWriter::finish`] seals it).
+    pub fn create(
+        dir: impl AsRef<Path>,
+        config_json: &serde_json::Value,
+        origin: &SetOrigin,
+    ) -> Result<Self> {
+        Self::create_shard(dir, config_json, origin, Shard::ALL)
     }
 
     /// As [`FeatureSetWriter::create`], for one shard of a sharded job: the manifest becomes
@@ -191,21 +215,24 @@ impl FeatureSetWriter {
     pub fn create_shard(
         dir: impl AsRef<Path>,
         config_json: &serde_json::Value,
+        origin: &SetOrigin,
         shard: Shard,
     ) -> Result<Self> {
-        Self::create_as(dir, config_json, shard, FeatureFormat::Npy)
+        Self::create_as(dir, config_json, origin, shard, FeatureFormat::Npy)
     }
 
     /// As [`FeatureSetWriter::create_shard`], storing the matrices in `format`.
     pub fn create_as(
         dir: impl AsRef<Path>,
         config_json: &serde_json::Value,
+        origin: &SetOrigin,
         shard: Shard,
         format: FeatureFormat,
     ) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
+        let config = crate::meta::with_origin(&dir, config_json, origin)?;
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, "create the folder", e))?;
-        invar_io::write_json(dir.join(CONFIG), config_json)?;
+        invar_io::write_json(dir.join(CONFIG), &config)?;
         let kaldi = match format {
             FeatureFormat::Npy => None,
             FeatureFormat::Kaldi => Some(crate::backend::KaldiOut::create(
@@ -216,6 +243,7 @@ impl FeatureSetWriter {
         Ok(FeatureSetWriter {
             dir,
             shard,
+            origin: origin.clone(),
             entries: Mutex::new(Vec::new()),
             kaldi,
         })
@@ -254,15 +282,20 @@ impl FeatureSetWriter {
         Ok(entry)
     }
 
-    /// Sorts the entries by id, refuses duplicates and writes the manifest atomically.
+    /// Sorts the entries by id, refuses duplicates and writes the manifest atomically; a whole
+    /// (unsharded) set is then sealed (see [`crate::meta`]).
     pub fn finish(self) -> Result<Vec<FeatureEntry>> {
         let mut entries = self.entries.into_inner().unwrap_or_else(|p| p.into_inner());
         entries.sort_by(|a, b| a.id.cmp(&b.id));
         check_unique(&entries, &self.dir)?;
+        let dims = common_dims(&entries, &self.dir)?;
         if let Some(k) = self.kaldi {
             k.finish(&self.dir)?;
         }
         write_manifest(&self.dir.join(self.shard.manifest_name()), &entries)?;
+        if self.shard.count == 1 {
+            crate::meta::seal(&self.dir, Some(&self.origin), dims, entries.len())?;
+        }
         Ok(entries)
     }
 }
@@ -281,8 +314,10 @@ pub fn merge_shards(dir: impl AsRef<Path>, count: usize) -> Result<Option<Vec<Fe
     }
     all.sort_by(|a, b| a.id.cmp(&b.id));
     check_unique(&all, dir)?;
+    let dims = common_dims(&all, dir)?;
     crate::backend::write_merged_scp(dir, &all)?;
     write_manifest(&dir.join(MANIFEST), &all)?;
+    crate::meta::seal(dir, None, dims, all.len())?;
     Ok(Some(all))
 }
 
@@ -297,6 +332,22 @@ fn check_unique(entries: &[FeatureEntry], dir: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The columns every entry has (0 for none), or an error naming the first that differs.
+fn common_dims(entries: &[FeatureEntry], dir: &Path) -> Result<usize> {
+    let Some(first) = entries.first() else {
+        return Ok(0);
+    };
+    match entries.iter().find(|e| e.dims != first.dims) {
+        None => Ok(first.dims),
+        Some(e) => Err(Error::Mismatch {
+            path: dir.to_path_buf(),
+            what: "feature dimensions",
+            expected: format!("{} (as {})", first.dims, first.id),
+            found: format!("{} for {}", e.dims, e.id),
+        }),
+    }
 }
 
 fn check_field(value: &str, what: &'static str, dir: &Path) -> Result<()> {
@@ -334,8 +385,11 @@ fn write_manifest(path: &Path, entries: &[FeatureEntry]) -> Result<()> {
 /// Reads and checks a manifest: the header, six fields per line, safe ids, relative paths that stay
 /// inside the folder, whole-number frames and dims.
 pub fn read_manifest(path: &Path) -> Result<Vec<FeatureEntry>> {
-    let text = read_text(path)?;
-    let mut lines = numbered_lines(&text);
+    parse_manifest(path, &read_text(path)?)
+}
+
+fn parse_manifest(path: &Path, text: &str) -> Result<Vec<FeatureEntry>> {
+    let mut lines = numbered_lines(text);
     match lines.next() {
         Some((_, h)) if h == HEADER => {}
         Some((n, h)) => {
@@ -405,11 +459,21 @@ pub fn read_manifest(path: &Path) -> Result<Vec<FeatureEntry>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use invar_io::FrameTiming;
     use rayon::prelude::*;
 
-    fn mat(rows: usize, cols: usize, base: f32) -> Matrix {
+    /// A 20 ms origin without a front-end, for sets made in tests.
+    pub(crate) fn origin() -> SetOrigin {
+        SetOrigin {
+            timing: Some(FrameTiming::from_ms(20.0, 20.0)),
+            frontend: None,
+        }
+    }
+
+    /// A `rows × cols` matrix counting up from `base`.
+    pub(crate) fn mat(rows: usize, cols: usize, base: f32) -> Matrix {
         Matrix::new(
             rows,
             cols,
@@ -422,7 +486,7 @@ mod tests {
     fn write_parallel_then_read_back() {
         let dir = tempfile::tempdir().unwrap();
         let cfg = serde_json::json!({"kind": "mfcc", "dims": 3});
-        let w = FeatureSetWriter::create(dir.path(), &cfg).unwrap();
+        let w = FeatureSetWriter::create(dir.path(), &cfg, &origin()).unwrap();
         (0..20usize).into_par_iter().for_each(|i| {
             w.write(
                 &format!("u{i:02}"),
@@ -440,7 +504,17 @@ mod tests {
         let e = set.find("u07").unwrap();
         assert_eq!((e.frames, e.dims, e.speaker.as_str()), (8, 3, "s1"));
         assert_eq!(set.load(e).unwrap(), mat(8, 3, 7.0));
-        assert_eq!(set.config().unwrap(), cfg);
+        let mut written = set.config().unwrap();
+        let described = written
+            .as_object_mut()
+            .unwrap()
+            .remove(crate::SET_KEY)
+            .unwrap();
+        assert_eq!(written, cfg, "the producer's config is kept as given");
+        let meta: SetMeta = serde_json::from_value(described).unwrap();
+        assert_eq!(set.meta(), Some(&meta));
+        assert_eq!((meta.dims, meta.manifest.rows), (3, 20));
+        assert_eq!(set.timing(), origin().timing);
         let manifest = std::fs::read_to_string(dir.path().join(MANIFEST)).unwrap();
         assert!(manifest.starts_with(
             "id\tspeaker\tsplit\tpath\tframes\tdims\nu00\ts0\ttrain\tu00.npy\t1\t3\n"
@@ -450,7 +524,7 @@ mod tests {
     #[test]
     fn load_checks_the_shape() {
         let dir = tempfile::tempdir().unwrap();
-        let w = FeatureSetWriter::create(dir.path(), &serde_json::json!({})).unwrap();
+        let w = FeatureSetWriter::create(dir.path(), &serde_json::json!({}), &origin()).unwrap();
         w.write("a", "s", Split::Test, &mat(2, 2, 0.0)).unwrap();
         w.finish().unwrap();
         invar_io::write_npy(dir.path().join("a.npy"), &mat(3, 2, 0.0)).unwrap();
@@ -464,7 +538,7 @@ mod tests {
     #[test]
     fn writer_refuses_bad_ids_and_duplicates() {
         let dir = tempfile::tempdir().unwrap();
-        let w = FeatureSetWriter::create(dir.path(), &serde_json::json!({})).unwrap();
+        let w = FeatureSetWriter::create(dir.path(), &serde_json::json!({}), &origin()).unwrap();
         assert!(w.write("../x", "s", Split::Train, &mat(1, 1, 0.0)).is_err());
         assert!(w.write("x", "a\tb", Split::Train, &mat(1, 1, 0.0)).is_err());
         w.write("x", "s", Split::Train, &mat(1, 1, 0.0)).unwrap();
@@ -508,7 +582,7 @@ mod tests {
         let ids = ["a", "b", "c", "d", "e"];
         for k in 1..=2 {
             let shard = Shard::parse(&format!("{k}/2")).unwrap();
-            let w = FeatureSetWriter::create_shard(dir.path(), &cfg, shard).unwrap();
+            let w = FeatureSetWriter::create_shard(dir.path(), &cfg, &origin(), shard).unwrap();
             for (i, id) in ids.iter().enumerate().filter(|(i, _)| shard.contains(*i)) {
                 w.write(id, "s", Split::Train, &mat(i + 1, 2, 0.0)).unwrap();
             }
@@ -520,6 +594,103 @@ mod tests {
         let got: Vec<_> = set.entries().iter().map(|e| e.id.as_str()).collect();
         assert_eq!(got, ids);
         assert_eq!(set.find("d").unwrap().frames, 4);
+    }
+
+    fn small_set(dir: &Path) {
+        let w =
+            FeatureSetWriter::create(dir, &serde_json::json!({"kind": "x"}), &origin()).unwrap();
+        for i in 0..4 {
+            w.write(&format!("u{i}"), "s", Split::Train, &mat(i + 1, 2, 0.0))
+                .unwrap();
+        }
+        w.finish().unwrap();
+    }
+
+    fn open_err(dir: &Path) -> String {
+        FeatureSet::open(dir).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn open_requires_the_sealed_description() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        small_set(d);
+        let set = FeatureSet::open(d).unwrap();
+        assert_eq!(set.meta().unwrap().manifest.rows, 4);
+        assert_eq!(set.origin(), origin());
+        let config = std::fs::read_to_string(d.join(CONFIG)).unwrap();
+        let manifest = std::fs::read_to_string(d.join(MANIFEST)).unwrap();
+
+        // A manifest cut at a line boundary: rows expected vs found, naming the manifest.
+        let cut: String = manifest.lines().take(3).map(|l| format!("{l}\n")).collect();
+        std::fs::write(d.join(MANIFEST), &cut).unwrap();
+        let e = FeatureSet::open(d).unwrap_err();
+        assert!(
+            matches!(&e, Error::Mismatch { path, expected, found, .. }
+                if path.ends_with(MANIFEST) && expected.starts_with("4 ") && found.starts_with("2:")),
+            "{e}"
+        );
+        // Same rows, other content: the checksum.
+        std::fs::write(d.join(MANIFEST), manifest.replace("\ts\t", "\tt\t")).unwrap();
+        assert!(open_err(d).contains("checksum"), "{}", open_err(d));
+        std::fs::write(d.join(MANIFEST), &manifest).unwrap();
+
+        // config.json missing, truncated, without "set", unsealed, or with other dims.
+        std::fs::remove_file(d.join(CONFIG)).unwrap();
+        let e = open_err(d);
+        assert!(e.contains(CONFIG) && e.contains("missing"), "{e}");
+        std::fs::write(d.join(CONFIG), &config[..config.len() / 2]).unwrap();
+        assert!(open_err(d).contains("not a complete JSON"));
+        let mut v: serde_json::Value = serde_json::from_str(&config).unwrap();
+        let described = v.as_object_mut().unwrap().remove(crate::SET_KEY).unwrap();
+        std::fs::write(d.join(CONFIG), v.to_string()).unwrap();
+        assert!(open_err(d).contains("older invar"));
+        let mut unsealed = described.clone();
+        unsealed.as_object_mut().unwrap().remove("manifest");
+        v[crate::SET_KEY] = unsealed;
+        std::fs::write(d.join(CONFIG), v.to_string()).unwrap();
+        assert!(open_err(d).contains("never sealed"));
+        let mut wide = described.clone();
+        wide["dims"] = serde_json::json!(3);
+        v[crate::SET_KEY] = wide;
+        std::fs::write(d.join(CONFIG), v.to_string()).unwrap();
+        assert!(open_err(d).contains("feature dimensions"));
+        v[crate::SET_KEY] = described;
+        std::fs::write(d.join(CONFIG), v.to_string()).unwrap();
+        assert_eq!(FeatureSet::open(d).unwrap().entries().len(), 4);
+    }
+
+    #[test]
+    fn writer_refuses_mixed_dims_and_merged_shards_are_sealed() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = FeatureSetWriter::create(dir.path(), &serde_json::json!({}), &origin()).unwrap();
+        w.write("a", "s", Split::Train, &mat(1, 2, 0.0)).unwrap();
+        w.write("b", "s", Split::Train, &mat(1, 3, 0.0)).unwrap();
+        assert!(matches!(w.finish(), Err(Error::Mismatch { .. })));
+
+        let dir = tempfile::tempdir().unwrap();
+        let shard = Shard::parse("1/2").unwrap();
+        let w =
+            FeatureSetWriter::create_shard(dir.path(), &serde_json::json!({}), &origin(), shard)
+                .unwrap();
+        w.write("a", "s", Split::Train, &mat(2, 2, 0.0)).unwrap();
+        w.finish().unwrap();
+        let cfg: serde_json::Value = invar_io::read_json(dir.path().join(CONFIG)).unwrap();
+        assert!(
+            cfg[crate::SET_KEY].get("manifest").is_none(),
+            "one shard: not sealed"
+        );
+        let shard = Shard::parse("2/2").unwrap();
+        let w =
+            FeatureSetWriter::create_shard(dir.path(), &serde_json::json!({}), &origin(), shard)
+                .unwrap();
+        w.write("b", "s", Split::Train, &mat(3, 2, 0.0)).unwrap();
+        w.finish().unwrap();
+        merge_shards(dir.path(), 2).unwrap().unwrap();
+        let set = FeatureSet::open(dir.path()).unwrap();
+        let meta = set.meta().unwrap();
+        assert_eq!((meta.manifest.rows, meta.dims), (2, 2));
+        assert_eq!(set.timing(), origin().timing);
     }
 
     #[test]

@@ -17,11 +17,11 @@ mod error;
 mod extract;
 mod featureset;
 mod filter;
-mod frames;
 mod fsutil;
 mod kaldi;
 mod librispeech;
 mod list;
+mod meta;
 mod segments;
 mod source;
 mod split;
@@ -49,10 +49,11 @@ pub use featureset::{
     MANIFEST,
 };
 pub use filter::{utterance_samples, SpeakerFilter};
-pub use frames::FrameGeometry;
+pub use invar_io::FrameTiming;
 pub use kaldi::read_kaldi;
 pub use librispeech::read_librispeech;
 pub use list::read_list;
+pub use meta::{fnv1a, ManifestSeal, SetMeta, SetOrigin, SET_KEY};
 pub use segments::{parse_segments, parse_transcript, read_phn, read_txt, read_wrd, SegmentOrder};
 pub use source::{probe_utterance, read_utterance_audio};
 pub use split::{assign_within_speaker, check_speaker_disjoint, within_speaker_split, SplitConfig};

@@ -1,5 +1,6 @@
 //! The configuration of method 000: nested serde structs with the paper's values as defaults.
 
+use invar_io::FrameTiming;
 use invar_ops::FrameDistance;
 use serde::{Deserialize, Serialize};
 
@@ -46,40 +47,6 @@ impl Default for LossConfig {
     }
 }
 
-/// How fragments map to frames: frame `i` covers `[i·hop, i·hop + win)` and belongs to a fragment when
-/// its centre lies inside it (invar-eval's ABX rule).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct TimingConfig {
-    pub hop_s: f64,
-    pub win_s: f64,
-}
-
-impl Default for TimingConfig {
-    fn default() -> Self {
-        Self {
-            hop_s: 0.010,
-            win_s: 0.025,
-        }
-    }
-}
-
-impl TimingConfig {
-    /// The frames `[start, end)` of a file with `n` frames whose centres lie in `[onset, offset]`.
-    pub fn frames(&self, onset: f64, offset: f64, n: usize) -> std::ops::Range<usize> {
-        const SLACK: f64 = 1e-6;
-        let half = self.win_s / 2.0;
-        let first = ((onset - half) / self.hop_s - SLACK).ceil().max(0.0);
-        let last = ((offset - half) / self.hop_s + SLACK).floor();
-        if last < first || last < 0.0 {
-            return 0..0;
-        }
-        let start = (first as usize).min(n);
-        let end = (last as usize).saturating_add(1).min(n);
-        start..end.max(start)
-    }
-}
-
 /// Building frame pairs from classes of fragments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -91,7 +58,7 @@ pub struct PairConfig {
     pub max_fragment_pairs_per_class: Option<usize>,
     /// Fragments shorter than this many frames are skipped.
     pub min_frames: usize,
-    pub timing: TimingConfig,
+    pub timing: FrameTiming,
 }
 
 impl Default for PairConfig {
@@ -100,7 +67,7 @@ impl Default for PairConfig {
             distance: FrameDistance::Euclidean,
             max_fragment_pairs_per_class: Some(100),
             min_frames: 3,
-            timing: TimingConfig::default(),
+            timing: FrameTiming::default(),
         }
     }
 }

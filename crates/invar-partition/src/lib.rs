@@ -16,8 +16,9 @@ mod posteriors;
 mod silhouette;
 mod train;
 
-pub use config::{LossConfig, ModelConfig, OptimConfig, PairConfig, PartitionConfig, TimingConfig};
+pub use config::{LossConfig, ModelConfig, OptimConfig, PairConfig, PartitionConfig};
 pub use error::{Error, Result};
+pub use invar_io::FrameTiming;
 pub use loss::{partition_loss, LossParts};
 pub use model::{project, weights, weights_f32, Mapping, Partition};
 pub use output::{

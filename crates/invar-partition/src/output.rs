@@ -110,7 +110,7 @@ pub fn apply_featureset(
         "outputs": p.outputs(),
         "outputs_in_use": p.mapping().outputs_in_use,
     });
-    let writer = FeatureSetWriter::create(out, &config)?;
+    let writer = FeatureSetWriter::create(out, &config, &input.origin())?;
     input
         .entries()
         .par_iter()

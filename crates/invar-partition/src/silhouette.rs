@@ -7,7 +7,7 @@ use invar_ops::{Dtw, FrameDistance};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Partition, Posteriorgrams, Result, TimingConfig};
+use crate::{Error, FrameTiming, Partition, Posteriorgrams, Result};
 
 /// Which fragments take part and how they are compared.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -18,7 +18,7 @@ pub struct SilhouetteConfig {
     /// The first this many usable fragments of each class (the cost is quadratic in fragments).
     pub max_fragments_per_class: usize,
     pub min_frames: usize,
-    pub timing: TimingConfig,
+    pub timing: FrameTiming,
 }
 
 impl Default for SilhouetteConfig {
@@ -27,7 +27,7 @@ impl Default for SilhouetteConfig {
             distance: FrameDistance::SymmetricKl,
             max_fragments_per_class: 20,
             min_frames: 3,
-            timing: TimingConfig::default(),
+            timing: FrameTiming::default(),
         }
     }
 }

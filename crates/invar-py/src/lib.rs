@@ -280,16 +280,22 @@ fn abx(
     // none, so their timing must be given: an assumed 10 ms would score 20 ms features wrongly.
     let timing =
         match &source {
-            AbxSource::Set(set) => FrameTiming {
-                hop_s: hop_ms
-                    .or_else(|| set.config_number("shift_ms"))
-                    .unwrap_or(10.0)
-                    / 1000.0,
-                win_s: win_ms
-                    .or_else(|| set.config_number("length_ms"))
-                    .unwrap_or(25.0)
-                    / 1000.0,
-            },
+            AbxSource::Set(set) => {
+                let own = set.timing();
+                match (
+                    hop_ms.or(own.map(|t| t.hop_s * 1000.0)),
+                    win_ms.or(own.map(|t| t.win_s * 1000.0)),
+                ) {
+                    (Some(hop), Some(win)) => FrameTiming::from_ms(hop, win),
+                    _ => {
+                        return Err(PyValueError::new_err(format!(
+                        "{}: these features record no frame timing (a Kaldi scp or a plain .npy \
+                         folder): give hop_ms and win_ms",
+                        set.dir().display()
+                    )))
+                    }
+                }
+            }
             AbxSource::Arrays(_) => match (hop_ms, win_ms) {
                 (Some(hop), Some(win)) => FrameTiming {
                     hop_s: hop / 1000.0,
@@ -462,7 +468,7 @@ fn verify(
 /// Where term discovery's features come from: a feature-set folder, or arrays by utterance id.
 fn utd_utterances(
     features: &Bound<'_, PyAny>,
-) -> PyResult<(Vec<invar_utd::UtteranceFeatures>, Option<invar_utd::Timing>)> {
+) -> PyResult<(Vec<invar_utd::UtteranceFeatures>, Option<FrameTiming>)> {
     if let Ok(dict) = features.downcast::<PyDict>() {
         let utts = dict_matrices(dict)?
             .into_iter()
@@ -476,11 +482,7 @@ fn utd_utterances(
             )
         })?;
         let set = FeatureSet::open(&dir).py()?;
-        let timing = set
-            .config()
-            .ok()
-            .as_ref()
-            .and_then(invar_utd::Timing::from_feature_config);
+        let timing = set.timing();
         Ok((invar_utd::load_featureset(&set).py()?, timing))
     }
 }

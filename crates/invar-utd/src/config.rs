@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use invar_io::FrameTiming;
+
 use crate::{Error, Result};
 
 /// All settings of a term-discovery run.
@@ -17,7 +19,7 @@ pub struct UtdConfig {
     pub refine: RefineConfig,
     pub cluster: ClusterConfig,
     /// Frame timing used to write fragment times in seconds.
-    pub timing: Timing,
+    pub timing: FrameTiming,
     /// Seed of the random hyperplanes and the bit permutations (default 0).
     pub seed: u64,
 }
@@ -148,48 +150,6 @@ impl Default for ClusterConfig {
     }
 }
 
-/// Frame `k` covers `[k·hop, k·hop + win)` seconds; fragment times are written from it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Timing {
-    pub hop_s: f64,
-    pub win_s: f64,
-}
-
-impl Default for Timing {
-    fn default() -> Self {
-        Self {
-            hop_s: 0.010,
-            win_s: 0.025,
-        }
-    }
-}
-
-impl Timing {
-    /// The timing in a feature set's `config.json` (`frontend.frame.shift_ms`, `length_ms`), if
-    /// it records one.
-    pub fn from_feature_config(config: &serde_json::Value) -> Option<Timing> {
-        let frame = config.get("frontend")?.get("frame")?;
-        let hop = frame.get("shift_ms")?.as_f64()?;
-        let win = frame.get("length_ms")?.as_f64()?;
-        (hop > 0.0 && win > 0.0).then(|| Timing {
-            hop_s: hop / 1000.0,
-            win_s: win / 1000.0,
-        })
-    }
-
-    /// Seconds `[start, end)` of frames `first..last` (the first frame's start to the last one's end).
-    pub fn seconds(&self, first: usize, last: usize) -> (f64, f64) {
-        let start = first as f64 * self.hop_s;
-        let end = if last > first {
-            (last - 1) as f64 * self.hop_s + self.win_s
-        } else {
-            start
-        };
-        (start, end)
-    }
-}
-
 fn bad(field: &'static str, reason: impl Into<String>) -> Error {
     Error::Config {
         field,
@@ -284,13 +244,5 @@ mod tests {
         let mut c = UtdConfig::default();
         c.refine.threshold = 1.5;
         assert!(c.validate().is_err());
-    }
-
-    #[test]
-    fn timing_by_hand() {
-        let t = Timing::default();
-        // Frames 10..20: 0.10 s to frame 19's end 0.19 + 0.025.
-        let (s, e) = t.seconds(10, 20);
-        assert!((s - 0.10).abs() < 1e-12 && (e - 0.215).abs() < 1e-12);
     }
 }

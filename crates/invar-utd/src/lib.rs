@@ -19,13 +19,14 @@ mod search;
 
 pub use cluster::cluster;
 pub use config::{
-    ClusterConfig, Cmvn, LineConfig, LshConfig, RefineConfig, SearchConfig, Timing, UtdConfig,
+    ClusterConfig, Cmvn, LineConfig, LshConfig, RefineConfig, SearchConfig, UtdConfig,
 };
 pub use discover::{
     discover, discover_with_progress, Discovery, FragmentPair, FragmentRef, Progress, StageCounts,
     UtteranceFeatures,
 };
 pub use error::{Error, Result};
+pub use invar_io::FrameTiming;
 pub use lsh::{hamming_cosine, max_hamming, Hyperplanes};
 pub use report::{
     gold_words, load_featureset, summarize, to_classes, write_outputs, GoldScores, GoldWord,

@@ -7,13 +7,13 @@ use std::path::Path;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::{Discovery, FragmentRef, Result, StageCounts, Timing, UtteranceFeatures};
+use crate::{Discovery, FragmentRef, FrameTiming, Result, StageCounts, UtteranceFeatures};
 
 /// Classes in the ZRTools format (ids from 1), fragment files named by utterance id.
 pub fn to_classes(
     discovery: &Discovery,
     utterances: &[UtteranceFeatures],
-    timing: &Timing,
+    timing: &FrameTiming,
 ) -> Vec<invar_data::Class> {
     discovery
         .classes
@@ -108,7 +108,7 @@ pub struct Summary {
 fn types_of(
     f: &FragmentRef,
     id: &str,
-    timing: &Timing,
+    timing: &FrameTiming,
     gold: &HashMap<String, Vec<GoldWord>>,
 ) -> Option<BTreeSet<String>> {
     let words = gold.get(id)?;
@@ -129,7 +129,7 @@ fn types_of(
 pub fn summarize(
     discovery: &Discovery,
     utterances: &[UtteranceFeatures],
-    timing: &Timing,
+    timing: &FrameTiming,
     gold: Option<&HashMap<String, Vec<GoldWord>>>,
 ) -> Summary {
     // Covered frames per utterance: union of class fragments.
@@ -192,7 +192,7 @@ pub fn summarize(
 fn score_gold(
     discovery: &Discovery,
     utterances: &[UtteranceFeatures],
-    timing: &Timing,
+    timing: &FrameTiming,
     gold: &HashMap<String, Vec<GoldWord>>,
 ) -> GoldScores {
     let types = |f: &FragmentRef| types_of(f, &utterances[f.utt].id, timing, gold);

@@ -6,63 +6,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
+pub use invar_io::FrameTiming;
 use invar_io::Matrix;
-use serde::{Deserialize, Serialize};
 
 use crate::item::{Item, ItemFile};
 use crate::{Error, Result};
-
-/// Frame timing of the features: frame `k` covers `[k·hop, k·hop + win)` seconds, its centre is at
-/// `k·hop + win/2`. An item keeps the frames whose centre lies in `[onset, offset]`.
-///
-/// The default is the ZeroSpeech / Kaldi convention (10 ms hop, 25 ms window). fastabx's convention
-/// (centre of frame `k` at `(k + ½)/frequency`) is `win_s = hop_s = 1/frequency`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct FrameTiming {
-    /// Seconds between frame starts.
-    pub hop_s: f64,
-    /// Window length in seconds.
-    pub win_s: f64,
-}
-
-impl Default for FrameTiming {
-    fn default() -> Self {
-        FrameTiming {
-            hop_s: 0.010,
-            win_s: 0.025,
-        }
-    }
-}
-
-impl FrameTiming {
-    /// Checks that hop and window are positive and finite.
-    pub fn validate(&self) -> Result<()> {
-        if !(self.hop_s.is_finite() && self.hop_s > 0.0) {
-            return Err(Error::config("timing.hop_s", self.hop_s, "must be > 0"));
-        }
-        if !(self.win_s.is_finite() && self.win_s > 0.0) {
-            return Err(Error::config("timing.win_s", self.win_s, "must be > 0"));
-        }
-        Ok(())
-    }
-
-    /// The frames of a file with `n_frames` frames whose centre lies in `[onset, offset]` (possibly empty).
-    pub fn frames(&self, onset: f64, offset: f64, n_frames: usize) -> Range<usize> {
-        // A millionth of a frame of slack, so that a boundary written in decimal seconds that falls
-        // exactly on a centre is kept on both sides despite rounding.
-        const SLACK: f64 = 1e-6;
-        let half = self.win_s / 2.0;
-        let first = ((onset - half) / self.hop_s - SLACK).ceil().max(0.0);
-        let last = ((offset - half) / self.hop_s + SLACK).floor();
-        if last < first || last < 0.0 {
-            return 0..0;
-        }
-        let start = (first as usize).min(n_frames);
-        let end = ((last as usize).saturating_add(1)).min(n_frames);
-        start..end.max(start)
-    }
-}
 
 /// One item with frames, as indices into the dataset's label tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,7 +68,7 @@ impl AbxDataset {
         timing: &FrameTiming,
         mut load: impl FnMut(&str) -> Result<Matrix>,
     ) -> Result<AbxDataset> {
-        timing.validate()?;
+        super::check_timing(timing)?;
         let contexts_of: Vec<String> = items.items.iter().map(ItemFile::context_key).collect();
         let (phones, phone_ix) = intern(items.items.iter().map(|i| i.phone.as_str()));
         let (speakers, speaker_ix) = intern(items.items.iter().map(|i| i.speaker.as_str()));
@@ -247,25 +195,6 @@ mod tests {
     use super::*;
     use crate::item::parse_items;
     use std::path::Path;
-
-    #[test]
-    fn frame_selection_uses_centres() {
-        let t = FrameTiming::default();
-        // Centres at 12.5, 22.5, 32.5, 42.5 ms ... (k·10 + 12.5 ms).
-        assert_eq!(t.frames(0.0, 0.0325, 100), 0..3); // 12.5, 22.5, 32.5 (boundary kept)
-        assert_eq!(t.frames(0.0126, 0.0424, 100), 1..3); // 22.5, 32.5
-        assert_eq!(t.frames(0.0225, 0.0225, 100), 1..2); // exactly one centre
-        assert_eq!(t.frames(0.013, 0.020, 100), 0..0); // between centres: nothing
-        assert_eq!(t.frames(0.5, 0.9, 10), 10..10); // past the end of the file
-        assert_eq!(t.frames(0.0, 1.0, 5), 0..5); // clipped to the file
-                                                 // fastabx at 50 Hz: centres at (k + ½)·20 ms.
-        let f = FrameTiming {
-            hop_s: 0.02,
-            win_s: 0.02,
-        };
-        // Same as fastabx's start = ceil(0.05·50 − ½) = 2, end = floor(0.11·50 − ½) + 1 = 6.
-        assert_eq!(f.frames(0.05, 0.11, 100), 2..6); // centres 50, 70, 90, 110 ms
-    }
 
     #[test]
     fn build_sorts_items_into_contiguous_blocks() -> Result<()> {

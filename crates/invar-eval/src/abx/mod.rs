@@ -80,7 +80,19 @@ impl Default for AbxConfig {
 impl AbxConfig {
     /// Checks the frame timing.
     pub fn validate(&self) -> Result<()> {
-        self.timing.validate()
+        check_timing(&self.timing)
+    }
+}
+
+/// Checks that hop and window are positive and finite.
+pub(crate) fn check_timing(timing: &FrameTiming) -> Result<()> {
+    match timing.invalid_field() {
+        Some((field, value)) => Err(Error::config(
+            format!("timing.{field}"),
+            value,
+            "must be > 0",
+        )),
+        None => Ok(()),
     }
 }
 

@@ -8,7 +8,7 @@
 use invar_data::{Class, Fragment};
 use invar_eval::{Item, ItemColumns, ItemFile};
 use invar_io::Matrix;
-use invar_partition::{Posteriorgrams, TimingConfig};
+use invar_partition::{FrameTiming, Posteriorgrams};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -25,8 +25,8 @@ pub struct Corpus {
     pub word_runs: Vec<Vec<(usize, usize, usize)>>,
 }
 
-pub fn timing() -> TimingConfig {
-    TimingConfig {
+pub fn timing() -> FrameTiming {
+    FrameTiming {
         hop_s: HOP,
         win_s: WIN,
     }
