@@ -14,7 +14,9 @@ use rand::SeedableRng;
 
 fn seed_step(c: &mut Criterion) {
     let device = Device::Cpu;
-    let config = SupervectorConfig::default();
+    // The seed's widths: the default's input width (0, "from the data") resolved to 9216.
+    let mut config = SupervectorConfig::default();
+    invar_supervector::resolve_sizes(&mut config, 9216).unwrap();
     let (model, varmap) = TiedAutoencoder::seeded(&config.model, 0, &device).unwrap();
     let mut opt = Optimizer::new(&varmap, OptimizerConfig::Adam(AdamConfig::default())).unwrap();
     let batch = PairBatch {
