@@ -2,7 +2,8 @@
 //! data directory with `segments` give the same features as the same samples in WAV; `wav.scp`
 //! pipes run only with `--allow-pipes`; a list with an id column (plain or SpeechBrain CSV) keeps the
 //! corpus's own ids, so its own `.item` file works; a VoxCeleb folder of M4A and its trial list come
-//! in through `corpus info`, `features`, `gmm train` and `eval verify`.
+//! in through `corpus info`, `features`, `gmm train` and `eval verify`; the LibriSpeech and Kaldi sets
+//! go on through `gmm train`, `gmm posteriors` and `eval abx` with `.item` files naming their own ids.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
@@ -53,6 +54,69 @@ fn info(layout: &str, path: &Path, extra: &[&str]) -> String {
     std::fs::read_to_string(json_path).unwrap()
 }
 
+/// The rest of the pipeline on a layout's feature set: a UBM, its posteriorgrams, and ABX within
+/// speaker from an `.item` file naming the corpus's own ids (`(id, speaker, seconds)`: each
+/// utterance cut into alternating 0.1 s items of two phones). Returns the ABX error.
+fn gmm_and_abx(d: &Path, set: &Path, utterances: &[(&str, &str, f64)]) -> f64 {
+    let name = set.file_name().unwrap().to_string_lossy().into_owned();
+    let ubm = d.join(format!("{name}-ubm"));
+    let post = d.join(format!("{name}-post"));
+    invar(&[
+        "gmm",
+        "train",
+        "--features",
+        s(set),
+        "--out",
+        s(&ubm),
+        "--components",
+        "2",
+        "--iters",
+        "2",
+    ]);
+    invar(&[
+        "gmm",
+        "posteriors",
+        "--ubm",
+        s(&ubm.join("ubm.safetensors")),
+        "--features",
+        s(set),
+        "--out",
+        s(&post),
+    ]);
+    let mut item = String::from("#file onset offset #phone prev next speaker\n");
+    for (id, speaker, seconds) in utterances {
+        let n = (seconds / 0.1).round() as usize;
+        for k in 0..n.saturating_sub(1) {
+            let phone = if k % 2 == 0 { "a" } else { "b" };
+            item.push_str(&format!(
+                "{id} {:.1} {:.1} {phone} x y {speaker}\n",
+                k as f64 * 0.1,
+                (k + 1) as f64 * 0.1
+            ));
+        }
+    }
+    let item_path = d.join(format!("{name}.item"));
+    write(&item_path, &item);
+    let abx = d.join(format!("{name}-abx"));
+    invar(&[
+        "eval",
+        "abx",
+        "--item",
+        s(&item_path),
+        "--features",
+        s(&post),
+        "--out",
+        s(&abx),
+        "--mode",
+        "within",
+        "--distance",
+        "symmetric-kl",
+    ]);
+    json(&abx.join("results.json"))[0]["error"]
+        .as_f64()
+        .unwrap()
+}
+
 #[test]
 fn librispeech_flac_gives_the_features_of_the_same_wav() {
     let dir = tempfile::tempdir().unwrap();
@@ -81,6 +145,8 @@ fn librispeech_flac_gives_the_features_of_the_same_wav() {
         manifest.contains("19-198-0001") && manifest.contains("\t19"),
         "{manifest}"
     );
+    let e = gmm_and_abx(d, &d.join("f-flac"), &[("19-198-0001", "19", 1.0)]);
+    assert!((0.0..=1.0).contains(&e), "{e}");
 }
 
 #[test]
@@ -118,6 +184,12 @@ fn kaldi_segments_and_pipes_give_the_features_of_the_cut_wavs() {
             "{id}"
         );
     }
+    let e = gmm_and_abx(
+        d,
+        &d.join("f-kaldi"),
+        &[("u1", "s1", 0.5), ("u2", "s2", 0.5)],
+    );
+    assert!((0.0..=1.0).contains(&e), "{e}");
 
     // A pipe entry: refused (naming the file, the line and the flag) unless --allow-pipes. A pipe
     // has no header to read the length from, so `-1` (to the end) is refused there: give the end.
