@@ -60,9 +60,11 @@ pub struct AbxArgs {
     /// zs2015 (summed DTW, talkers then contexts) or fastabx (DTW ÷ path length, contexts then talkers).
     #[arg(long, default_value = "zs2015")]
     pub convention: Convention,
-    /// Frame distance: euclidean, cosine, angular, kl, symmetric-kl, js, sqrt-js, zero-one.
-    #[arg(long, default_value = "angular")]
-    pub distance: FrameDistance,
+    /// Frame distance: euclidean, cosine, angular, kl, symmetric-kl, js, sqrt-js, zero-one
+    /// [default: symmetric-kl when every frame is a probability vector (posteriorgrams), angular
+    /// otherwise; the table and results say which]
+    #[arg(long)]
+    pub distance: Option<FrameDistance>,
     /// Frame shift in ms (default: the timing the feature set records; required for features
     /// that record none: a Kaldi scp or a plain .npy folder, or a set derived from one).
     #[arg(long)]
@@ -230,6 +232,14 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
             ds.empty_items[0]
         );
     }
+    let distance = match args.distance {
+        Some(d) => d,
+        None => {
+            let (d, why) = abx::default_distance(&ds);
+            tracing::info!("distance {d}: {why} (give --distance to choose)");
+            d
+        }
+    };
     let modes = match args.mode {
         ModeArg::Within => vec![AbxMode::Within],
         ModeArg::Across => vec![AbxMode::Across],
@@ -240,7 +250,7 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
         let config = AbxConfig {
             mode,
             convention: args.convention,
-            distance: args.distance,
+            distance,
             timing,
         };
         let progress = Progress::new(abx::units(&ds, mode).len() as u64, "ABX units");
@@ -252,10 +262,18 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
         args.out.join("config.json"),
         &serde_json::json!({
             "stage": "eval abx", "item": args.item, "features": args.features,
-            "convention": args.convention, "distance": args.distance, "timing": timing,
+            "convention": args.convention, "distance": distance, "timing": timing,
         }),
     )?;
-    println!("ABX ({}, {} distance)", args.convention, args.distance);
+    let chosen = if args.distance.is_none() {
+        ", by default"
+    } else {
+        ""
+    };
+    println!(
+        "ABX ({} convention, {distance} distance{chosen})",
+        args.convention
+    );
     println!(
         "{:<8} {:>9} {:>8} {:>12} {:>7}",
         "mode", "error %", "cells", "triplets", "items"

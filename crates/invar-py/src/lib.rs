@@ -248,19 +248,19 @@ enum AbxSource {
 
 /// ABX error as `invar eval abx` computes it; returns the results JSON (one result per mode).
 #[pyfunction]
-#[pyo3(signature = (features, item, distance="angular", convention="zs2015", mode="both", hop_ms=None, win_ms=None, progress=false))]
+#[pyo3(signature = (features, item, distance=None, convention="zs2015", mode="both", hop_ms=None, win_ms=None, progress=false))]
 fn abx(
     py: Python<'_>,
     features: &Bound<'_, PyAny>,
     item: PathBuf,
-    distance: &str,
+    distance: Option<&str>,
     convention: &str,
     mode: &str,
     hop_ms: Option<f64>,
     win_ms: Option<f64>,
     progress: bool,
 ) -> PyResult<String> {
-    let distance: FrameDistance = parse("distance", distance)?;
+    let distance: Option<FrameDistance> = distance.map(|d| parse("distance", d)).transpose()?;
     let convention: Convention = parse("convention", convention)?;
     let modes = match mode {
         "both" => vec![AbxMode::Within, AbxMode::Across],
@@ -335,6 +335,8 @@ fn abx(
                         }
                     }),
                 })?;
+            // As `invar eval abx` without --distance: chosen from the frames.
+            let distance = distance.unwrap_or_else(|| abx_lib::default_distance(&ds).0);
             let mut results = Vec::new();
             for mode in modes {
                 let config = AbxConfig {

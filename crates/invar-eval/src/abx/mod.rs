@@ -96,6 +96,33 @@ pub(crate) fn check_timing(timing: &FrameTiming) -> Result<()> {
     }
 }
 
+/// The distance `eval abx` uses when none is given, and why: ABXpy's smoothed symmetric KL when every
+/// frame an item covers is a probability vector (non-negative, summing to 1 within 1e-3: a
+/// posteriorgram, soft or hard), ZeroSpeech's angular distance otherwise (features).
+pub fn default_distance(ds: &AbxDataset) -> (FrameDistance, &'static str) {
+    let dim = ds.dim.max(1);
+    let distribution = |row: &[f32]| {
+        row.iter().all(|&v| v >= 0.0)
+            && (row.iter().map(|&v| f64::from(v)).sum::<f64>() - 1.0).abs() <= 1e-3
+    };
+    let all = ds.items.iter().all(|item| {
+        ds.frames
+            .get(item.start * dim..(item.start + item.len) * dim)
+            .is_some_and(|rows| rows.chunks_exact(dim).all(distribution))
+    });
+    if all && !ds.items.is_empty() {
+        (
+            FrameDistance::SymmetricKl,
+            "every frame is a probability vector (posteriorgrams)",
+        )
+    } else {
+        (
+            FrameDistance::Angular,
+            "the frames are features, not probability vectors",
+        )
+    }
+}
+
 /// Refuses frames outside the distance's domain, which would otherwise score at chance with no
 /// error: plain `kl` is `+inf` wherever the second frame has a 0 (a third of GMM posteriors are
 /// exactly 0), so every comparison ties; the divergences need non-negative frames.

@@ -222,7 +222,7 @@ class IvectorExtractor:
 def abx(
     features: Union[Mapping[str, np.ndarray], PathLike],
     item: PathLike,
-    distance: str = "angular",
+    distance: Optional[str] = None,
     convention: str = "zs2015",
     mode: str = "both",
     hop_ms: Optional[float] = None,
@@ -232,8 +232,10 @@ def abx(
     """ABX error from a ZeroSpeech ``.item`` file, as ``invar eval abx`` computes it.
 
     ``features`` is a dict of file id → frames × dims array, or a feature-set folder. ``mode`` is
-    ``within``, ``across`` or ``both``. For a folder, frame timing defaults to the feature
-    set's config (as the CLI: else 10 ms / 25 ms); a dict of arrays carries none, so ``hop_ms`` and
+    ``within``, ``across`` or ``both``. ``distance`` defaults as the CLI's does: ``symmetric-kl``
+    when every frame is a probability vector (posteriorgrams), ``angular`` otherwise; each result
+    names the distance used. For a folder, frame timing comes from the feature set's
+    description (a set that records none needs ``hop_ms``/``win_ms``); a dict of arrays carries none, so ``hop_ms`` and
     ``win_ms`` are required (``ValueError`` otherwise). Returns one result per mode: ``error``, ``pairs`` (per phone pair),
     ``cell_scores``, ``cells``, ``triplets``, ``items``, … as the CLI's ``results.json``.
     """

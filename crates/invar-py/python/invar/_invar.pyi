@@ -22,7 +22,7 @@ def read_corpus(path: str, layout: str) -> str:
 def abx(
     features: Any,
     item: str,
-    distance: str = "angular",
+    distance: Optional[str] = None,
     convention: str = "zs2015",
     mode: str = "both",
     hop_ms: Optional[float] = None,
