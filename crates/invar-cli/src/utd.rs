@@ -25,24 +25,43 @@ pub struct UtdArgs {
     /// OUT.config.json.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// Configuration as JSON (a `UtdConfig`; missing fields take the defaults).
+    /// Configuration, TOML or JSON (`*.json`): a `UtdConfig`, missing fields taking the defaults;
+    /// the flags below override it. Frame timing always comes from the feature set.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Per-utterance normalisation: mean-variance, mean or off.
+    /// Per-utterance normalisation: mean-variance, mean or off [default: mean-variance]
     #[arg(long)]
     pub cmvn: Option<String>,
-    /// Also search within utterances.
+    /// Also search within utterances (frame pairs at least --min-gap apart)
     #[arg(long)]
     pub within: bool,
-    /// Cosine similarity a frame pair needs to enter the similarity matrix (search.threshold).
+    /// Signature bits of the random-hyperplane LSH, 1 to 64 (lsh.bits) [default: 64]
+    #[arg(long)]
+    pub bits: Option<usize>,
+    /// Random bit permutations, each sorting all frames once (search.permutations) [default: 8]
+    #[arg(long)]
+    pub permutations: Option<usize>,
+    /// Neighbours in sorted order each frame is compared with, per permutation (search.beam)
+    /// [default: 24]
+    #[arg(long)]
+    pub beam: Option<usize>,
+    /// Cosine similarity a frame pair needs to enter the similarity matrix (search.threshold)
+    /// [default: 0.5]
     #[arg(long)]
     pub frame_threshold: Option<f32>,
-    /// Mean cosine similarity a refined fragment pair needs (refine.threshold).
+    /// Smallest frame distance of a within-utterance pair (search.min_gap) [default: 50]
+    #[arg(long)]
+    pub min_gap: Option<usize>,
+    /// Mean cosine similarity a refined fragment pair needs (refine.threshold) [default: 0.75]
     #[arg(long)]
     pub pair_threshold: Option<f32>,
-    /// Shortest fragment in frames (refine.min_frames).
+    /// Shortest fragment in frames (refine.min_frames) [default: 25]
     #[arg(long)]
     pub min_frames: Option<usize>,
+    /// Longest fragment in frames (refine.max_frames) [default: 300]
+    #[arg(long)]
+    pub max_frames: Option<usize>,
+    /// Seed of the LSH hyperplanes and permutations [default: 0]
     #[arg(long)]
     pub seed: Option<u64>,
     /// Corpus with word alignments, to score pair precision, word types covered and purity.
@@ -63,15 +82,33 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
     let set = FeatureSet::open(&args.features)
         .with_context(|| format!("opening feature set {}", args.features.display()))?;
     let mut cfg: UtdConfig = match &args.config {
-        Some(path) => invar_io::read_json(path)?,
-        None => {
-            let mut cfg = UtdConfig::default();
-            if let Some(t) = set.timing() {
-                cfg.timing = t;
-            }
-            cfg
-        }
+        Some(path) => crate::config_file::read(path)?,
+        None => UtdConfig::default(),
     };
+    // The frames' timing is the set's; a config file may not contradict it.
+    if let Some(t) = set.timing() {
+        let given = match &args.config {
+            Some(path) => crate::config_file::read::<serde_json::Value>(path)?
+                .get("timing")
+                .is_some(),
+            None => false,
+        };
+        anyhow::ensure!(
+            !given || cfg.timing == t,
+            "{}: its timing ({} ms step, {} ms window) contradicts the feature set's ({} ms, {} \
+             ms, from {}); leave timing out of the config",
+            args.config
+                .as_deref()
+                .unwrap_or(std::path::Path::new("--config"))
+                .display(),
+            cfg.timing.hop_s * 1000.0,
+            cfg.timing.win_s * 1000.0,
+            t.hop_s * 1000.0,
+            t.win_s * 1000.0,
+            args.features.display()
+        );
+        cfg.timing = t;
+    }
     if let Some(c) = &args.cmvn {
         cfg.cmvn = match c.as_str() {
             "mean-variance" => Cmvn::MeanVariance,
@@ -81,6 +118,21 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
         };
     }
     cfg.search.within |= args.within;
+    if let Some(v) = args.bits {
+        cfg.lsh.bits = v;
+    }
+    if let Some(v) = args.permutations {
+        cfg.search.permutations = v;
+    }
+    if let Some(v) = args.beam {
+        cfg.search.beam = v;
+    }
+    if let Some(v) = args.min_gap {
+        cfg.search.min_gap = v;
+    }
+    if let Some(v) = args.max_frames {
+        cfg.refine.max_frames = v;
+    }
     if let Some(v) = args.frame_threshold {
         cfg.search.threshold = v;
     }

@@ -1,0 +1,77 @@
+//! `invar utd` (issue 21): its search settings as flags, recorded in the resolved config, and the
+//! frame timing always the feature set's, even with a config file (which used to reset it to 10 ms).
+
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+mod common;
+
+use common::{invar, json, refused, s, synth, write};
+
+#[test]
+fn timing_comes_from_the_set_and_search_settings_are_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let corpus = synth(&d.join("corpus"), 2, 3, 8);
+    let f = d.join("f20");
+    invar(&[
+        "features",
+        "--layout",
+        "timit",
+        s(&corpus),
+        "--kind",
+        "mfcc",
+        "--out",
+        s(&f),
+        "--frame-shift-ms",
+        "20",
+    ]);
+    let utd = |out: &str, extra: &[&str]| {
+        let mut args = vec!["utd", "--features", s(&f), "--out"];
+        let path = d.join(out);
+        args.push(s(&path));
+        args.extend_from_slice(extra);
+        invar(&args);
+        (
+            std::fs::read_to_string(&path).unwrap(),
+            json(&path.with_extension("config.json")),
+        )
+    };
+    let flags = [
+        "--bits",
+        "32",
+        "--permutations",
+        "4",
+        "--beam",
+        "16",
+        "--min-frames",
+        "10",
+    ];
+    let (classes, cfg) = utd("plain.txt", &flags);
+    assert_eq!(cfg["timing"]["hop_s"], 0.02, "{cfg}");
+    assert_eq!(cfg["lsh"]["bits"], 32);
+    assert_eq!(cfg["search"]["permutations"], 4);
+    assert_eq!(cfg["search"]["beam"], 16);
+    // A config file without timing: the same classes, still at 20 ms.
+    let toml = d.join("utd.toml");
+    write(&toml, "seed = 0\n[refine]\nmin_frames = 10\n");
+    let mut with_file = flags.to_vec();
+    with_file.extend_from_slice(&["--config", s(&toml)]);
+    let (again, cfg2) = utd("file.txt", &with_file);
+    assert_eq!(cfg2["timing"], cfg["timing"]);
+    assert_eq!(again, classes);
+    // A config file that contradicts the set's timing is refused.
+    write(&toml, "[timing]\nhop_s = 0.01\nwin_s = 0.025\n");
+    let err = refused(&[
+        "utd",
+        "--features",
+        s(&f),
+        "--out",
+        s(&d.join("bad.txt")),
+        "--config",
+        s(&toml),
+    ]);
+    assert!(
+        err.contains("utd.toml") && err.contains("contradicts"),
+        "{err}"
+    );
+}
