@@ -172,6 +172,12 @@ impl TrainStep<ChunkBatch> for CnnStep<'_> {
             ("r".to_string(), s.r),
         ]))
     }
+
+    /// Chunk accuracy on the validation chunks; chance is one over the speakers.
+    fn chance(&self) -> Option<(&'static str, f64)> {
+        self.validation?;
+        Some(("val_acc", 1.0 / self.model.classes().max(1) as f64))
+    }
 }
 
 /// A fresh varmap and network for `chunks`' shape.

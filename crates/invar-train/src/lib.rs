@@ -34,6 +34,7 @@ pub use optim::{
 };
 pub use plot::plot_curves;
 pub use trainer::{
-    divergence, resume_differences, BatchSource, Divergence, StepContext, StepOutput, TrainStep,
-    TrainSummary, Trainer, DIVERGENCE_FACTOR, RESUME_MAY_CHANGE,
+    collapse, divergence, resume_differences, BatchSource, Collapse, Divergence, StepContext,
+    StepOutput, TrainStep, TrainSummary, Trainer, CHANCE_FACTOR, DIVERGENCE_FACTOR, LEARNED_FACTOR,
+    RESUME_MAY_CHANGE,
 };

@@ -81,6 +81,14 @@ pub trait TrainStep<B> {
         Ok(Metrics::new())
     }
 
+    /// The validation metric that is an accuracy (its name in the log, e.g. `val_acc`) and its
+    /// chance level (1/K for K balanced classes), when the method has one: a run whose validation
+    /// accuracy falls back to chance after it had learned is flagged as diverged even when no loss
+    /// explodes. The default: none.
+    fn chance(&self) -> Option<(&'static str, f64)> {
+        None
+    }
+
     /// Called right after `loss.backward()`, before the gradient norm and the update: a step whose
     /// layers accumulate weight gradients outside candle's store (`invar_ops::GradSink`) moves
     /// them in here. The default does nothing.
@@ -109,13 +117,70 @@ pub struct TrainSummary {
     pub history: Vec<EpochRecord>,
 }
 
-/// The training loss of epoch `epoch` rose above [`DIVERGENCE_FACTOR`] times the lowest mean
-/// training loss of the epochs before it.
+/// A run that went wrong without a NaN: the training loss of epoch `epoch` rose above
+/// [`DIVERGENCE_FACTOR`] times the lowest mean training loss of the epochs before it, or (with
+/// `collapse` set) its validation accuracy fell back to chance after it had learned.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Divergence {
     pub epoch: usize,
     pub train_loss: f64,
     pub best_train_loss: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collapse: Option<Collapse>,
+}
+
+/// Validation accuracy back at chance: `metric` was `best` (at least [`LEARNED_FACTOR`] × chance)
+/// and then `value` (at most [`CHANCE_FACTOR`] × chance) at the divergence's epoch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Collapse {
+    pub metric: String,
+    pub chance: f64,
+    pub best: f64,
+    pub value: f64,
+}
+
+/// A validation accuracy of at least this many times chance means the run had learned.
+pub const LEARNED_FACTOR: f64 = 2.0;
+/// A validation accuracy at most this many times chance counts as back at chance.
+pub const CHANCE_FACTOR: f64 = 1.5;
+
+/// The first epoch after the run had learned (validation `metric` ≥ [`LEARNED_FACTOR`] × `chance`)
+/// whose `metric` is back at most [`CHANCE_FACTOR`] × `chance`, if that is where the run ends: a
+/// run that recovers is not flagged. `None` when the metric is absent or never collapsed.
+pub fn collapse(history: &[EpochRecord], metric: &str, chance: f64) -> Option<Divergence> {
+    let values: Vec<(usize, f64, f64)> = history
+        .iter()
+        .filter_map(|r| {
+            let v = r.get(metric)?;
+            Some((r.epoch, v, r.get("train_loss").unwrap_or(f64::NAN)))
+        })
+        .collect();
+    let last = values.last()?;
+    if last.1 > CHANCE_FACTOR * chance {
+        return None;
+    }
+    let mut best = f64::NEG_INFINITY;
+    for &(epoch, v, loss) in &values {
+        if best >= LEARNED_FACTOR * chance && v <= CHANCE_FACTOR * chance {
+            return Some(Divergence {
+                epoch,
+                train_loss: loss,
+                best_train_loss: values
+                    .iter()
+                    .map(|x| x.2)
+                    .filter(|l| l.is_finite())
+                    .fold(f64::INFINITY, f64::min),
+                collapse: Some(Collapse {
+                    metric: metric.to_owned(),
+                    chance,
+                    best,
+                    value: v,
+                }),
+            });
+        }
+        best = best.max(v);
+    }
+    None
 }
 
 /// How many times its best an epoch's training loss may reach before the run counts as diverged.
@@ -138,6 +203,7 @@ pub fn divergence(history: &[EpochRecord]) -> Option<Divergence> {
                         epoch: record.epoch,
                         train_loss: loss,
                         best_train_loss: b,
+                        collapse: None,
                     });
                 }
             }
@@ -241,7 +307,7 @@ impl Trainer {
         }
         if let Some(stop) = run.stopped.clone() {
             tracing::info!("the checkpoint marks this run finished ({stop:?}); nothing to train");
-            return self.finish(varmap, run, stop, resumed_from);
+            return self.finish(varmap, run, stop, resumed_from, step.chance());
         }
 
         tracing::info!(
@@ -288,7 +354,7 @@ impl Trainer {
                 break;
             }
         }
-        self.finish(varmap, run, stop, resumed_from)
+        self.finish(varmap, run, stop, resumed_from, step.chance())
     }
 
     /// Loads the newest good checkpoint into the model, optimiser and run state.
@@ -491,6 +557,7 @@ impl Trainer {
         run: RunState,
         stop: StopReason,
         resumed_from: Option<PathBuf>,
+        chance: Option<(&'static str, f64)>,
     ) -> Result<TrainSummary> {
         if self.config.restore_best {
             if let Some(best) = run.early.best_epoch {
@@ -533,9 +600,10 @@ impl Trainer {
                 tracing::warn!("training curves not written: {e}");
             }
         }
-        let diverged = divergence(&run.history);
-        if let Some(d) = &diverged {
-            tracing::warn!(
+        let diverged = divergence(&run.history)
+            .or_else(|| chance.and_then(|(metric, level)| collapse(&run.history, metric, level)));
+        match diverged.as_ref().map(|d| (d, &d.collapse)) {
+            Some((d, None)) => tracing::warn!(
                 "training diverged: the mean training loss of epoch {} is {:.4}, more than {} \
                  times the best before it ({:.4}); the final weights are not a trained model \
                  (lower the learning rate, or clip the gradient norm)",
@@ -543,7 +611,18 @@ impl Trainer {
                 d.train_loss,
                 DIVERGENCE_FACTOR,
                 d.best_train_loss
-            );
+            ),
+            Some((d, Some(c))) => tracing::warn!(
+                "training diverged: {} fell to {:.4} at epoch {} (chance {:.4}) after reaching \
+                 {:.4}, and stayed there; restoring the best epoch does not make this a good run \
+                 (lower the learning rate, or clip the gradient norm)",
+                c.metric,
+                c.value,
+                d.epoch,
+                c.chance,
+                c.best
+            ),
+            None => {}
         }
         let summary = TrainSummary {
             diverged,

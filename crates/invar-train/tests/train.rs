@@ -749,3 +749,38 @@ fn an_exploding_loss_is_reported_as_diverged() -> TestResult {
     assert_eq!(invar_train::divergence(&history), None);
     Ok(())
 }
+
+/// 001's runs that blew up sat at chance accuracy with no NaN and no loss explosion big enough to
+/// flag; best-epoch restore then hid them. A validation accuracy back at chance after the run had
+/// learned, and still there at the end, is a divergence; a run that recovers, or never learned, is
+/// not flagged by this rule.
+#[test]
+fn validation_accuracy_back_at_chance_is_a_divergence() {
+    let history = |accs: &[f64]| -> Vec<invar_train::EpochRecord> {
+        accs.iter()
+            .enumerate()
+            .map(|(i, &a)| {
+                let mut r = invar_train::EpochRecord::new(i + 1, 0);
+                r.metrics.insert("train_loss".into(), 1.0 + i as f64 * 0.1);
+                r.metrics.insert("val_acc".into(), a);
+                r
+            })
+            .collect()
+    };
+    let chance = 0.05; // 20 speakers
+    let d = invar_train::collapse(&history(&[0.2, 0.6, 0.8, 0.05, 0.04, 0.05]), "val_acc", chance)
+        .expect("collapsed");
+    assert_eq!(d.epoch, 4);
+    let c = d.collapse.expect("a collapse");
+    assert_eq!((c.best, c.value, c.chance), (0.8, 0.05, chance));
+    // Recovered by the end: not flagged. Never above 2× chance: not this rule's business.
+    assert_eq!(
+        invar_train::collapse(&history(&[0.6, 0.05, 0.7]), "val_acc", chance),
+        None
+    );
+    assert_eq!(
+        invar_train::collapse(&history(&[0.06, 0.05, 0.07]), "val_acc", chance),
+        None
+    );
+    assert_eq!(invar_train::collapse(&history(&[0.6, 0.05]), "other", chance), None);
+}
