@@ -768,8 +768,12 @@ fn validation_accuracy_back_at_chance_is_a_divergence() {
             .collect()
     };
     let chance = 0.05; // 20 speakers
-    let d = invar_train::collapse(&history(&[0.2, 0.6, 0.8, 0.05, 0.04, 0.05]), "val_acc", chance)
-        .expect("collapsed");
+    let d = invar_train::collapse(
+        &history(&[0.2, 0.6, 0.8, 0.05, 0.04, 0.05]),
+        "val_acc",
+        chance,
+    )
+    .expect("collapsed");
     assert_eq!(d.epoch, 4);
     let c = d.collapse.expect("a collapse");
     assert_eq!((c.best, c.value, c.chance), (0.8, 0.05, chance));
@@ -782,5 +786,8 @@ fn validation_accuracy_back_at_chance_is_a_divergence() {
         invar_train::collapse(&history(&[0.06, 0.05, 0.07]), "val_acc", chance),
         None
     );
-    assert_eq!(invar_train::collapse(&history(&[0.6, 0.05]), "other", chance), None);
+    assert_eq!(
+        invar_train::collapse(&history(&[0.6, 0.05]), "other", chance),
+        None
+    );
 }
