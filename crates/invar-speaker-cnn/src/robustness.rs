@@ -310,14 +310,7 @@ pub fn robustness(
                     Err(e) => return Err(e),
                 };
                 if let Some(d) = trained.summary.as_ref().and_then(|s| s.diverged.clone()) {
-                    let reason = format!(
-                        "the mean training loss of epoch {} was {:.4}, more than {} times the \
-                         best before it ({:.4})",
-                        d.epoch,
-                        d.train_loss,
-                        invar_train::DIVERGENCE_FACTOR,
-                        d.best_train_loss
-                    );
+                    let reason = d.to_string();
                     tracing::warn!("{name}: diverged: {reason}");
                     diverged.push(DivergedRun {
                         nuisance,

@@ -129,6 +129,32 @@ pub struct Divergence {
     pub collapse: Option<Collapse>,
 }
 
+impl std::fmt::Display for Divergence {
+    /// One sentence a log line or a report can carry: what went wrong, at which epoch.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.collapse {
+            None => write!(
+                f,
+                "the mean training loss of epoch {} was {:.4}, more than {} times the best before \
+                 it ({:.4})",
+                self.epoch, self.train_loss, DIVERGENCE_FACTOR, self.best_train_loss
+            ),
+            Some(c) => write!(
+                f,
+                "{} fell to {:.4} at epoch {} (chance {:.4}) after reaching {:.4}, and stayed \
+                 there, while the training loss rose to {:.4} (best before it {:.4})",
+                c.metric,
+                c.value,
+                self.epoch,
+                c.chance,
+                c.best,
+                self.train_loss,
+                self.best_train_loss
+            ),
+        }
+    }
+}
+
 /// Validation accuracy back at chance: `metric` was `best` (at least [`LEARNED_FACTOR`] × chance)
 /// and then `value` (at most [`CHANCE_FACTOR`] × chance) at the divergence's epoch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -145,8 +171,11 @@ pub const LEARNED_FACTOR: f64 = 2.0;
 pub const CHANCE_FACTOR: f64 = 1.5;
 
 /// The first epoch after the run had learned (validation `metric` ≥ [`LEARNED_FACTOR`] × `chance`)
-/// whose `metric` is back at most [`CHANCE_FACTOR`] × `chance`, if that is where the run ends: a
-/// run that recovers is not flagged. `None` when the metric is absent or never collapsed.
+/// whose `metric` is back at most [`CHANCE_FACTOR`] × `chance` while its training loss is above the
+/// lowest of the epochs before it, if that is where the run ends. A run that recovers is not
+/// flagged, nor is a validation score that drops while training keeps improving: on a small
+/// validation set that is noise (or over-fitting), not a model that fell apart. `None` when the
+/// metric is absent or never collapsed.
 pub fn collapse(history: &[EpochRecord], metric: &str, chance: f64) -> Option<Divergence> {
     let values: Vec<(usize, f64, f64)> = history
         .iter()
@@ -160,16 +189,14 @@ pub fn collapse(history: &[EpochRecord], metric: &str, chance: f64) -> Option<Di
         return None;
     }
     let mut best = f64::NEG_INFINITY;
+    let mut lowest_loss = f64::INFINITY;
     for &(epoch, v, loss) in &values {
-        if best >= LEARNED_FACTOR * chance && v <= CHANCE_FACTOR * chance {
+        let training_got_worse = !(loss <= lowest_loss);
+        if best >= LEARNED_FACTOR * chance && v <= CHANCE_FACTOR * chance && training_got_worse {
             return Some(Divergence {
                 epoch,
                 train_loss: loss,
-                best_train_loss: values
-                    .iter()
-                    .map(|x| x.2)
-                    .filter(|l| l.is_finite())
-                    .fold(f64::INFINITY, f64::min),
+                best_train_loss: lowest_loss,
                 collapse: Some(Collapse {
                     metric: metric.to_owned(),
                     chance,
@@ -179,6 +206,9 @@ pub fn collapse(history: &[EpochRecord], metric: &str, chance: f64) -> Option<Di
             });
         }
         best = best.max(v);
+        if loss.is_finite() {
+            lowest_loss = lowest_loss.min(loss);
+        }
     }
     None
 }
@@ -602,27 +632,12 @@ impl Trainer {
         }
         let diverged = divergence(&run.history)
             .or_else(|| chance.and_then(|(metric, level)| collapse(&run.history, metric, level)));
-        match diverged.as_ref().map(|d| (d, &d.collapse)) {
-            Some((d, None)) => tracing::warn!(
-                "training diverged: the mean training loss of epoch {} is {:.4}, more than {} \
-                 times the best before it ({:.4}); the final weights are not a trained model \
-                 (lower the learning rate, or clip the gradient norm)",
-                d.epoch,
-                d.train_loss,
-                DIVERGENCE_FACTOR,
-                d.best_train_loss
-            ),
-            Some((d, Some(c))) => tracing::warn!(
-                "training diverged: {} fell to {:.4} at epoch {} (chance {:.4}) after reaching \
-                 {:.4}, and stayed there; restoring the best epoch does not make this a good run \
-                 (lower the learning rate, or clip the gradient norm)",
-                c.metric,
-                c.value,
-                d.epoch,
-                c.chance,
-                c.best
-            ),
-            None => {}
+        if let Some(d) = &diverged {
+            tracing::warn!(
+                "training diverged: {d}; the final weights are not a trained model, and restoring \
+                 the best epoch does not make this a good run (lower the learning rate, or clip \
+                 the gradient norm)"
+            );
         }
         let summary = TrainSummary {
             diverged,

@@ -790,4 +790,17 @@ fn validation_accuracy_back_at_chance_is_a_divergence() {
         invar_train::collapse(&history(&[0.6, 0.05]), "other", chance),
         None
     );
+    // Validation back at chance while the training loss keeps falling: a noisy validation set
+    // (001's two-epoch test corpus did this), not a model that fell apart.
+    let mut falling = history(&[0.2, 0.6, 0.05]);
+    for (i, r) in falling.iter_mut().enumerate() {
+        r.metrics.insert("train_loss".into(), 2.0 - i as f64 * 0.1);
+    }
+    assert_eq!(invar_train::collapse(&falling, "val_acc", chance), None);
+    // The same with the training loss rising at the last epoch is flagged, and says so.
+    falling[2].metrics.insert("train_loss".into(), 2.5);
+    let d = invar_train::collapse(&falling, "val_acc", chance).expect("collapsed");
+    assert_eq!((d.epoch, d.train_loss, d.best_train_loss), (3, 2.5, 1.9));
+    let said = d.to_string();
+    assert!(said.contains("val_acc fell to 0.0500 at epoch 3"), "{said}");
 }
