@@ -14,6 +14,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 
+use crate::out_dir::opt;
 pub use config::DemoConfig;
 use config::{ClassSource, UnitNormRuns};
 use stages::{Runner, Stage};
@@ -523,7 +524,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let cfg = resolve_config(&args)?;
     let out = args.out.clone();
     // Held for the whole demo; each stage claims its own sub-folder.
-    let _claim = crate::out_dir::claim(&out, "demo", args.force, false)?;
+    let _claim = crate::out_dir::claim(&out, "demo", args.force, false, &opt(&args.config))?;
     invar_io::write_json(out.join("config.json"), &cfg)?;
     let fe = frontend();
     invar_io::write_json(out.join("frontend.json"), &fe)?;
@@ -758,14 +759,14 @@ mod tests {
     #[test]
     fn a_non_empty_output_folder_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        drop(crate::out_dir::claim(dir.path(), "demo", false, false).unwrap());
+        drop(crate::out_dir::claim(dir.path(), "demo", false, false, &[]).unwrap());
         std::fs::write(dir.path().join("x"), "1").unwrap();
-        let err = crate::out_dir::claim(dir.path(), "demo", false, false).unwrap_err();
+        let err = crate::out_dir::claim(dir.path(), "demo", false, false, &[]).unwrap_err();
         assert!(
             err.to_string().contains("not empty, holds 1 entries"),
             "{err}"
         );
-        crate::out_dir::claim(dir.path(), "demo", true, false).unwrap();
+        crate::out_dir::claim(dir.path(), "demo", true, false, &[]).unwrap();
         assert!(!dir.path().join("x").exists());
     }
 }

@@ -12,6 +12,7 @@ use invar_io::Matrix;
 use invar_ops::FrameDistance;
 use serde::Serialize;
 
+use crate::out_dir::opt;
 use crate::progress::Progress;
 
 /// ABX discriminability, speaker verification, speaker identification.
@@ -200,7 +201,13 @@ fn abx_timing(
 }
 
 fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
-    let _out = crate::out_dir::claim(&args.out, "eval abx", args.force, false)?;
+    let _out = crate::out_dir::claim(
+        &args.out,
+        "eval abx",
+        args.force,
+        false,
+        &[args.item.as_path(), args.features.as_path()],
+    )?;
     let set = FeatureSet::open(&args.features)?;
     let timing = abx_timing(&set, &args.features, args.hop_ms, args.win_ms)?;
     let items = invar_eval::read_items(&args.item)?;
@@ -308,7 +315,21 @@ struct VerifyOutput {
 }
 
 fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
-    let _out = crate::out_dir::claim(&args.out, "eval verify", args.force, false)?;
+    let _out = crate::out_dir::claim(
+        &args.out,
+        "eval verify",
+        args.force,
+        false,
+        &[
+            opt(&args.embeddings),
+            opt(&args.speakers),
+            opt(&args.ids),
+            opt(&args.features),
+            opt(&args.trials),
+            opt(&args.scores),
+        ]
+        .concat(),
+    )?;
     if let Some(scores) = &args.scores {
         return run_score_file(&args, scores);
     }
@@ -520,7 +541,13 @@ fn load_embeddings(args: &VerifyArgs) -> anyhow::Result<(Matrix, Vec<String>, Ve
 }
 
 fn run_identify(args: IdentifyArgs) -> anyhow::Result<()> {
-    let _out = crate::out_dir::claim(&args.out, "eval identify", args.force, false)?;
+    let _out = crate::out_dir::claim(
+        &args.out,
+        "eval identify",
+        args.force,
+        false,
+        &[args.predictions.as_path()],
+    )?;
     let predictions = invar_eval::read_predictions(&args.predictions)?;
     let r: IdentifyReport = invar_eval::identify(&predictions)?;
     println!(

@@ -156,7 +156,14 @@ pub fn run(args: FeaturesArgs) -> anyhow::Result<()> {
         format: args.format,
     };
     let identity = serde_json::to_value(&job)?;
-    let _out = crate::out_dir::claim_job(&args.out, "features", &identity, shard, args.force)?;
+    let _out = crate::out_dir::claim_job(
+        &args.out,
+        "features",
+        &identity,
+        shard,
+        args.force,
+        &[args.path.as_path()],
+    )?;
     let mine = (0..corpus.utterances.len())
         .filter(|&i| shard.contains(i))
         .count();

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 
+use crate::out_dir::{opt, paths};
 use crate::progress::Progress;
 use clap::{Args, Subcommand};
 use invar_data::{
@@ -253,7 +254,13 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         frames,
         set.dims()?
     );
-    let _out = crate::out_dir::claim(&args.out, "gmm train", args.force, false)?;
+    let _out = crate::out_dir::claim(
+        &args.out,
+        "gmm train",
+        args.force,
+        false,
+        &[vec![args.features.as_path()], opt(&args.config)].concat(),
+    )?;
     invar_io::write_json(args.out.join("config.json"), &cfg)?;
     let progress = Progress::new(cfg.max_iters as u64, "EM iterations");
     let trained = invar_gmm::train(&source, &cfg, &mut |it| {
@@ -361,7 +368,13 @@ fn update(args: UpdateArgs) -> anyhow::Result<()> {
         mean_log_likelihood: total.log_likelihood() / total.frames().max(1) as f64,
         dead,
     };
-    let _out = crate::out_dir::claim(&args.out, "gmm update", args.force, false)?;
+    let _out = crate::out_dir::claim(
+        &args.out,
+        "gmm update",
+        args.force,
+        false,
+        &[paths(&args.stats), opt(&args.config)].concat(),
+    )?;
     let model = args.out.join("ubm.safetensors");
     gmm.save(&model, &record)?;
     println!(
@@ -513,7 +526,14 @@ fn posteriors(args: PosteriorsArgs) -> anyhow::Result<()> {
         "top_k": args.top_k,
         "components": ubm.components(),
     });
-    let _out = crate::out_dir::claim_job(&args.out, "gmm posteriors", &config, shard, args.force)?;
+    let _out = crate::out_dir::claim_job(
+        &args.out,
+        "gmm posteriors",
+        &config,
+        shard,
+        args.force,
+        &[args.ubm.as_path(), args.features.as_path()],
+    )?;
     let top_k = args.top_k;
     let (utterances, frames, dims, complete) = per_utterance_as(
         &set,
@@ -554,8 +574,14 @@ fn supervectors(args: SupervectorsArgs) -> anyhow::Result<()> {
         "components": ubm.components(),
         "dims": ubm.dims(),
     });
-    let _out =
-        crate::out_dir::claim_job(&args.out, "gmm supervectors", &config, shard, args.force)?;
+    let _out = crate::out_dir::claim_job(
+        &args.out,
+        "gmm supervectors",
+        &config,
+        shard,
+        args.force,
+        &[args.ubm.as_path(), args.features.as_path()],
+    )?;
     let (utterances, frames, dims, complete) =
         per_utterance(&set, &args.out, &config, shard, "supervectors", &|x| {
             let sv = invar_gmm::supervector(&ubm, x, &map)?;

@@ -11,6 +11,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::gmm::{per_utterance, stack_rows, SetSource, StageSummary};
+use crate::out_dir::paths;
 use crate::progress::Progress;
 
 /// Train the total-variability matrix, extract i-vectors.
@@ -194,7 +195,13 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     cfg.validate(ubm.components() * ubm.dims())?;
     let set = FeatureSet::open(&args.features)?;
     let source = SetSource::new(&set, args.split)?;
-    let _out = crate::out_dir::claim(&args.out, "ivector train", args.force, false)?;
+    let _out = crate::out_dir::claim(
+        &args.out,
+        "ivector train",
+        args.force,
+        false,
+        &[args.ubm.as_path(), args.features.as_path()],
+    )?;
     invar_io::write_json(args.out.join("config.json"), &cfg)?;
 
     let progress = Progress::new(source.len() as u64, "Baum-Welch statistics");
@@ -316,7 +323,17 @@ fn update(args: UpdateArgs) -> anyhow::Result<()> {
         frames: total.frames,
         objective_per_frame: total.objective / total.frames.max(1) as f64,
     };
-    let _out = crate::out_dir::claim(&args.out, "ivector update", args.force, false)?;
+    let _out = crate::out_dir::claim(
+        &args.out,
+        "ivector update",
+        args.force,
+        false,
+        &[
+            vec![args.ubm.as_path(), args.extractor.as_path()],
+            paths(&args.stats),
+        ]
+        .concat(),
+    )?;
     let path = args.out.join("ivector.safetensors");
     next.save(&path, &record)?;
     println!(
@@ -361,7 +378,18 @@ fn extract(args: ExtractArgs) -> anyhow::Result<()> {
     });
     // The projection is part of what the folder holds: a rerun with other --lda/--wccn is another job.
     let job = serde_json::json!({ "config": config, "lda": args.lda, "wccn": args.wccn });
-    let _out = crate::out_dir::claim_job(&args.out, "ivector extract", &job, shard, args.force)?;
+    let _out = crate::out_dir::claim_job(
+        &args.out,
+        "ivector extract",
+        &job,
+        shard,
+        args.force,
+        &[
+            args.ubm.as_path(),
+            args.extractor.as_path(),
+            args.features.as_path(),
+        ],
+    )?;
     let (utterances, frames, dims, complete) =
         per_utterance(&set, &args.out, &config, shard, "i-vectors", &|x| {
             Ok(model.utterance_ivector(&ubm, x, length_norm)?)

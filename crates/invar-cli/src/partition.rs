@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use crate::out_dir::opt;
 use clap::{Args, Subcommand};
 use invar_data::{FeatureSet, Layout};
 use invar_partition::{
@@ -151,7 +152,19 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     let device = invar_ops::device(&a.device)?;
     let set = FeatureSet::open(&a.posteriors)?;
     let post = Posteriorgrams::from_featureset(&set)?;
-    let _out = crate::out_dir::claim(&a.out, "partition train", a.force, a.resume)?;
+    let _out = crate::out_dir::claim(
+        &a.out,
+        "partition train",
+        a.force,
+        a.resume,
+        &[
+            vec![a.posteriors.as_path()],
+            opt(&a.classes),
+            opt(&a.gold_corpus),
+            opt(&a.config),
+        ]
+        .concat(),
+    )?;
     let classes = match (&a.classes, &a.gold_corpus) {
         (Some(path), _) => invar_data::read_classes(path)?,
         (None, Some(root)) => {
@@ -221,7 +234,13 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
         partition = Partition::random_hard(partition.inputs(), partition.outputs(), seed);
     }
     let set = FeatureSet::open(&a.posteriors)?;
-    let _out = crate::out_dir::claim(&a.out, "partition apply", a.force, false)?;
+    let _out = crate::out_dir::claim(
+        &a.out,
+        "partition apply",
+        a.force,
+        false,
+        &[a.model.as_path(), a.posteriors.as_path()],
+    )?;
     let entries = apply_featureset(&partition, &set, &a.out, a.hard)?;
     let frames: usize = entries.iter().map(|e| e.frames).sum();
     let mapping = partition.mapping();

@@ -49,6 +49,13 @@ pub struct CorpusArgs {
     pub min_frames: Option<u64>,
 }
 
+/// What a `speaker` run reads: the corpus and the config file, if any.
+fn inputs<'a>(corpus: &'a CorpusArgs, model: &'a ConfigArgs) -> Vec<&'a Path> {
+    let mut paths = vec![corpus.corpus.as_path()];
+    paths.extend(model.config_file.as_deref());
+    paths
+}
+
 impl CorpusArgs {
     fn load(
         &self,
@@ -277,7 +284,13 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     let (train, test) = args.corpus.load()?;
     // A test speaker the model cannot name is found now, not after training.
     invar_speaker_cnn::check_test_speakers(&train, &test)?;
-    let _out = crate::out_dir::claim(&args.out, "speaker train", args.force, args.resume)?;
+    let _out = crate::out_dir::claim(
+        &args.out,
+        "speaker train",
+        args.force,
+        args.resume,
+        &inputs(&args.corpus, &args.model),
+    )?;
     let conditions = RobustnessConfig::default().conditions;
     let baselines = args.baselines.then(BaselineConfig::default);
     let results = invar_speaker_cnn::run_method(
@@ -355,7 +368,13 @@ fn cv(args: CvArgs) -> anyhow::Result<()> {
     let cfg = args.model.resolve()?;
     let device = invar_ops::device(&args.device)?;
     let (train, test) = args.corpus.load()?;
-    let _out = crate::out_dir::claim(&args.out, "speaker cv", args.force, false)?;
+    let _out = crate::out_dir::claim(
+        &args.out,
+        "speaker cv",
+        args.force,
+        false,
+        &inputs(&args.corpus, &args.model),
+    )?;
     let audio: Vec<_> = train.into_iter().chain(test).collect();
     let cv = invar_speaker_cnn::CrossValidationConfig {
         folds: args.folds,
@@ -387,7 +406,13 @@ fn robustness(args: RobustnessArgs) -> anyhow::Result<()> {
     let cfg = args.model.resolve()?;
     let device = invar_ops::device(&args.device)?;
     let (train, test) = args.corpus.load()?;
-    let _out = crate::out_dir::claim(&args.out, "speaker robustness", args.force, false)?;
+    let _out = crate::out_dir::claim(
+        &args.out,
+        "speaker robustness",
+        args.force,
+        false,
+        &inputs(&args.corpus, &args.model),
+    )?;
     let grid = RobustnessConfig {
         nuisances: args.nuisances.clone(),
         lambda: args.model.lambda,

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::out_dir::opt;
 use clap::{Args, Subcommand};
 use invar_data::SupervectorSet;
 use invar_supervector::{format_table, Activation, SupervectorConfig, TrainedModel};
@@ -47,6 +48,14 @@ pub struct InputArgs {
 }
 
 impl InputArgs {
+    /// The paths these flags name, for the output folder's input check.
+    pub(crate) fn paths(&self) -> Vec<&Path> {
+        [&self.supervectors, &self.matrix, &self.labels, &self.ids]
+            .into_iter()
+            .filter_map(|p| p.as_deref())
+            .collect()
+    }
+
     pub(crate) fn load(&self) -> anyhow::Result<(SupervectorSet, Vec<String>)> {
         let (set, ids_file) = match (&self.supervectors, &self.matrix, &self.labels) {
             (Some(dir), _, _) => (
@@ -258,7 +267,13 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     invar_supervector::resolve_sizes(&mut config, set.vectors.cols)?;
     config.validate()?;
     let device = invar_ops::device(&args.device)?;
-    let _out = crate::out_dir::claim(&args.out, "supervector train", args.force, args.resume)?;
+    let _out = crate::out_dir::claim(
+        &args.out,
+        "supervector train",
+        args.force,
+        args.resume,
+        &[args.input.paths(), opt(&args.ivectors)].concat(),
+    )?;
     tracing::info!(
         rows = set.vectors.rows,
         dim = set.vectors.cols,
@@ -369,7 +384,13 @@ fn embed(args: EmbedArgs) -> anyhow::Result<()> {
     let model = TrainedModel::load(&args.model, &device)?;
     let (set, ids) = args.input.load()?;
     let codes = model.embed(&set.vectors, 256)?;
-    let _out = crate::out_dir::claim(&args.out, "supervector embed", args.force, false)?;
+    let _out = crate::out_dir::claim(
+        &args.out,
+        "supervector embed",
+        args.force,
+        false,
+        &[args.input.paths(), vec![args.model.as_path()]].concat(),
+    )?;
     write_codes(&args.out, &codes, &ids, &set)?;
     let results = EmbedResults {
         stage: "supervector embed",

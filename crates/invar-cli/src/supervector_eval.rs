@@ -14,6 +14,7 @@ use invar_supervector::{
 };
 use serde::Serialize;
 
+use crate::out_dir::opt;
 use crate::supervector::InputArgs;
 
 #[derive(Debug, Args)]
@@ -254,7 +255,20 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     };
     let splits = make_splits(&set.labels, &config.protocol, &plan)?;
     let device = invar_ops::device(&args.device)?;
-    let _out = crate::out_dir::claim(&args.out, "supervector eval", args.force, false)?;
+    let _out = crate::out_dir::claim(
+        &args.out,
+        "supervector eval",
+        args.force,
+        false,
+        &[
+            args.input.paths(),
+            opt(&args.ivectors),
+            opt(&args.ivector_ids),
+            opt(&args.train_speakers),
+            opt(&args.closed_ids),
+        ]
+        .concat(),
+    )?;
     tracing::info!(
         rows = set.vectors.rows,
         dim = set.vectors.cols,

@@ -75,7 +75,7 @@ pub fn run(args: SynthArgs) -> anyhow::Result<()> {
         cfg.seed = s;
     }
     cfg.validate()?;
-    let _out = crate::out_dir::claim(&args.out, "synth", args.force, false)?;
+    let _out = crate::out_dir::claim(&args.out, "synth", args.force, false, &[])?;
     let started = std::time::Instant::now();
     let progress = Progress::new((cfg.speakers * cfg.utterances) as u64, "synthesising");
     let manifest = generate_with_progress(&cfg, &args.out, args.layout, &|_, _| progress.inc())?;

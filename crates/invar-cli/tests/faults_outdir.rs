@@ -464,8 +464,11 @@ fn a_full_disk_is_an_error_with_no_partial_file() {
 fn force_never_deletes_a_folder_invar_did_not_make() {
     let dir = tempfile::tempdir().unwrap();
     let c = synth(&dir.path().join("corpus"), 2, 1, 5);
-    std::fs::remove_file(c.join(invar_io::MARKER_FILE)).ok();
-    let before = snapshot(&c);
+    // A user's own folder (say, their thesis), given as --out by mistake.
+    let mine = dir.path().join("thesis");
+    common::write(&mine.join("chapter1.tex"), "\\chapter{Speech}\n");
+    common::write(&mine.join("figs/abx.pdf"), "%PDF-1.4\n");
+    let before = snapshot(&mine);
     let err = refused(&[
         "features",
         "--layout",
@@ -474,13 +477,195 @@ fn force_never_deletes_a_folder_invar_did_not_make() {
         "--kind",
         "mfcc",
         "--out",
-        s(&c),
+        s(&mine),
         "--force",
     ]);
     assert!(err.contains("no invar run made it"), "{err}");
     assert_eq!(
-        snapshot(&c),
+        snapshot(&mine),
         before,
         "--force touched a folder invar did not make"
     );
+}
+
+/// Issue 17: `--force` on an invar-made folder that is also the run's input cleared it before it
+/// was read: the run then failed, but the input was gone. Now every command given an input inside
+/// its `--out` refuses before deleting anything, naming the input. Checked on each kind of input:
+/// a corpus (`features`), a feature set (`gmm train`, `gmm posteriors` into the set itself), a UBM
+/// (`gmm posteriors`), an item file (`eval abx`), a partition model (`partition apply`), and one
+/// reached through `..` (`gmm train --features OUT/../OUT`).
+#[test]
+fn force_never_deletes_the_runs_own_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let corpus = synth(&root.join("corpus"), 2, 2, 9);
+    // The corpus is an invar-made folder (`synth` marks it), so --force would clear it.
+    let before = snapshot(&corpus);
+    let err = refused(&refs(&features(&corpus, &corpus, &["--force"])));
+    assert!(
+        err.contains("would delete this run's input"),
+        "features: {err}"
+    );
+    assert_eq!(
+        snapshot(&corpus),
+        before,
+        "features --force emptied its corpus"
+    );
+
+    let feats = root.join("feats");
+    invar(&refs(&features(&corpus, &feats, &[])));
+    let ubm = root.join("ubm");
+    invar(&[
+        "gmm",
+        "train",
+        "--features",
+        s(&feats),
+        "--out",
+        s(&ubm),
+        "--components",
+        "2",
+        "--iters",
+        "1",
+    ]);
+    let model = ubm.join("ubm.safetensors");
+    let item = corpus.join("train.item");
+    let cases: Vec<(Vec<String>, &Path)> = vec![
+        (
+            vec![
+                "gmm",
+                "train",
+                "--features",
+                s(&feats),
+                "--out",
+                s(&feats),
+                "--force",
+            ]
+            .into_iter()
+            .map(str::to_owned)
+            .collect(),
+            &feats,
+        ),
+        (
+            [
+                "gmm",
+                "train",
+                "--features",
+                &format!("{}/../feats", s(&feats)),
+                "--out",
+                s(&feats),
+                "--force",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            &feats,
+        ),
+        (
+            [
+                "gmm",
+                "posteriors",
+                "--ubm",
+                s(&model),
+                "--features",
+                s(&feats),
+                "--out",
+                s(&feats),
+                "--force",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            &feats,
+        ),
+        (
+            [
+                "gmm",
+                "posteriors",
+                "--ubm",
+                s(&model),
+                "--features",
+                s(&feats),
+                "--out",
+                s(&ubm),
+                "--force",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            &ubm,
+        ),
+        (
+            [
+                "eval",
+                "abx",
+                "--item",
+                s(&item),
+                "--features",
+                s(&feats),
+                "--out",
+                s(&corpus),
+                "--force",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            &corpus,
+        ),
+    ];
+    for (args, input) in &cases {
+        let before = snapshot(input);
+        let err = refused(&refs(args));
+        assert!(
+            err.contains("would delete this run's input"),
+            "{}: {err}",
+            args.join(" ")
+        );
+        assert_eq!(
+            snapshot(input),
+            before,
+            "{} changed its input",
+            args.join(" ")
+        );
+    }
+
+    // partition apply: the model folder as --out.
+    let post = root.join("post");
+    invar(&[
+        "gmm",
+        "posteriors",
+        "--ubm",
+        s(&model),
+        "--features",
+        s(&feats),
+        "--out",
+        s(&post),
+    ]);
+    let part = root.join("part");
+    invar(&[
+        "partition",
+        "train",
+        "--posteriors",
+        s(&post),
+        "--gold-corpus",
+        s(&corpus),
+        "--out",
+        s(&part),
+        "--outputs",
+        "2",
+        "--epochs",
+        "1",
+    ]);
+    let before = snapshot(&part);
+    let err = refused(&[
+        "partition",
+        "apply",
+        "--model",
+        s(&part),
+        "--posteriors",
+        s(&post),
+        "--out",
+        s(&part),
+        "--force",
+    ]);
+    assert!(
+        err.contains("would delete this run's input"),
+        "partition apply: {err}"
+    );
+    assert_eq!(snapshot(&part), before);
 }
