@@ -191,7 +191,7 @@ pub fn collapse(history: &[EpochRecord], metric: &str, chance: f64) -> Option<Di
     let mut best = f64::NEG_INFINITY;
     let mut lowest_loss = f64::INFINITY;
     for &(epoch, v, loss) in &values {
-        let training_got_worse = !(loss <= lowest_loss);
+        let training_got_worse = loss.is_nan() || loss > lowest_loss;
         if best >= LEARNED_FACTOR * chance && v <= CHANCE_FACTOR * chance && training_got_worse {
             return Some(Divergence {
                 epoch,
