@@ -292,7 +292,7 @@ fn plan(cfg: &DemoConfig, out: &Path) -> Plan {
                 &"--features",
                 &mfcc,
                 &"--out",
-                &utd_classes,
+                &p("utd"),
                 &"--gold-corpus",
                 &corpus,
                 &"--layout",
@@ -696,7 +696,7 @@ mod tests {
         assert_eq!(utd + 1, train, "{names:?}");
         assert!(plan.partition[utd]
             .command_line()
-            .starts_with("invar utd --features /o/mfcc --out /o/utd/classes.txt"));
+            .starts_with("invar utd --features /o/mfcc --out /o/utd "));
         let line = plan.partition[train].command_line();
         assert!(line.contains("--classes /o/utd/classes.txt") && !line.contains("--gold-corpus"));
     }

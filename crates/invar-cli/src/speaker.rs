@@ -191,7 +191,13 @@ pub struct EvalArgs {
     /// The output folder of `invar speaker train`.
     #[arg(long)]
     pub model: PathBuf,
-    /// Results JSON (default MODEL/eval.json).
+    /// Output folder: results.json (one evaluation per condition).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    #[arg(long)]
+    pub force: bool,
+    /// Also write the results JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
     #[arg(long, default_value = "cpu")]
@@ -335,6 +341,13 @@ fn eval(args: EvalArgs) -> anyhow::Result<()> {
     let device = invar_ops::device(&args.device)?;
     let trained = invar_speaker_cnn::load_cnn(&args.model, &device)?;
     let (_, test) = args.corpus.load()?;
+    let _out = crate::out_dir::claim(
+        &args.out,
+        "speaker eval",
+        args.force,
+        false,
+        &[args.corpus.corpus.as_path(), args.model.as_path()],
+    )?;
     let evals = RobustnessConfig::default()
         .conditions
         .iter()
@@ -358,8 +371,11 @@ fn eval(args: EvalArgs) -> anyhow::Result<()> {
             );
         }
     }
-    let json = args.json.unwrap_or_else(|| args.model.join("eval.json"));
+    let json = args.out.join("results.json");
     invar_io::write_json(&json, &evals)?;
+    if let Some(extra) = &args.json {
+        invar_io::write_json(extra, &evals)?;
+    }
     println!("results: {}", json.display());
     Ok(())
 }

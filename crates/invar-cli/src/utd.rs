@@ -9,6 +9,7 @@ use clap::Args;
 use invar_data::{FeatureSet, Layout};
 use invar_utd::{Cmvn, UtdConfig};
 
+use crate::out_dir::opt;
 use crate::progress::Progress;
 
 /// Find repeated words and phrases (ZRTools-style LSH + segmental DTW) and write their classes.
@@ -18,11 +19,14 @@ pub struct UtdArgs {
     /// posteriorgrams from `invar gmm posteriors` (then pass --cmvn off).
     #[arg(long)]
     pub features: PathBuf,
-    /// Class file to write (ZRTools format: `Class N` blocks of `file start end` in seconds).
+    /// Output folder: classes.txt (ZRTools format: `Class N` blocks of `file start end` in
+    /// seconds), results.json (the summary) and config.json (the resolved configuration).
     #[arg(long)]
     pub out: PathBuf,
-    /// Summary JSON (default: OUT with the extension .json); the resolved config goes beside it as
-    /// OUT.config.json.
+    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    #[arg(long)]
+    pub force: bool,
+    /// Also write the summary JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
     /// Configuration, TOML or JSON (`*.json`): a `UtdConfig`, missing fields taking the defaults;
@@ -146,10 +150,6 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
         cfg.seed = v;
     }
     cfg.validate()?;
-    let json = args
-        .json
-        .clone()
-        .unwrap_or_else(|| args.out.with_extension("json"));
     let gold = match &args.gold_corpus {
         Some(dir) => {
             let corpus = crate::corpus::read(args.layout, dir, args.allow_pipes)?;
@@ -163,6 +163,18 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
         "loading {}",
         args.features.display()
     );
+    let _out = crate::out_dir::claim(
+        &args.out,
+        "utd",
+        args.force,
+        false,
+        &[
+            vec![args.features.as_path()],
+            opt(&args.config),
+            opt(&args.gold_corpus),
+        ]
+        .concat(),
+    )?;
     let utts = invar_utd::load_featureset(&set)?;
     let started = std::time::Instant::now();
     let bar: OnceLock<Progress> = OnceLock::new();
@@ -180,9 +192,13 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
     let seconds = started.elapsed().as_secs_f64();
     let classes = invar_utd::to_classes(&discovery, &utts, &cfg.timing);
     let summary = invar_utd::summarize(&discovery, &utts, &cfg.timing, gold.as_ref());
-    invar_utd::write_outputs(&args.out, &json, &classes, &summary)?;
-    let config_path = args.out.with_extension("config.json");
-    invar_io::write_json(&config_path, &cfg)?;
+    let classes_path = args.out.join("classes.txt");
+    let json = args.out.join("results.json");
+    invar_utd::write_outputs(&classes_path, &json, &classes, &summary)?;
+    invar_io::write_json(args.out.join("config.json"), &cfg)?;
+    if let Some(extra) = &args.json {
+        invar_io::write_json(extra, &summary)?;
+    }
 
     let c = &summary.counts;
     println!(
@@ -234,7 +250,7 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
         );
         println!("  {:<28} {:>12.3}", "class purity", g.class_purity);
     }
-    println!("classes: {}", args.out.display());
+    println!("classes: {}", classes_path.display());
     println!("summary: {}", json.display());
     Ok(())
 }

@@ -465,6 +465,39 @@ fn speaker_train_and_cv_print_tables_and_write_json() {
     rate(&r["evaluations"][0]["chunk_accuracy"], "chunk accuracy");
     assert_eq!(r["config"]["name"], "logmel");
 
+    // `speaker eval` writes into its own folder and leaves the model folder as it was (it used to
+    // drop eval.json into it, beside a run that might still be writing).
+    let listing = |dir: &Path| {
+        let mut v: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    let model_files = listing(&train);
+    let eval = d.join("eval");
+    invar(&[
+        "speaker",
+        "eval",
+        "--corpus",
+        s(&corpus),
+        "--model",
+        s(&train),
+        "--out",
+        s(&eval),
+    ]);
+    let e = json(&eval.join("results.json"));
+    assert_eq!(
+        e[0]["chunk_accuracy"], r["evaluations"][0]["chunk_accuracy"],
+        "eval reproduces train's clean evaluation"
+    );
+    assert_eq!(
+        listing(&train),
+        model_files,
+        "speaker eval wrote into the model"
+    );
+
     let cv = d.join("cv");
     let out = invar(&[
         "speaker",

@@ -364,7 +364,7 @@ fn nan_utterance_is_refused_by_every_stage_that_reads_it() {
         "--features",
         s(&post),
         "--out",
-        s(&d.join("classes.txt")),
+        s(&d.join("utd")),
         "--cmvn",
         "off",
     ]);

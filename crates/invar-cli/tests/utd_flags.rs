@@ -32,8 +32,8 @@ fn timing_comes_from_the_set_and_search_settings_are_flags() {
         args.extend_from_slice(extra);
         invar(&args);
         (
-            std::fs::read_to_string(&path).unwrap(),
-            json(&path.with_extension("config.json")),
+            std::fs::read_to_string(path.join("classes.txt")).unwrap(),
+            json(&path.join("config.json")),
         )
     };
     let flags = [
@@ -46,7 +46,7 @@ fn timing_comes_from_the_set_and_search_settings_are_flags() {
         "--min-frames",
         "10",
     ];
-    let (classes, cfg) = utd("plain.txt", &flags);
+    let (classes, cfg) = utd("plain", &flags);
     assert_eq!(cfg["timing"]["hop_s"], 0.02, "{cfg}");
     assert_eq!(cfg["lsh"]["bits"], 32);
     assert_eq!(cfg["search"]["permutations"], 4);
@@ -56,7 +56,7 @@ fn timing_comes_from_the_set_and_search_settings_are_flags() {
     write(&toml, "seed = 0\n[refine]\nmin_frames = 10\n");
     let mut with_file = flags.to_vec();
     with_file.extend_from_slice(&["--config", s(&toml)]);
-    let (again, cfg2) = utd("file.txt", &with_file);
+    let (again, cfg2) = utd("file", &with_file);
     assert_eq!(cfg2["timing"], cfg["timing"]);
     assert_eq!(again, classes);
     // A config file that contradicts the set's timing is refused.
@@ -66,7 +66,7 @@ fn timing_comes_from_the_set_and_search_settings_are_flags() {
         "--features",
         s(&f),
         "--out",
-        s(&d.join("bad.txt")),
+        s(&d.join("bad")),
         "--config",
         s(&toml),
     ]);

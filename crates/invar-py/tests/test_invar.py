@@ -145,8 +145,8 @@ def test_verify_equals_the_cli(corpus):
 
 
 def test_utd_equals_the_cli(corpus):
-    cli("utd", "--features", corpus / "mfcc", "--out", corpus / "classes.txt")
-    want = invar.read_classes(corpus / "classes.txt")
+    cli("utd", "--features", corpus / "mfcc", "--out", corpus / "utd")
+    want = invar.read_classes(corpus / "utd" / "classes.txt")
     got = invar.utd(corpus / "mfcc")
     assert want, "the generated corpus should give at least one class"
     assert sorted(got) == sorted(want)
@@ -293,8 +293,8 @@ def test_speaker_cnn_decides_as_speaker_eval(tmp_path):
     c = tmp_path / "elsdsr"
     cli("synth", "--out", c, "--layout", "elsdsr", "--speakers", "3", "--utterances", "5", "--seed", "4")
     cli("speaker", "train", "--corpus", c, "--config", "logmel", "--epochs", "2", "--out", tmp_path / "spk")
-    cli("speaker", "eval", "--corpus", c, "--model", tmp_path / "spk", "--json", tmp_path / "eval.json")
-    clean = json.loads((tmp_path / "eval.json").read_text())[0]
+    cli("speaker", "eval", "--corpus", c, "--model", tmp_path / "spk", "--out", tmp_path / "eval")
+    clean = json.loads((tmp_path / "eval" / "results.json").read_text())[0]
     assert clean["condition"]["kind"] == "clean"
     m = invar.SpeakerCnn.load(tmp_path / "spk")
     labels = clean["identification"]["labels"]

@@ -460,7 +460,7 @@ pub fn report_markdown(s: &DemoSummary, root: &Path) -> String {
                      utterance, where a real run would use term discovery (`invar demo --utd`)."
                 } else {
                     "The classes were discovered in the audio by invar-utd with no labels; its pair \
-                     precision against the true words is in `utd/classes.json`."
+                     precision against the true words is in `utd/results.json`."
                 }
             );
             md.push_str("Plots: ");
