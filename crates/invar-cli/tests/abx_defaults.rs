@@ -8,7 +8,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{invar, json, s, synth};
+use common::{invar, json, mfcc, s, synth, ubm};
 
 fn abx(item: &Path, set: &Path, out: &Path, distance: Option<&str>) -> (String, serde_json::Value) {
     let mut args = vec![
@@ -36,28 +36,8 @@ fn the_default_distance_follows_the_frames() {
     let d = dir.path();
     let corpus = synth(&d.join("corpus"), 3, 3, 4);
     let item = corpus.join("train.item");
-    invar(&[
-        "features",
-        "--layout",
-        "timit",
-        s(&corpus),
-        "--kind",
-        "mfcc",
-        "--out",
-        s(&d.join("f")),
-    ]);
-    invar(&[
-        "gmm",
-        "train",
-        "--features",
-        s(&d.join("f")),
-        "--out",
-        s(&d.join("ubm")),
-        "--components",
-        "4",
-        "--iters",
-        "2",
-    ]);
+    mfcc(&corpus, &d.join("f"), &[]);
+    ubm(&d.join("f"), &d.join("ubm"), 4, 2);
     invar(&[
         "gmm",
         "posteriors",

@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{invar, json, s};
+use common::{invar, json, s, synth_elsdsr};
 use serde_json::Value;
 
 fn rate(v: &Value, what: &str) -> f64 {
@@ -137,16 +137,7 @@ fn stage_commands_chain_on_a_generated_corpus() {
     );
 
     let mfcc = d.join("mfcc");
-    invar(&[
-        "features",
-        "--layout",
-        "timit",
-        s(&corpus),
-        "--kind",
-        "mfcc",
-        "--out",
-        s(&mfcc),
-    ]);
+    common::mfcc(&corpus, &mfcc, &[]);
     let manifest = std::fs::read_to_string(mfcc.join("manifest.tsv")).unwrap();
     let npys = std::fs::read_dir(&mfcc)
         .unwrap()
@@ -429,19 +420,7 @@ fn speaker_train_and_cv_print_tables_and_write_json() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let corpus = d.join("corpus");
-    invar(&[
-        "synth",
-        "--out",
-        s(&corpus),
-        "--layout",
-        "elsdsr",
-        "--speakers",
-        "3",
-        "--utterances",
-        "5",
-        "--seed",
-        "4",
-    ]);
+    synth_elsdsr(&corpus, 3, 5, 4);
     let train = d.join("train");
     let out = invar(&[
         "speaker",

@@ -7,30 +7,11 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{invar, refused, run, s, synth};
-
-/// Every file under `dir` (relative path → bytes): what "left as it was" compares.
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
-        for e in std::fs::read_dir(dir).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                walk(root, &p, out);
-            } else {
-                let rel = p.strip_prefix(root).unwrap().to_path_buf();
-                out.insert(rel, std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, dir, &mut out);
-    out
-}
+use common::{invar, refused, run, s, snapshot, synth};
 
 fn npy_names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
@@ -325,18 +306,7 @@ fn a_refused_partition_train_rewrites_nothing() {
     let feats = dir.path().join("mfcc");
     invar(&refs(&features(&c, &feats, &[])));
     let ubm = dir.path().join("ubm");
-    invar(&[
-        "gmm",
-        "train",
-        "--features",
-        s(&feats),
-        "--out",
-        s(&ubm),
-        "--components",
-        "4",
-        "--iters",
-        "2",
-    ]);
+    common::ubm(&feats, &ubm, 4, 2);
     let post = dir.path().join("post");
     invar(&[
         "gmm",
@@ -515,18 +485,7 @@ fn force_never_deletes_the_runs_own_input() {
     let feats = root.join("feats");
     invar(&refs(&features(&corpus, &feats, &[])));
     let ubm = root.join("ubm");
-    invar(&[
-        "gmm",
-        "train",
-        "--features",
-        s(&feats),
-        "--out",
-        s(&ubm),
-        "--components",
-        "2",
-        "--iters",
-        "1",
-    ]);
+    common::ubm(&feats, &ubm, 2, 1);
     let model = ubm.join("ubm.safetensors");
     let item = corpus.join("train.item");
     let cases: Vec<(Vec<String>, &Path)> = vec![

@@ -9,32 +9,12 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{invar, json, refused, s, synth};
+use common::{invar, json, mfcc, refused, s, snapshot, synth, synth_elsdsr};
 use serde_json::Value;
-
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
-        for e in std::fs::read_dir(dir).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                walk(root, &p, out);
-            } else {
-                out.insert(
-                    p.strip_prefix(root).unwrap().to_path_buf(),
-                    std::fs::read(&p).unwrap(),
-                );
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, dir, &mut out);
-    out
-}
 
 /// `value` without the keys that measure time.
 fn without_timings(value: &Value) -> Value {
@@ -178,29 +158,9 @@ impl Case<'_> {
 fn partition_setup(d: &Path) -> (PathBuf, PathBuf) {
     let c = synth(&d.join("corpus"), 2, 3, 4);
     let feats = d.join("mfcc");
-    invar(&[
-        "features",
-        "--layout",
-        "timit",
-        s(&c),
-        "--kind",
-        "mfcc",
-        "--out",
-        s(&feats),
-    ]);
+    mfcc(&c, &feats, &[]);
     let ubm = d.join("ubm");
-    invar(&[
-        "gmm",
-        "train",
-        "--features",
-        s(&feats),
-        "--out",
-        s(&ubm),
-        "--components",
-        "8",
-        "--iters",
-        "2",
-    ]);
+    common::ubm(&feats, &ubm, 8, 2);
     let post = d.join("post");
     invar(&[
         "gmm",
@@ -304,19 +264,7 @@ fn speaker_train_killed_and_resumed_is_exact() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let corpus = d.join("corpus");
-    invar(&[
-        "synth",
-        "--out",
-        s(&corpus),
-        "--layout",
-        "elsdsr",
-        "--speakers",
-        "3",
-        "--utterances",
-        "5",
-        "--seed",
-        "4",
-    ]);
+    synth_elsdsr(&corpus, 3, 5, 4);
     let args = |out: &Path| -> Vec<String> {
         [
             "speaker",
@@ -352,19 +300,7 @@ fn speaker_train_refuses_an_unknown_test_speaker_before_training() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let corpus = d.join("corpus");
-    invar(&[
-        "synth",
-        "--out",
-        s(&corpus),
-        "--layout",
-        "elsdsr",
-        "--speakers",
-        "3",
-        "--utterances",
-        "4",
-        "--seed",
-        "4",
-    ]);
+    synth_elsdsr(&corpus, 3, 4, 4);
     // Move one test utterance of a new speaker into the test split: ELSDSR names speakers by
     // the first four letters of the file name.
     let test = corpus.join("test");

@@ -11,7 +11,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{invar, json, refused, s, synth, write};
+use common::{invar, json, refused, s, synth, ubm, write};
 use invar_audio::{read_audio, write_wav, Audio, ReadOptions};
 
 /// A committed audio fixture of invar-audio (each made by an independent encoder from
@@ -360,18 +360,7 @@ fn voxceleb_folders_and_trial_lists_come_in() {
     ] {
         assert!(d.join("f").join(format!("{id}.npy")).is_file(), "{id}");
     }
-    invar(&[
-        "gmm",
-        "train",
-        "--features",
-        s(&d.join("f")),
-        "--out",
-        s(&d.join("ubm")),
-        "--components",
-        "2",
-        "--iters",
-        "1",
-    ]);
+    ubm(&d.join("f"), &d.join("ubm"), 2, 1);
     // The trial list as VoxCeleb ships it, and scores in Kaldi's form for the same pairs.
     let trials = d.join("veri_test.txt");
     write(

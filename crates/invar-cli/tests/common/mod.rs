@@ -4,6 +4,7 @@
 
 #![allow(dead_code, clippy::unwrap_used)] // test helpers: a panic is the failure report
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -78,4 +79,75 @@ pub fn synth(corpus: &Path, speakers: usize, utterances: usize, seed: u64) -> Pa
 pub fn write(path: &Path, text: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, text).unwrap();
+}
+
+/// `invar synth` of an ELSDSR-layout corpus (001's), `speakers` × `utterances`, into `corpus`.
+pub fn synth_elsdsr(corpus: &Path, speakers: usize, utterances: usize, seed: u64) -> PathBuf {
+    invar(&[
+        "synth",
+        "--out",
+        s(corpus),
+        "--layout",
+        "elsdsr",
+        "--speakers",
+        &speakers.to_string(),
+        "--utterances",
+        &utterances.to_string(),
+        "--seed",
+        &seed.to_string(),
+    ]);
+    corpus.to_path_buf()
+}
+
+/// `invar features --kind mfcc` of the TIMIT-layout `corpus` into `out`, with `extra` flags.
+pub fn mfcc(corpus: &Path, out: &Path, extra: &[&str]) -> PathBuf {
+    let mut args = vec![
+        "features",
+        "--layout",
+        "timit",
+        s(corpus),
+        "--kind",
+        "mfcc",
+        "--out",
+        s(out),
+    ];
+    args.extend_from_slice(extra);
+    invar(&args);
+    out.to_path_buf()
+}
+
+/// `invar gmm train` of a `components`-component UBM with `iters` EM iterations on `features`
+/// into `out`; returns the model file.
+pub fn ubm(features: &Path, out: &Path, components: usize, iters: usize) -> PathBuf {
+    invar(&[
+        "gmm",
+        "train",
+        "--features",
+        s(features),
+        "--out",
+        s(out),
+        "--components",
+        &components.to_string(),
+        "--iters",
+        &iters.to_string(),
+    ]);
+    out.join("ubm.safetensors")
+}
+
+/// Every file under `dir` (relative path → bytes): what "left as it was" compares.
+pub fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                let rel = p.strip_prefix(root).unwrap().to_path_buf();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
 }
