@@ -2,14 +2,13 @@
 //! ELSDSR, LibriSpeech, VoxCeleb, Kaldi data directories, generic lists and CSV manifests) as
 //! [`Utterance`]s, ZeroSpeech feature files and ZRTools
 //! class files, supervector sets, splits, feature sets on disk ([`FeatureSet`], written by
-//! `invar features` and every later per-utterance stage), and seeded index-based batching.
+//! `invar features` and every later per-utterance stage).
 //!
 //! It decodes audio only through invar-audio and knows nothing of candle.
 
 #![cfg_attr(test, allow(clippy::unwrap_used))] // tests: a panic is the failure report
 
 pub mod backend;
-mod batch;
 mod classes;
 mod corpus;
 mod elsdsr;
@@ -34,11 +33,6 @@ mod voxceleb;
 mod zerospeech;
 
 pub use backend::FeatureFormat;
-pub use batch::{
-    chunk_index, different_speaker_pairs, directed_pair, epoch_order, epoch_rng, gather_chunks,
-    gather_frame_pairs, gather_pair_rows, same_speaker_pairs, sample_chunks, ChunkLayout, ChunkRef,
-    EpochBatches, FramePair, FrameRef,
-};
 pub use classes::{parse_classes, read_classes, write_classes, Class, Fragment};
 pub use corpus::{read_corpus, read_corpus_with, CorpusOptions};
 pub use elsdsr::{parse_name as parse_elsdsr_name, read_elsdsr};

@@ -8,7 +8,7 @@ use candle_nn::{Init, VarMap};
 use invar_io::Matrix;
 use invar_train::{
     AdaMaxConfig, BatchSource, CheckpointConfig, EarlyStoppingConfig, Metrics, OptimizerConfig,
-    StepContext, StepOutput, TrainConfig, TrainStep, TrainSummary, Trainer,
+    ShuffledOrder, StepContext, StepOutput, TrainConfig, TrainStep, TrainSummary, Trainer,
 };
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -57,27 +57,27 @@ fn make_batch(pairs: &[Pair], device: &Device) -> Result<PairBatch> {
 #[derive(Debug)]
 pub struct PairBatches {
     pairs: Vec<Pair>,
-    order: Vec<usize>,
-    batch_size: usize,
+    order: ShuffledOrder,
     device: Device,
 }
 
 impl PairBatches {
     pub fn new(pairs: Vec<Pair>, batch_size: usize, device: Device) -> Self {
         Self {
-            order: (0..pairs.len()).collect(),
+            order: ShuffledOrder::new(pairs.len(), batch_size, "pair batches"),
             pairs,
-            batch_size: batch_size.max(1),
             device,
         }
     }
 
     /// The pairs of batch `index` of the current epoch, in order.
-    pub fn batch_pairs(&self, index: usize) -> Option<Vec<Pair>> {
-        let start = index * self.batch_size;
-        let end = (start + self.batch_size).min(self.order.len());
-        let idx = self.order.get(start..end)?;
-        idx.iter().map(|&i| self.pairs.get(i).copied()).collect()
+    pub fn batch_pairs(&self, index: usize) -> invar_train::Result<Vec<Pair>> {
+        Ok(self
+            .order
+            .batch(index)?
+            .iter()
+            .map(|&i| self.pairs[i])
+            .collect())
     }
 }
 
@@ -85,18 +85,11 @@ impl BatchSource for PairBatches {
     type Batch = PairBatch;
 
     fn start_epoch(&mut self, _epoch: usize, rng: &mut ChaCha8Rng) -> invar_train::Result<usize> {
-        // A fresh order each epoch: shuffling the previous epoch's order would make this epoch
-        // depend on state that no checkpoint holds.
-        self.order.clear();
-        self.order.extend(0..self.pairs.len());
-        self.order.shuffle(rng);
-        Ok(self.pairs.len().div_ceil(self.batch_size))
+        Ok(self.order.start_epoch(rng))
     }
 
     fn batch(&mut self, index: usize) -> invar_train::Result<PairBatch> {
-        let chunk = self.batch_pairs(index).ok_or_else(|| {
-            invar_train::Error::method("pair batches", format!("batch {index} is past the epoch"))
-        })?;
+        let chunk = self.batch_pairs(index)?;
         make_batch(&chunk, &self.device).map_err(|e| invar_train::Error::method("pair batches", e))
     }
 }

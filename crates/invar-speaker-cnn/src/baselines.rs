@@ -7,10 +7,9 @@ use invar_audio::FrontendConfig;
 use invar_gmm::{DiagGmm, EmConfig};
 use invar_io::Matrix;
 use invar_train::{
-    AdamConfig, BatchSource, Metrics, OptimizerConfig, StepContext, StepOutput, TrainConfig,
-    TrainStep, Trainer,
+    AdamConfig, BatchSource, Metrics, OptimizerConfig, ShuffledOrder, StepContext, StepOutput,
+    TrainConfig, TrainStep, Trainer,
 };
-use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -156,22 +155,17 @@ fn mean_vectors(
 struct MeanBatches<'a> {
     x: &'a Matrix,
     y: &'a [u32],
-    batch: usize,
-    order: Vec<usize>,
+    order: ShuffledOrder,
     device: Device,
 }
 
 impl BatchSource for MeanBatches<'_> {
     type Batch = (Tensor, Tensor);
     fn start_epoch(&mut self, _e: usize, rng: &mut ChaCha8Rng) -> invar_train::Result<usize> {
-        self.order = (0..self.y.len()).collect();
-        self.order.shuffle(rng);
-        Ok(self.y.len().div_ceil(self.batch))
+        Ok(self.order.start_epoch(rng))
     }
     fn batch(&mut self, index: usize) -> invar_train::Result<(Tensor, Tensor)> {
-        let s = index * self.batch;
-        let e = (s + self.batch).min(self.order.len());
-        let idx = &self.order[s.min(e)..e];
+        let idx = self.order.batch(index)?;
         let mut x = Vec::with_capacity(idx.len() * self.x.cols);
         for &i in idx {
             x.extend_from_slice(self.x.row(i));
@@ -297,8 +291,7 @@ pub fn logistic_baseline_resume(
     let mut source = MeanBatches {
         x: &x,
         y: &y,
-        batch: config.batch_size,
-        order: Vec::new(),
+        order: ShuffledOrder::new(y.len(), config.batch_size, "logistic baseline batches"),
         device: device.clone(),
     };
     Trainer::new(config.logistic_train.clone(), run_dir, device.clone())?

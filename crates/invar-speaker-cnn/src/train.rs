@@ -2,10 +2,9 @@
 
 use candle_core::{Device, Tensor};
 use candle_nn::VarMap;
-use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
-use invar_train::{BatchSource, Metrics, StepContext, StepOutput, TrainStep};
+use invar_train::{BatchSource, Metrics, ShuffledOrder, StepContext, StepOutput, TrainStep};
 
 use crate::{
     cross_entropy, input_tangent, regularizer, ChunkSet, Normalizer, RegularizerConfig, SpeakerCnn,
@@ -15,8 +14,7 @@ use crate::{
 #[derive(Debug)]
 pub struct ChunkBatches<'a> {
     chunks: &'a ChunkSet,
-    batch_size: usize,
-    order: Vec<usize>,
+    order: ShuffledOrder,
     device: Device,
 }
 
@@ -25,8 +23,7 @@ impl<'a> ChunkBatches<'a> {
     pub fn new(chunks: &'a ChunkSet, batch_size: usize, device: Device) -> Self {
         Self {
             chunks,
-            batch_size: batch_size.max(1),
-            order: (0..chunks.len()).collect(),
+            order: ShuffledOrder::new(chunks.len(), batch_size, "speaker chunk batches"),
             device,
         }
     }
@@ -43,20 +40,11 @@ impl BatchSource for ChunkBatches<'_> {
     type Batch = ChunkBatch;
 
     fn start_epoch(&mut self, _epoch: usize, rng: &mut ChaCha8Rng) -> invar_train::Result<usize> {
-        self.order = (0..self.chunks.len()).collect();
-        self.order.shuffle(rng);
-        Ok(self.chunks.len().div_ceil(self.batch_size))
+        Ok(self.order.start_epoch(rng))
     }
 
     fn batch(&mut self, index: usize) -> invar_train::Result<ChunkBatch> {
-        let start = index * self.batch_size;
-        let end = (start + self.batch_size).min(self.order.len());
-        let idx = self.order.get(start..end).ok_or_else(|| {
-            invar_train::Error::method(
-                "speaker chunk batches",
-                format!("batch {index} is past the end of the epoch"),
-            )
-        })?;
+        let idx = self.order.batch(index)?;
         let (x, y) = self
             .chunks
             .batch(idx, &self.device)

@@ -4,12 +4,12 @@
 
 use candle_core::{DType, Device, Module, Tensor, D};
 use candle_nn::{Linear, VarMap};
-use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::{
-    seeded_var_builder, BatchSource, Error, Metrics, Result, StepContext, StepOutput, TrainStep,
+    seeded_var_builder, BatchSource, Metrics, Result, ShuffledOrder, StepContext, StepOutput,
+    TrainStep,
 };
 
 /// `n` points in `dim` dimensions around `classes` centres; the centres come from `centre_seed`
@@ -64,18 +64,15 @@ impl Blobs {
 #[derive(Debug)]
 pub struct BlobBatches {
     data: Blobs,
-    batch_size: usize,
-    order: Vec<usize>,
+    order: ShuffledOrder,
     device: Device,
 }
 
 impl BlobBatches {
     pub fn new(data: Blobs, batch_size: usize, device: Device) -> Self {
-        let order = (0..data.len()).collect();
         Self {
+            order: ShuffledOrder::new(data.len(), batch_size, "blob batches"),
             data,
-            batch_size: batch_size.max(1),
-            order,
             device,
         }
     }
@@ -92,20 +89,11 @@ impl BatchSource for BlobBatches {
     type Batch = BlobBatch;
 
     fn start_epoch(&mut self, _epoch: usize, rng: &mut ChaCha8Rng) -> Result<usize> {
-        self.order = (0..self.data.len()).collect();
-        self.order.shuffle(rng);
-        Ok(self.data.len().div_ceil(self.batch_size))
+        Ok(self.order.start_epoch(rng))
     }
 
     fn batch(&mut self, index: usize) -> Result<BlobBatch> {
-        let start = index * self.batch_size;
-        let end = (start + self.batch_size).min(self.order.len());
-        let idx = self.order.get(start..end).ok_or_else(|| {
-            Error::method(
-                "blob batches",
-                format!("batch {index} is past the end of the epoch"),
-            )
-        })?;
+        let idx = self.order.batch(index)?;
         let dim = self.data.dim;
         let mut x = Vec::with_capacity(idx.len() * dim);
         let mut y = Vec::with_capacity(idx.len());

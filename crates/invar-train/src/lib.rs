@@ -14,6 +14,7 @@ pub mod example;
 mod init;
 mod log;
 mod optim;
+mod order;
 mod plot;
 mod progress;
 mod trainer;
@@ -32,6 +33,7 @@ pub use log::{EpochRecord, MetricLog, Metrics};
 pub use optim::{
     AdaMaxConfig, AdamConfig, AdamWConfig, Optimizer, OptimizerConfig, SgdConfig, UpdatePath,
 };
+pub use order::ShuffledOrder;
 pub use plot::plot_curves;
 pub use trainer::{
     collapse, divergence, resume_differences, BatchSource, Collapse, Divergence, StepContext,
