@@ -1,10 +1,13 @@
 //! `invar demo`: all three methods end to end on a generated corpus, one results table, a report.
 //!
 //! The demo is a driver, not a method: it runs the same `invar` subcommands a user would (each as a
-//! child process, output in `OUT/logs/`), writes them to `OUT/commands.sh`, and gathers the numbers
-//! they wrote into `OUT/results.json` and `OUT/report.md`.
+//! child process in OUT, with paths relative to it, output in `OUT/logs/`), writes them as a
+//! rerunnable recipe (`OUT/recipe/run.sh` and the configs it reads), and gathers the numbers they
+//! wrote into `OUT/results.json` and `OUT/report.md`. `invar report DIR` gathers them again, from a
+//! demo folder or from a folder the recipe ran in.
 
 mod config;
+mod recipe;
 mod stages;
 mod summary;
 
@@ -24,7 +27,7 @@ use summary::{DemoSummary, Section};
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// Output folder (created; must be absent or empty unless --force): report.md, results.json,
-    /// config.json, commands.sh, logs/, and one folder per stage.
+    /// config.json, recipe/ (run.sh and the configs it reads), logs/, and one folder per stage.
     #[arg(long, default_value = "invar-demo")]
     pub out: PathBuf,
     /// Delete what OUT holds before running.
@@ -530,40 +533,26 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     invar_io::write_json(out.join("frontend.json"), &fe)?;
     invar_io::write_json(out.join(SPEAKER_SYNTH_FILE), &speaker_synth(&cfg))?;
 
-    let plan = plan(&cfg, &out);
-    let all: Vec<&Stage> = plan
-        .shared
-        .iter()
-        .chain(&plan.partition)
-        .chain(&plan.supervector)
-        .chain(&plan.speaker)
-        .collect();
-    let quote = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', "'\\''"));
-    let corpus_dir = out.join("corpus");
-    let merge_line = format!(
-        "(cat {}; tail -n +2 {}) > {}\n",
-        quote(&corpus_dir.join("train.item")),
-        quote(&corpus_dir.join("test.item")),
-        quote(&out.join("all.item"))
-    );
-    let mut script =
-        String::from("#!/bin/sh\n# The stages of this `invar demo` run, in order.\nset -e\n");
-    for (i, stage) in all.iter().enumerate() {
-        script.push_str(&stage.command_line());
-        script.push('\n');
-        if i + 1 == plan.shared.len() {
-            script.push_str(&merge_line);
-        }
-    }
-    invar_io::write_text(out.join("commands.sh"), &script)?;
+    // Every stage runs in OUT with paths relative to it, so the recipe is the same commands.
+    let plan = plan(&cfg, Path::new(""));
+    let total =
+        plan.shared.len() + plan.partition.len() + plan.supervector.len() + plan.speaker.len();
     tracing::info!(
-        "invar demo: {} stages into {} (seed {})",
-        all.len(),
+        "invar demo: {total} stages into {} (seed {})",
         out.display(),
         cfg.seed
     );
-
-    let mut runner = Runner::new(&out.join("logs"), all.len())?;
+    let mut runner = Runner::new(&out.join("logs"), total, &out)?;
+    let has_partition = runner.has_command("partition");
+    let has_speaker = runner.has_command("speaker");
+    write_recipe(
+        &out.join("recipe"),
+        &cfg,
+        &fe,
+        &plan,
+        has_partition,
+        has_speaker,
+    )?;
     for stage in &plan.shared {
         runner.run(stage)?;
     }
@@ -575,34 +564,18 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         ],
         &out.join("all.item"),
     )?;
-    let m = cfg.components;
-    let d = cfg.partition_outputs;
-    let abx_dir = out.join("abx");
-    let partition = if !runner.has_command("partition") {
+    let partition = if !has_partition {
         runner.skip(plan.partition.len());
         not_available("000", "invar-partition", "partition")
     } else {
         run_section(&mut runner, &plan.partition, || {
-            Ok(summary::PartitionSection {
-                abx: vec![
-                    summary::read_abx(
-                        &abx_dir.join("mfcc"),
-                        "MFCC+Δ+ΔΔ (CMVN)",
-                        3 * fe.mfcc.num_ceps,
-                    )?,
-                    summary::read_abx(&abx_dir.join("posteriors"), "UBM posteriorgram", m)?,
-                    summary::read_abx(&abx_dir.join("soft"), "partition, soft", d)?,
-                    summary::read_abx(&abx_dir.join("binary"), "partition, binary", d)?,
-                ],
-                partition: summary::read_partition(&out.join("partition"))?,
-                classes: cfg.partition_classes.describe().to_owned(),
-            })
+            partition_section(&out, &cfg, &fe)
         })
     };
     let supervector = run_section(&mut runner, &plan.supervector, || {
         summary::read_supervector(&out.join("autoencoder"))
     });
-    let speaker_cnn = if !runner.has_command("speaker") {
+    let speaker_cnn = if !has_speaker {
         runner.skip(plan.speaker.len());
         not_available("001", "invar-speaker-cnn", "speaker")
     } else {
@@ -621,16 +594,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         stages: runner.records.clone(),
         seconds: started.elapsed().as_secs_f64(),
     };
-    invar_io::write_json(out.join("results.json"), &summary)?;
-    if let Some(json) = &args.json {
-        invar_io::write_json(json, &summary)?;
-    }
-    invar_io::write_text(
-        out.join("report.md"),
-        &summary::report_markdown(&summary, &out),
-    )?;
-    print!("{}", summary::table(&summary));
-    println!("report: {}", out.join("report.md").display());
+    write_summary(&out, &summary, args.json.as_deref())?;
     let failed = matches!(summary.partition, Section::Failed { .. })
         || matches!(summary.speaker_cnn, Section::Failed { .. })
         || matches!(summary.supervector, Section::Failed { .. });
@@ -640,6 +604,131 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         out.join("logs").display()
     );
     Ok(())
+}
+
+/// 000's section of the table: the ABX rows of the four representations and the partition's facts.
+fn partition_section(
+    out: &Path,
+    cfg: &DemoConfig,
+    fe: &invar_audio::FrontendConfig,
+) -> anyhow::Result<summary::PartitionSection> {
+    let abx_dir = Path::new("abx");
+    let (m, d) = (cfg.components, cfg.partition_outputs);
+    Ok(summary::PartitionSection {
+        abx: vec![
+            summary::read_abx(
+                out,
+                &abx_dir.join("mfcc"),
+                "MFCC+Δ+ΔΔ (CMVN)",
+                (fe.deltas.order + 1) * fe.mfcc.num_ceps,
+            )?,
+            summary::read_abx(out, &abx_dir.join("posteriors"), "UBM posteriorgram", m)?,
+            summary::read_abx(out, &abx_dir.join("soft"), "partition, soft", d)?,
+            summary::read_abx(out, &abx_dir.join("binary"), "partition, binary", d)?,
+        ],
+        partition: summary::read_partition(&out.join("partition"))?,
+        classes: cfg.partition_classes.describe().to_owned(),
+    })
+}
+
+/// results.json (and `json`, if given) and report.md in `out`; the table on stdout.
+fn write_summary(out: &Path, summary: &DemoSummary, json: Option<&Path>) -> anyhow::Result<()> {
+    invar_io::write_json(out.join("results.json"), summary)?;
+    if let Some(json) = json {
+        invar_io::write_json(json, summary)?;
+    }
+    invar_io::write_text(
+        out.join("report.md"),
+        &summary::report_markdown(summary, out),
+    )?;
+    print!("{}", summary::table(summary));
+    println!("report: {}", out.join("report.md").display());
+    Ok(())
+}
+
+/// `recipe/`: run.sh with the stages of this build, and the config files they read.
+fn write_recipe(
+    dir: &Path,
+    cfg: &DemoConfig,
+    fe: &invar_audio::FrontendConfig,
+    plan: &Plan,
+    has_partition: bool,
+    has_speaker: bool,
+) -> anyhow::Result<()> {
+    invar_io::write_json(dir.join("config.json"), cfg)?;
+    invar_io::write_json(dir.join("frontend.json"), fe)?;
+    invar_io::write_json(dir.join(SPEAKER_SYNTH_FILE), &speaker_synth(cfg))?;
+    let mut steps: Vec<recipe::Step<'_>> = plan.shared.iter().map(recipe::Step::Invar).collect();
+    steps.push(recipe::Step::MergeItems {
+        parts: ["corpus/train.item", "corpus/test.item"],
+        out: "all.item",
+    });
+    if has_partition {
+        steps.extend(plan.partition.iter().map(recipe::Step::Invar));
+    }
+    steps.extend(plan.supervector.iter().map(recipe::Step::Invar));
+    if has_speaker {
+        steps.extend(plan.speaker.iter().map(recipe::Step::Invar));
+    }
+    let path = dir.join("run.sh");
+    invar_io::write_text(&path, &recipe::script(&steps))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+            .with_context(|| format!("cannot make {} executable", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Rebuild a demo or recipe folder's results.json and report.md from its stage outputs.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The folder: one `invar demo` wrote, or one its `recipe/run.sh` ran in (config.json,
+    /// frontend.json and the stage outputs).
+    pub dir: PathBuf,
+    /// Also write results.json here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// `invar report DIR`: the demo's table, results.json and report.md again, from what the stages
+/// left in DIR. A section whose outputs are missing or unreadable is reported as failed, naming
+/// the file; the stage timings come from the recipe's markers (or the demo's own results.json).
+pub fn report(args: ReportArgs) -> anyhow::Result<()> {
+    let dir = &args.dir;
+    let cfg: DemoConfig = invar_io::read_json(dir.join("config.json"))
+        .with_context(|| format!("{} holds no demo config.json", dir.display()))?;
+    cfg.validate()?;
+    let fe: invar_audio::FrontendConfig = invar_io::read_json(dir.join("frontend.json"))?;
+    let corpus = summary::read_corpus(&dir.join("corpus").join("results.json"))?;
+    fn section<T>(r: anyhow::Result<T>) -> Section<T> {
+        match r {
+            Ok(v) => Section::Done(v),
+            Err(e) => Section::Failed {
+                error: format!("{e:#}"),
+            },
+        }
+    }
+    let mut stages = recipe::read_records(dir)?;
+    let mut seconds: f64 = stages.iter().map(|s| s.seconds).sum();
+    if stages.is_empty() {
+        // A folder `invar demo` wrote: keep the timings it recorded.
+        if let Ok(old) = invar_io::read_json::<serde_json::Value>(dir.join("results.json")) {
+            stages = serde_json::from_value(old["stages"].clone()).unwrap_or_default();
+            seconds = old["seconds"].as_f64().unwrap_or(seconds);
+        }
+    }
+    let summary = DemoSummary {
+        partition: section(partition_section(dir, &cfg, &fe)),
+        supervector: section(summary::read_supervector(&dir.join("autoencoder"))),
+        speaker_cnn: section(summary::read_speaker(&dir.join("speaker"))),
+        config: cfg,
+        corpus,
+        stages,
+        seconds,
+    };
+    write_summary(dir, &summary, args.json.as_deref())
 }
 
 #[cfg(test)]

@@ -56,6 +56,8 @@ enum Command {
     Utd(utd::UtdArgs),
     /// All three methods end to end on a generated corpus: one results table, report.md, plots.
     Demo(demo::DemoArgs),
+    /// Rebuild a demo or recipe folder's results.json and report.md from its stage outputs.
+    Report(demo::ReportArgs),
     /// Method 001: speaker CNN with scale/offset/gain invariance regularisers (train, eval, robustness).
     Speaker(speaker::SpeakerArgs),
     /// Method 000: partition posteriorgram classes into fewer, speaker-invariant ones.
@@ -86,6 +88,7 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Supervector(args)) => supervector::run(args),
         Some(Command::Utd(args)) => utd::run(args),
         Some(Command::Demo(args)) => demo::run(args),
+        Some(Command::Report(args)) => demo::report(args),
         Some(Command::Speaker(args)) => speaker::run(args),
         Some(Command::Partition(args)) => partition::run(args),
         // </arms>

@@ -271,7 +271,9 @@ fn demo_quick_writes_report_results_and_sane_numbers() {
         "report.md",
         "results.json",
         "config.json",
-        "commands.sh",
+        "recipe/run.sh",
+        "recipe/config.json",
+        "recipe/frontend.json",
         "frontend.json",
     ] {
         assert!(out.join(f).is_file(), "demo wrote no {f}");
@@ -312,8 +314,8 @@ fn demo_quick_writes_report_results_and_sane_numbers() {
         assert!(t["threshold_count"].as_u64().unwrap() <= t["nontarget_trials"].as_u64().unwrap());
     }
     assert!(out.join("autoencoder/curves.svg").is_file());
-    // Every command the demo ran is in commands.sh, and each has its log.
-    let commands = std::fs::read_to_string(out.join("commands.sh")).unwrap();
+    // Every command the demo ran is in the recipe, and each has its log.
+    let commands = std::fs::read_to_string(out.join("recipe/run.sh")).unwrap();
     let stages = r["stages"].as_array().unwrap();
     assert!(stages.len() >= 8);
     for st in stages {
@@ -321,6 +323,121 @@ fn demo_quick_writes_report_results_and_sane_numbers() {
         assert!(commands.contains(st["command"].as_str().unwrap()));
         assert!(Path::new(st["log"].as_str().unwrap()).is_file());
     }
+    recipe_reruns_to_the_same_numbers(&out, dir.path());
+}
+
+/// The numbers of a demo or recipe run: results.json without its timings.
+fn numbers(dir: &Path) -> Value {
+    let mut r = json(&dir.join("results.json"));
+    let o = r.as_object_mut().unwrap();
+    o.remove("stages");
+    o.remove("seconds");
+    r
+}
+
+/// `pid` and every process below it (from /proc), children before parents.
+fn process_tree(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten();
+    for task in tasks.flatten() {
+        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+            out.extend(process_tree(child));
+        }
+    }
+    out.push(pid);
+    out
+}
+
+/// Issue 23: the demo's recipe folder, copied elsewhere and run with only the `invar` binary on
+/// PATH, gives the demo's numbers; killed (SIGKILL to the script and every process under it) at a
+/// random stage and run again, it resumes and still gives them; run once more, every stage is
+/// skipped.
+fn recipe_reruns_to_the_same_numbers(demo: &Path, tmp: &Path) {
+    use std::time::{Duration, Instant};
+
+    let want = numbers(demo);
+    let bin = tmp.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_invar"), bin.join("invar")).unwrap();
+    let recipe = tmp.join("copied recipe");
+    std::fs::create_dir_all(&recipe).unwrap();
+    for e in std::fs::read_dir(demo.join("recipe")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), recipe.join(e.file_name())).unwrap();
+    }
+    let sh = |args: &[&str]| {
+        let mut c = Command::new("sh");
+        c.arg(recipe.join("run.sh"))
+            .args(args)
+            .env_clear()
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .current_dir(tmp);
+        c
+    };
+    // Kill it once a randomly chosen stage (of the 20) has started.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as usize;
+    let victim = recipe.join(format!(".stages/{:02}.started", 3 + nanos % 15));
+    let mut child = sh(&[])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !victim.exists() && child.try_wait().unwrap().is_none() {
+        assert!(started.elapsed() < Duration::from_secs(600), "recipe hung");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(nanos as u64 % 400));
+    // Stop the script first, so that it cannot start a stage between the listing and the kill.
+    // Positive pids only: util-linux reads `kill -9 -N` as a signal to every process there is.
+    let _ = Command::new("kill")
+        .args(["-s", "STOP", &child.id().to_string()])
+        .status();
+    let pids: Vec<String> = process_tree(child.id())
+        .iter()
+        .map(u32::to_string)
+        .collect();
+    let _ = Command::new("kill")
+        .args(["-s", "KILL"])
+        .args(&pids)
+        .status();
+    let _ = child.wait();
+    let out = sh(&[]).output().unwrap();
+    let log =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "resumed recipe failed (killed at {}):\n{log}",
+        victim.display()
+    );
+    assert_eq!(
+        numbers(&recipe),
+        want,
+        "killed at {}:\n{log}",
+        victim.display()
+    );
+    // Everything done: a rerun skips every stage, and changes no number.
+    let again = sh(&[]).output().unwrap();
+    assert!(again.status.success());
+    let said = String::from_utf8_lossy(&again.stdout);
+    assert_eq!(said.matches("done, skipped").count(), 20, "{said}");
+    assert_eq!(numbers(&recipe), want);
+    // --stage N --stop-stage N redoes exactly that stage, from scratch.
+    let redo = sh(&["--stage", "13", "--stop-stage", "13"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&redo.stdout);
+    assert!(
+        redo.status.success() && said.contains("stage 13 (abx-binary)"),
+        "{said}"
+    );
+    assert_eq!(said.lines().count(), 1, "{said}");
 }
 
 /// Whether the built `invar` has this subcommand.

@@ -576,12 +576,16 @@ fn hostname() -> String {
 }
 
 /// Field 22 of `/proc/PID/stat` (start time after boot, in clock ticks); `None` when there is no
-/// such process (or no `/proc`).
+/// such process (or no `/proc`), or when it has already exited and waits only to be reaped (state
+/// `Z` or `X`): a killed run whose parent has not collected it yet holds nothing.
 fn process_start(pid: u32) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) is in parentheses and may hold spaces: count after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    if matches!(fields.next(), Some("Z" | "X" | "x")) {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 /// `YYYY-MM-DD HH:MM:SS UTC` of Unix seconds (Howard Hinnant's `civil_from_days`).
@@ -694,6 +698,36 @@ mod tests {
             serde_json::from_slice(&fs::read(root.path().join(LOCK_FILE)).unwrap()).unwrap();
         assert_eq!(now.token, out.token);
         assert_eq!(snapshot(root.path()).len(), 2, "lock + marker only");
+    }
+
+    /// A killed run that its parent has not reaped yet is a zombie: its pid and start time are
+    /// still in /proc, but it holds nothing. (A recipe killed with its shell left one behind, and
+    /// the rerun was refused as if the dead stage were still writing.)
+    #[test]
+    fn a_zombie_holder_is_dead() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // Exited, not yet waited for: a zombie.
+        let t0 = std::time::Instant::now();
+        while fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| !s[s.rfind(')').unwrap() + 1..].trim_start().starts_with('Z'))
+        {
+            assert!(t0.elapsed().as_secs() < 10, "`true` did not exit");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        if !Path::new(&format!("/proc/{pid}/stat")).exists() {
+            eprintln!("skipped: no /proc here");
+            child.wait().unwrap();
+            return;
+        }
+        assert_eq!(process_start(pid), None, "a zombie counts as alive");
+        let root = tempfile::tempdir().unwrap();
+        let mut zombie = LockHolder::current();
+        zombie.pid = pid;
+        zombie.process_start = None;
+        write_lock(&root.path().join(LOCK_FILE), &zombie);
+        OutDir::claim(root.path(), &kind("features"), Claim::Fresh).unwrap();
+        child.wait().unwrap();
     }
 
     #[test]

@@ -90,6 +90,8 @@ pub struct StageRecord {
 /// Runs stages in order, one child process each, showing progress over all of them.
 pub struct Runner {
     exe: PathBuf,
+    /// The folder the stages run in (their paths are relative to it).
+    cwd: PathBuf,
     logs: PathBuf,
     total: usize,
     done: usize,
@@ -98,8 +100,8 @@ pub struct Runner {
 }
 
 impl Runner {
-    /// `total` is the number of stages planned, for the progress display.
-    pub fn new(logs: &Path, total: usize) -> anyhow::Result<Self> {
+    /// `total` is the number of stages planned, for the progress display; each stage runs in `cwd`.
+    pub fn new(logs: &Path, total: usize, cwd: &Path) -> anyhow::Result<Self> {
         let exe = std::env::current_exe().context("cannot find the running `invar` binary")?;
         std::fs::create_dir_all(logs)
             .with_context(|| format!("cannot create the log folder {}", logs.display()))?;
@@ -112,10 +114,13 @@ impl Runner {
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
                 .progress_chars("=> "),
             );
+            // A steady tick: the clock keeps moving through a long stage, so it never looks hung.
+            bar.enable_steady_tick(std::time::Duration::from_millis(500));
             bar
         });
         Ok(Self {
             exe,
+            cwd: cwd.to_owned(),
             logs: logs.to_owned(),
             total,
             done: 0,
@@ -150,6 +155,7 @@ impl Runner {
         let started = Instant::now();
         let status = Command::new(&self.exe)
             .args(&stage.args)
+            .current_dir(&self.cwd)
             .stdin(Stdio::null())
             .stdout(file)
             .stderr(err_file)

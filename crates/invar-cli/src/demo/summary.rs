@@ -220,9 +220,15 @@ pub fn read_corpus(results: &Path) -> anyhow::Result<CorpusSummary> {
     read(results)
 }
 
-/// One ABX row from an `invar eval abx --mode both` folder.
-pub fn read_abx(folder: &Path, representation: &str, dim: usize) -> anyhow::Result<AbxRow> {
-    let results: Vec<AbxResult> = read(&folder.join("results.json"))?;
+/// One ABX row from an `invar eval abx --mode both` folder, `folder` relative to the run's `root`
+/// (and recorded so, whichever folder the run is read from).
+pub fn read_abx(
+    root: &Path,
+    folder: &Path,
+    representation: &str,
+    dim: usize,
+) -> anyhow::Result<AbxRow> {
+    let results: Vec<AbxResult> = read(&root.join(folder).join("results.json"))?;
     let pick = |mode: AbxMode| {
         results
             .iter()
@@ -420,8 +426,9 @@ pub fn report_markdown(s: &DemoSummary, root: &Path) -> String {
     let _ = writeln!(md, "{}.\n", corpus_line(s));
     let _ = writeln!(
         md,
-        "Every number below was computed by an ordinary `invar` subcommand; `commands.sh` lists them \
-         in order and `logs/` holds each one's output. The resolved configuration is `config.json`.\n"
+        "Every number below was computed by an ordinary `invar` subcommand; `recipe/run.sh` (or \
+         `run.sh`, in a recipe folder) lists them in order and reruns them, and `logs/` holds each \
+         one's output. The resolved configuration is `config.json`.\n"
     );
 
     md.push_str("## (000) Posteriorgram partitioning: phone identity without the speaker\n\n");
@@ -679,12 +686,14 @@ mod tests {
            "empty_items":[],"cells":1,"triplets":2,"pairs":[],"cell_scores":[]},
           {"mode":"across","convention":"zs2015","distance":"angular","error":0.5,"items":4,
            "empty_items":[],"cells":1,"triplets":2,"pairs":[],"cell_scores":[]}]"#;
-        std::fs::write(dir.path().join("results.json"), json).unwrap();
-        let row = read_abx(dir.path(), "mfcc", 39).unwrap();
+        std::fs::create_dir_all(dir.path().join("abx")).unwrap();
+        std::fs::write(dir.path().join("abx/results.json"), json).unwrap();
+        let row = read_abx(dir.path(), Path::new("abx"), "mfcc", 39).unwrap();
+        assert_eq!(row.folder, Path::new("abx"), "recorded relative to the run");
         assert_eq!(row.within, 0.25);
         assert_eq!(row.across, 0.5);
         assert_eq!(row.distance, "angular");
-        std::fs::write(dir.path().join("results.json"), "[]").unwrap();
-        assert!(read_abx(dir.path(), "mfcc", 39).is_err());
+        std::fs::write(dir.path().join("abx/results.json"), "[]").unwrap();
+        assert!(read_abx(dir.path(), Path::new("abx"), "mfcc", 39).is_err());
     }
 }
