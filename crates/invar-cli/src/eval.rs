@@ -56,6 +56,7 @@ pub struct AbxArgs {
     /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
     #[arg(long)]
     pub force: bool,
+    /// Which ABX: within speaker, across speaker, or both.
     #[arg(long, value_enum, default_value = "both")]
     pub mode: ModeArg,
     /// zs2015 (summed DTW, talkers then contexts) or fastabx (DTW ÷ path length, contexts then talkers).

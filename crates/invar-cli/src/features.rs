@@ -38,7 +38,7 @@ pub struct FeaturesArgs {
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Only this shard of the utterances, K/N with 1 <= K <= N (e.g. a Slurm array task); the
-    /// last shard to finish merges the shard manifests into manifest.tsv.
+    /// last shard to finish merges the shard manifests into manifest.tsv. Default: all of them.
     #[arg(long)]
     pub shard: Option<String>,
     /// Refuse files whose sample rate differs from the front-end's instead of resampling them.

@@ -49,7 +49,7 @@ pub struct AccumulateArgs {
     /// Only utterances of this split; default all.
     #[arg(long)]
     pub split: Option<Split>,
-    /// Only this shard of the utterances, K/N (1 <= K <= N).
+    /// Only this shard of the utterances, K/N (1 <= K <= N); default: all of them.
     #[arg(long)]
     pub shard: Option<String>,
     /// Statistics file to write (safetensors).
@@ -91,16 +91,16 @@ pub struct TrainArgs {
     /// below override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Number of components.
+    /// Number of components [default: 512]
     #[arg(long)]
     pub components: Option<usize>,
-    /// Initialisation: kmeans-plus-plus, random-frames or split.
+    /// Initialisation: kmeans-plus-plus, random-frames or split [default: kmeans-plus-plus]
     #[arg(long, value_parser = parse_init)]
     pub init: Option<InitMethod>,
-    /// EM iterations at full size.
+    /// EM iterations at full size [default: 20]
     #[arg(long)]
     pub iters: Option<usize>,
-    /// Seed of every random choice.
+    /// Seed of every random choice [default: 0]
     #[arg(long)]
     pub seed: Option<u64>,
     /// Write the iteration table as JSON here (default OUT/results.json).
@@ -127,10 +127,10 @@ pub struct PosteriorsArgs {
     /// How to store the posteriorgrams: npy or kaldi (binary float ark + scp).
     #[arg(long, default_value = "npy")]
     pub format: FeatureFormat,
-    /// Keep only the K largest posteriors of each frame (renormalised).
+    /// Keep only the K largest posteriors of each frame (renormalised); default: all of them.
     #[arg(long)]
     pub top_k: Option<usize>,
-    /// Only this shard of the utterances, K/N (1 <= K <= N).
+    /// Only this shard of the utterances, K/N (1 <= K <= N); default: all of them.
     #[arg(long)]
     pub shard: Option<String>,
     /// Write the summary as JSON here (default OUT/results.json or results.K-of-N.json).
@@ -157,7 +157,7 @@ pub struct SupervectorsArgs {
     /// MAP relevance factor.
     #[arg(long, default_value_t = MapConfig::default().relevance)]
     pub relevance: f64,
-    /// Only this shard of the utterances, K/N (1 <= K <= N).
+    /// Only this shard of the utterances, K/N (1 <= K <= N); default: all of them.
     #[arg(long)]
     pub shard: Option<String>,
     /// Write the summary as JSON here (default OUT/results.json or results.K-of-N.json).

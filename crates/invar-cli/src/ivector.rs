@@ -47,7 +47,7 @@ pub struct AccumulateArgs {
     /// Only utterances of this split; default all.
     #[arg(long)]
     pub split: Option<Split>,
-    /// Only this shard of the utterances, K/N (1 <= K <= N).
+    /// Only this shard of the utterances, K/N (1 <= K <= N); default: all of them.
     #[arg(long)]
     pub shard: Option<String>,
     /// Accumulator file to write (safetensors).
@@ -97,16 +97,16 @@ pub struct TrainArgs {
     /// Extractor configuration as JSON (an IvectorConfig); the flags below override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// i-vector dimension.
+    /// i-vector dimension [default: 400]
     #[arg(long)]
     pub rank: Option<usize>,
-    /// EM iterations.
+    /// EM iterations [default: 10]
     #[arg(long)]
     pub iters: Option<usize>,
     /// Skip the minimum-divergence step.
     #[arg(long)]
     pub no_min_divergence: bool,
-    /// Seed of the random initial T.
+    /// Seed of the random initial T [default: 0]
     #[arg(long)]
     pub seed: Option<u64>,
     /// Write the objective table as JSON here (default OUT/results.json).
@@ -136,13 +136,13 @@ pub struct ExtractArgs {
     /// Do not length-normalise the i-vectors.
     #[arg(long)]
     pub no_length_norm: bool,
-    /// Also project to this many LDA dimensions, fitted on the train split (all if none).
+    /// Also project to this many LDA dimensions, fitted on the train split; default: no LDA.
     #[arg(long)]
     pub lda: Option<usize>,
     /// Also apply WCCN (after LDA if given), fitted on the train split (all if none).
     #[arg(long)]
     pub wccn: bool,
-    /// Only this shard of the utterances, K/N (1 <= K <= N).
+    /// Only this shard of the utterances, K/N (1 <= K <= N); default: all of them.
     #[arg(long)]
     pub shard: Option<String>,
     /// Write the summary as JSON here (default OUT/results.json or results.K-of-N.json).

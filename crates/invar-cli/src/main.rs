@@ -115,3 +115,173 @@ fn init_tracing() {
         .with_target(false)
         .init();
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every leaf subcommand with its full name (`gmm train`).
+    fn leaves(cmd: &clap::Command, prefix: &str, out: &mut Vec<(String, clap::Command)>) {
+        let name = format!("{prefix} {}", cmd.get_name()).trim().to_owned();
+        if cmd.has_subcommands() {
+            for sub in cmd.get_subcommands() {
+                leaves(sub, &name, out);
+            }
+        } else {
+            out.push((name, cmd.clone()));
+        }
+    }
+
+    /// Issue 19's CLI grammar: every flag says what it does, and every flag that takes a value
+    /// shows what happens without it — a default clap prints, a `[default: …]` written in its help
+    /// (where the default lives in a config struct), or the words saying what "absent" means.
+    /// Paths and names a user must choose have no default and say so by being required or by
+    /// describing the file.
+    #[test]
+    fn every_flag_has_help_and_says_its_default() {
+        let mut all = Vec::new();
+        let mut cli = Cli::command();
+        cli.build();
+        leaves(&cli, "", &mut all);
+        let mut missing = Vec::new();
+        for (name, cmd) in &all {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version" | "threads") {
+                    continue;
+                }
+                let help = arg
+                    .get_long_help()
+                    .or(arg.get_help())
+                    .map(|h| h.to_string())
+                    .unwrap_or_default();
+                if help.trim().is_empty() {
+                    missing.push(format!("{name} --{id}: no help"));
+                    continue;
+                }
+                let takes_value = arg.get_action().takes_values();
+                let is_path = arg.get_value_hint() == clap::ValueHint::AnyPath
+                    || help.contains("folder")
+                    || help.contains("file")
+                    || help.contains(".json")
+                    || help.contains("here");
+                if takes_value
+                    && !arg.is_required_set()
+                    && !arg.is_positional()
+                    && arg.get_default_values().is_empty()
+                    && !is_path
+                    && !help.contains("default")
+                    && !help.contains("Default")
+                {
+                    missing.push(format!("{name} --{id}: no default shown"));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
+
+    /// The help of `--FLAG` of the subcommand at `path`.
+    fn help(path: &[&str], flag: &str) -> String {
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut cur = &cmd;
+        for p in path {
+            cur = cur
+                .find_subcommand(p)
+                .unwrap_or_else(|| panic!("no subcommand {p}"));
+        }
+        let arg = cur
+            .get_arguments()
+            .find(|a| a.get_long() == Some(flag))
+            .unwrap_or_else(|| panic!("{path:?} has no --{flag}"));
+        arg.get_help().map(|h| h.to_string()).unwrap_or_default()
+    }
+
+    /// Defaults that live in a library's config struct are written into the help by hand (the
+    /// flag must stay optional so that a config file can set the value); this keeps them true.
+    #[test]
+    fn defaults_written_into_help_are_the_configs() {
+        let em = invar_gmm::EmConfig::default();
+        let iv = invar_gmm::IvectorConfig::default();
+        let part = invar_partition::PartitionConfig::default();
+        let proto = invar_supervector::ProtocolConfig::default();
+        let cases = [
+            (
+                help(&["gmm", "train"], "components"),
+                em.components.to_string(),
+            ),
+            (help(&["gmm", "train"], "iters"), em.max_iters.to_string()),
+            (help(&["gmm", "train"], "seed"), em.seed.to_string()),
+            (
+                help(&["gmm", "train"], "init"),
+                "kmeans-plus-plus".to_owned(),
+            ),
+            (help(&["ivector", "train"], "rank"), iv.rank.to_string()),
+            (help(&["ivector", "train"], "iters"), iv.iters.to_string()),
+            (help(&["ivector", "train"], "seed"), iv.seed.to_string()),
+            (
+                help(&["partition", "train"], "epochs"),
+                part.optim.epochs.to_string(),
+            ),
+            (
+                help(&["supervector", "eval"], "open-speakers"),
+                proto.open_speakers.to_string(),
+            ),
+            (
+                help(&["supervector", "eval"], "closed-utterances"),
+                proto.closed_utterances.to_string(),
+            ),
+        ];
+        let original = invar_speaker_cnn::SpeakerCnnConfig::original();
+        let logmel = invar_speaker_cnn::SpeakerCnnConfig::logmel();
+        let reg = &original.regularizer;
+        let speaker = [
+            (
+                help(&["speaker", "train"], "lr"),
+                format!(
+                    "original {} (SGD), logmel {} (Adam)",
+                    original.train.optimizer.lr(),
+                    logmel.train.optimizer.lr()
+                ),
+            ),
+            (
+                help(&["speaker", "train"], "epochs"),
+                format!(
+                    "original {}, logmel {}",
+                    original.train.epochs, logmel.train.epochs
+                ),
+            ),
+            (
+                help(&["speaker", "train"], "lambda"),
+                format!("[default: {}]", reg.lambda),
+            ),
+            (
+                help(&["speaker", "train"], "seed"),
+                format!("[default: {}]", original.init_seed),
+            ),
+            (
+                help(&["speaker", "train"], "min-count"),
+                format!(
+                    "[default: {}",
+                    invar_data::SpeakerFilter::default().min_count
+                ),
+            ),
+        ];
+        for (text, want) in speaker {
+            assert!(text.contains(&want), "{text} (want {want})");
+        }
+        for (text, want) in cases {
+            assert!(
+                text.contains(&format!("[default: {want}]")),
+                "{text} (want {want})"
+            );
+        }
+        assert_eq!(
+            invar_gmm::InitMethod::KmeansPlusPlus,
+            em.init,
+            "the help says kmeans-plus-plus"
+        );
+    }
+}

@@ -62,7 +62,7 @@ pub struct TrainArgs {
     /// λ, the weight of the normalised-entropy penalty (default 0.1).
     #[arg(long)]
     pub lambda: Option<f64>,
-    /// Maximum training epochs; early stopping (patience 15) usually ends sooner.
+    /// Maximum training epochs; early stopping (patience 15) usually ends sooner [default: 500]
     #[arg(long)]
     pub epochs: Option<usize>,
     /// Frame pairs per minibatch (default 1000).
@@ -110,7 +110,8 @@ pub struct ApplyArgs {
     #[arg(long)]
     pub hard: bool,
     /// Instead of the model, apply a uniformly random hard partition of the same size (M → D), drawn
-    /// from this seed: the control that shows whether the learned grouping is what helps.
+    /// from this seed: the control that shows whether the learned grouping is what helps. Default:
+    /// none, the model is applied.
     #[arg(long, conflicts_with = "hard")]
     pub random_control: Option<u64>,
 }

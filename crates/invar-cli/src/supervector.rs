@@ -212,6 +212,7 @@ pub struct EmbedArgs {
     /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
     #[arg(long)]
     pub force: bool,
+    /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// Write the summary as JSON here (default OUT/results.json).

@@ -45,10 +45,10 @@ pub struct EvalArgs {
     /// one per line; default: a seeded --closed-utterances share of each training speaker.
     #[arg(long, requires = "train_speakers")]
     pub closed_ids: Option<PathBuf>,
-    /// Share of speakers held out per random split (the open set).
+    /// Share of speakers held out per random split (the open set) [default: 0.2]
     #[arg(long)]
     pub open_speakers: Option<f64>,
-    /// Share of each training speaker's rows held out (the closed set).
+    /// Share of each training speaker's rows held out (the closed set) [default: 0.25]
     #[arg(long)]
     pub closed_utterances: Option<f64>,
     /// PCA dimension of raw supervectors before the back-end (fitted on the training rows).
@@ -67,8 +67,10 @@ pub struct EvalArgs {
     /// minDCF priors.
     #[arg(long, value_delimiter = ',', default_value = "0.01")]
     pub p_target: Vec<f64>,
+    /// Cost of a miss for minDCF.
     #[arg(long, default_value_t = 1.0)]
     pub c_miss: f64,
+    /// Cost of a false alarm for minDCF.
     #[arg(long, default_value_t = 1.0)]
     pub c_fa: f64,
     #[command(flatten)]
