@@ -580,7 +580,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         not_available("001", "invar-speaker-cnn", "speaker")
     } else {
         run_section(&mut runner, &plan.speaker, || {
-            summary::read_speaker(&out.join("speaker"))
+            summary::read_speaker(&out.join("speaker"), &out.join("corpus-elsdsr"))
         })
     };
     runner.finish();
@@ -722,7 +722,10 @@ pub fn report(args: ReportArgs) -> anyhow::Result<()> {
     let summary = DemoSummary {
         partition: section(partition_section(dir, &cfg, &fe)),
         supervector: section(summary::read_supervector(&dir.join("autoencoder"))),
-        speaker_cnn: section(summary::read_speaker(&dir.join("speaker"))),
+        speaker_cnn: section(summary::read_speaker(
+            &dir.join("speaker"),
+            &dir.join("corpus-elsdsr"),
+        )),
         config: cfg,
         corpus,
         stages,

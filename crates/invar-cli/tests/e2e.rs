@@ -278,6 +278,19 @@ fn demo_quick_writes_report_results_and_sane_numbers() {
     ] {
         assert!(out.join(f).is_file(), "demo wrote no {f}");
     }
+    // Every table states its counts, and a quick run says it is too small to rank anything.
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for needle in [
+        "across-speaker triplets",
+        "test utterances: one utterance is",
+        "same-speaker and",
+        "Too small to rank",
+    ] {
+        assert!(
+            report.contains(needle),
+            "report.md lacks {needle:?}:\n{report}"
+        );
+    }
     let config = json(&out.join("config.json"));
     assert_eq!(config["seed"], 2);
     assert_eq!(config["speakers"], 10);

@@ -37,6 +37,14 @@ pub struct AbxRow {
     /// Error rates in [0, 1].
     pub within: f64,
     pub across: f64,
+    /// Items scored, and the triplets behind each error rate (the counts a reader needs to judge a
+    /// difference).
+    #[serde(default)]
+    pub items: usize,
+    #[serde(default)]
+    pub within_triplets: u64,
+    #[serde(default)]
+    pub across_triplets: u64,
     /// The stage folder holding the per-pair results and plots.
     pub folder: PathBuf,
 }
@@ -80,6 +88,9 @@ pub struct SpeakerSection {
     /// Condition labels, in the order of each row's `accuracy`.
     pub conditions: Vec<String>,
     pub rows: Vec<SpeakerRow>,
+    /// Test utterances each accuracy is over (from the corpus's own summary), when known.
+    #[serde(default)]
+    pub test_utterances: Option<usize>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -127,8 +138,9 @@ fn condition_label(c: &serde_json::Value) -> String {
     }
 }
 
-/// Method 001's table from `invar speaker robustness`'s robustness.json.
-pub fn read_speaker(folder: &Path) -> anyhow::Result<SpeakerSection> {
+/// Method 001's table from `invar speaker robustness`'s robustness.json, with the number of test
+/// utterances from `corpus`'s `invar synth` summary (results.json), if there is one.
+pub fn read_speaker(folder: &Path, corpus: &Path) -> anyhow::Result<SpeakerSection> {
     let file: RobustnessFile = read(&folder.join("robustness.json"))?;
     anyhow::ensure!(
         !file.rows.is_empty() || !file.diverged.is_empty(),
@@ -174,7 +186,14 @@ pub fn read_speaker(folder: &Path) -> anyhow::Result<SpeakerSection> {
             accuracy: vec![None; conditions.len()],
         });
     }
-    Ok(SpeakerSection { conditions, rows })
+    let test_utterances = read_corpus(&corpus.join("results.json"))
+        .ok()
+        .and_then(|c| c.splits.get("test").map(|t| t.utterances));
+    Ok(SpeakerSection {
+        conditions,
+        rows,
+        test_utterances,
+    })
 }
 
 fn acc(a: Option<f64>) -> String {
@@ -243,6 +262,9 @@ pub fn read_abx(
         distance: within.distance.to_string(),
         within: within.error,
         across: across.error,
+        items: within.items,
+        within_triplets: within.triplets,
+        across_triplets: across.triplets,
         folder: folder.to_owned(),
     })
 }
@@ -450,6 +472,31 @@ pub fn report_markdown(s: &DemoSummary, root: &Path) -> String {
                     pct(r.across)
                 );
             }
+            if let Some(first) = p.abx.first() {
+                let same = p.abx.iter().all(|r| {
+                    (r.items, r.within_triplets, r.across_triplets)
+                        == (first.items, first.within_triplets, first.across_triplets)
+                });
+                let _ = writeln!(
+                    md,
+                    "\n{} items; {} within-speaker and {} across-speaker triplets{}.",
+                    first.items,
+                    first.within_triplets,
+                    first.across_triplets,
+                    if same {
+                        " behind every row"
+                    } else {
+                        " in the first row (the rows differ: see each folder's results.json)"
+                    }
+                );
+                if first.within_triplets.min(first.across_triplets) < 1000 {
+                    md.push_str(
+                        "**Too small to rank the representations:** with under a thousand \
+                         triplets, differences of a point or two are within the noise of which \
+                         items were drawn; run the full demo (without `--quick`) to compare them.\n",
+                    );
+                }
+            }
             let _ = writeln!(
                 md,
                 "\nThe partition maps {} UBM classes to {} outputs ({} in use), trained for {} epochs on \
@@ -525,6 +572,19 @@ pub fn report_markdown(s: &DemoSummary, root: &Path) -> String {
                 }
                 md.push('\n');
             }
+            if let Some(n) = sp.test_utterances.filter(|&n| n > 0) {
+                let _ = writeln!(
+                    md,
+                    "\nEach accuracy is over {n} test utterances: one utterance is {:.1} points.{}",
+                    100.0 / n as f64,
+                    if n < 100 {
+                        " **Too small to rank the regularisers**: differences of a few \
+                         utterances are noise; run the full demo, and several seeds."
+                    } else {
+                        ""
+                    }
+                );
+            }
             md.push_str("\nPlot: [accuracy under gain changes](speaker/robustness.svg).\n\n");
         }
         other => {
@@ -557,7 +617,26 @@ pub fn report_markdown(s: &DemoSummary, root: &Path) -> String {
                     min_dcf(r)
                 );
             }
-            md.push_str("\nPlots: [autoencoder training curves](autoencoder/curves.svg).\n\n");
+            let mut seen = Vec::new();
+            for r in &v.table {
+                if !seen.contains(&r.protocol) {
+                    seen.push(r.protocol);
+                    let _ = write!(
+                        md,
+                        "\n*{}*: {} same-speaker and {} different-speaker trials.",
+                        r.protocol, r.target_trials, r.nontarget_trials
+                    );
+                    if r.target_trials < 100 {
+                        let _ = write!(
+                            md,
+                            " **Too small to rank:** one same-speaker trial moves the EER by up to \
+                             {:.1} points.",
+                            100.0 / r.target_trials.max(1) as f64
+                        );
+                    }
+                }
+            }
+            md.push_str("\n\nPlots: [autoencoder training curves](autoencoder/curves.svg).\n\n");
         }
         other => {
             let _ = writeln!(md, "{}\n", section_note(other));
@@ -650,7 +729,7 @@ mod tests {
             row("gain", false, clean, 0.75),
         ]});
         std::fs::write(dir.path().join("robustness.json"), file.to_string()).unwrap();
-        let sp = read_speaker(dir.path()).unwrap();
+        let sp = read_speaker(dir.path(), dir.path()).unwrap();
         assert_eq!(sp.conditions, ["clean", "gain-20dB"]);
         assert_eq!(sp.rows.len(), 2);
         assert_eq!(sp.rows[0].accuracy, [Some(0.5), Some(0.25)]);
@@ -672,7 +751,7 @@ mod tests {
             "diverged": [{"nuisance": "offset", "lambda": 1.0, "unit_norm": false, "seed": 0,
              "reason": "loss is NaN at epoch 29, step 650"}]});
         std::fs::write(dir.path().join("robustness.json"), file.to_string()).unwrap();
-        let sp = read_speaker(dir.path()).unwrap();
+        let sp = read_speaker(dir.path(), dir.path()).unwrap();
         assert_eq!(sp.rows.len(), 2);
         assert_eq!(sp.rows[1].regulariser, "offset (diverged)");
         assert_eq!(sp.rows[1].accuracy, [None]);
