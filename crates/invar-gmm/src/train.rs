@@ -1,7 +1,8 @@
 //! Training a diagonal GMM (a UBM) by EM over frames streamed from a [`FrameSource`]:
 //! k-means++ / random-frame / split initialisation, the M-step from sufficient statistics
 //! (variance flooring, dead components re-seeded or removed with a warning), and the EM loop with
-//! its per-iteration mean log-likelihood.
+//! its per-iteration mean log-likelihood. The loop runs on an [`EmState`] (model, history, split
+//! or full-size stage), so a run can continue exactly from the state a checkpoint saved.
 
 use std::borrow::Cow;
 
