@@ -78,11 +78,17 @@ pub struct TrainArgs {
     /// Feature set folder (from `invar features`).
     #[arg(long)]
     pub features: PathBuf,
-    /// Output folder: ubm.safetensors, ubm.json, config.json, results.json.
+    /// Output folder: ubm.safetensors, ubm.json, config.json, results.json, and
+    /// checkpoints/em-NNNN/ after every EM iteration (the newest 2 kept).
     #[arg(long)]
     pub out: PathBuf,
-    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    /// Continue from the newest good checkpoint in OUT (which must hold a `gmm train` run with
+    /// the same settings, or be empty) and end with the same bytes as an uninterrupted run;
+    /// --iters may grow to extend a finished run.
     #[arg(long)]
+    pub resume: bool,
+    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    #[arg(long, conflicts_with = "resume")]
     pub force: bool,
     /// Only utterances of this split (train, validation, test, unassigned); default all.
     #[arg(long)]
@@ -258,15 +264,36 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         &args.out,
         "gmm train",
         args.force,
-        false,
+        args.resume,
         &[vec![args.features.as_path()], opt(&args.config)].concat(),
     )?;
+    // Everything a resume must repeat; `em.max_iters` may grow.
+    let settings = serde_json::json!({
+        "em": cfg,
+        "features": args.features,
+        "split": args.split,
+        "utterances": source.len(),
+    });
+    let checkpoints = invar_gmm::EmCheckpoints::new(&args.out, settings);
+    let resumed = if args.resume {
+        checkpoints.resume_gmm(&cfg)?
+    } else {
+        None
+    };
+    // Written once the resume is accepted, so that a refused one leaves the folder as it was.
     invar_io::write_json(args.out.join("config.json"), &cfg)?;
     let progress = Progress::new(cfg.max_iters as u64, "EM iterations");
-    let trained = invar_gmm::train(&source, &cfg, &mut |it| {
-        if it.components == cfg.components {
+    let resumed = resumed.map(|(_, state)| {
+        if let invar_gmm::EmStage::Full { done } = state.stage {
+            (0..done).for_each(|_| progress.inc());
+        }
+        state
+    });
+    let trained = invar_gmm::train_resumable(&source, &cfg, resumed, &mut |_, state| {
+        if matches!(state.stage, invar_gmm::EmStage::Full { .. }) {
             progress.inc();
         }
+        checkpoints.save_gmm(state).map(|_| ())
     })?;
     progress.finish();
 
@@ -673,6 +700,7 @@ pub(crate) mod tests {
                 features: feats.clone(),
                 out: ubm_dir.clone(),
                 force: false,
+                resume: false,
                 split: Some(Split::Train),
                 config: None,
                 components: Some(6),

@@ -85,11 +85,17 @@ pub struct TrainArgs {
     /// Feature set folder.
     #[arg(long)]
     pub features: PathBuf,
-    /// Output folder: ivector.safetensors, ivector.json, config.json, results.json.
+    /// Output folder: ivector.safetensors, ivector.json, config.json, results.json, and
+    /// checkpoints/em-NNNN/ after every EM iteration (the newest 2 kept).
     #[arg(long)]
     pub out: PathBuf,
-    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    /// Continue from the newest good checkpoint in OUT (which must hold an `ivector train` run
+    /// with the same settings and UBM, or be empty) and end with the same bytes as an
+    /// uninterrupted run; --iters may grow to extend a finished run.
     #[arg(long)]
+    pub resume: bool,
+    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    #[arg(long, conflicts_with = "resume")]
     pub force: bool,
     /// Only utterances of this split; default all.
     #[arg(long)]
@@ -199,11 +205,32 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         &args.out,
         "ivector train",
         args.force,
-        false,
+        args.resume,
         &[args.ubm.as_path(), args.features.as_path()],
     )?;
+    let ubm_bytes = std::fs::read(&args.ubm)
+        .with_context(|| format!("cannot read the UBM {}", args.ubm.display()))?;
+    // Everything a resume must repeat; `ivector.iters` may grow.
+    let settings = serde_json::json!({
+        "ivector": cfg,
+        "ubm": args.ubm,
+        "ubm_sha256": invar_io::sha256_hex(&ubm_bytes),
+        "features": args.features,
+        "split": args.split,
+        "utterances": source.len(),
+    });
+    let checkpoints = invar_gmm::EmCheckpoints::new(&args.out, settings);
+    let resumed = if args.resume {
+        checkpoints
+            .resume_ivector(&ubm, &cfg)?
+            .map(|(_, model, history)| (model, history))
+    } else {
+        None
+    };
+    // Written once the resume is accepted, so that a refused one leaves the folder as it was.
     invar_io::write_json(args.out.join("config.json"), &cfg)?;
 
+    // Recomputed on resume: each utterance's statistics are a fixed-order sum, the same bits.
     let progress = Progress::new(source.len() as u64, "Baum-Welch statistics");
     let stats = (0..source.len())
         .into_par_iter()
@@ -217,7 +244,19 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     progress.finish();
 
     let progress = Progress::new(cfg.iters as u64, "T-matrix EM iterations");
-    let (model, history) = invar_gmm::train_ivector(&ubm, &stats, &cfg, &mut |_| progress.inc())?;
+    if let Some((_, history)) = &resumed {
+        history.iter().for_each(|_| progress.inc());
+    }
+    let (model, history) = invar_gmm::train_ivector_resumable(
+        &ubm,
+        &stats,
+        &cfg,
+        resumed,
+        &mut |_, model, history| {
+            progress.inc();
+            checkpoints.save_ivector(model, history).map(|_| ())
+        },
+    )?;
     progress.finish();
     let record = ExtractorRecord {
         config: &cfg,
@@ -495,6 +534,7 @@ mod tests {
                 features: feats.clone(),
                 out: ubm_dir.clone(),
                 force: false,
+                resume: false,
                 split: None,
                 config: None,
                 components: Some(6),
@@ -513,6 +553,7 @@ mod tests {
                 features: feats.clone(),
                 out: iv_dir.clone(),
                 force: false,
+                resume: false,
                 split: Some(Split::Train),
                 config: None,
                 rank: Some(5),

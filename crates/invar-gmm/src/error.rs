@@ -94,6 +94,27 @@ pub enum Error {
         #[source]
         source: safetensors::SafeTensorError,
     },
+    /// A resume asked for other settings than the checkpoint was trained with.
+    #[error(
+        "cannot resume from {path}: it was trained with other settings ({}); resume with the \
+         checkpoint's settings, or train into a new folder",
+        differences.join("; ")
+    )]
+    ResumeMismatch {
+        path: PathBuf,
+        /// `dotted.key: old → new`, one per differing setting.
+        differences: Vec<String>,
+    },
+    /// A resume asked for fewer EM iterations than the checkpoint has already made.
+    #[error(
+        "cannot resume from {path}: it has made {done} EM iterations, more than the {asked} asked \
+         for; ask for at least {done}, or train into a new folder"
+    )]
+    ResumeShorter {
+        path: PathBuf,
+        done: usize,
+        asked: usize,
+    },
     /// File plumbing (atomic writes, JSON) failed.
     #[error(transparent)]
     Io(#[from] invar_io::Error),

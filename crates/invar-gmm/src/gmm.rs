@@ -18,6 +18,8 @@ const LN_2PI: f64 = 1.837_877_066_409_345_5;
 /// Frames per E-step block: big enough for an efficient GEMM, small enough for the cache and for
 /// rayon to balance short utterances.
 pub(crate) const BLOCK: usize = 256;
+/// Blocks summed sequentially in one leaf of the E-step's reduction tree.
+const LEAF_BLOCKS: usize = 4;
 
 /// A mixture of `M` Gaussians with diagonal covariances over `D`-dimensional frames.
 ///
@@ -314,36 +316,48 @@ impl DiagGmm {
     }
 
     /// Sufficient statistics of `x` under this model (the E-step of one utterance or shard),
-    /// computed in parallel over blocks of frames. `utterance` only labels errors.
+    /// computed in parallel over blocks of frames and summed in a fixed order (the same bits at
+    /// any thread count). `utterance` only labels errors.
     pub fn accumulate(&self, x: &Matrix, order: StatsOrder, utterance: usize) -> Result<GmmStats> {
         self.check_frames(x)?;
         check_finite(x, utterance)?;
         let (m, d) = (self.components(), self.dims());
-        let stats = x
-            .data
-            .par_chunks(BLOCK * d)
-            .fold(
-                || BlockAcc::new(m, d, order),
-                |mut acc, xb| {
+        if x.rows == 0 {
+            return Ok(GmmStats::zeros(m, d, order));
+        }
+        // Leaves of LEAF_BLOCKS blocks, summed along a fixed tree: the same bits at any thread
+        // count, which an exactly resumable EM needs.
+        let leaf_len = LEAF_BLOCKS * BLOCK * d;
+        let leaves = x.data.len().div_ceil(leaf_len);
+        crate::reduce::tree_reduce(
+            0..leaves,
+            &|i| {
+                let mut acc = BlockAcc::new(m, d, order);
+                let end = ((i + 1) * leaf_len).min(x.data.len());
+                for xb in x.data[i * leaf_len..end].chunks(BLOCK * d) {
                     acc.add_block(self, xb);
-                    acc
-                },
-            )
-            .map(|acc| acc.into_stats(m, d, order))
-            .reduce(
-                || GmmStats::zeros(m, d, order),
-                |mut a, b| {
-                    a.add_unchecked(&b);
-                    a
-                },
-            );
-        Ok(stats)
+                }
+                Ok(acc.into_stats(m, d, order))
+            },
+            &|mut a, b| {
+                a.add_unchecked(&b);
+                Ok(a)
+            },
+        )
     }
 
     /// Writes the model as safetensors (`weights` `[M]`, `means` and `variances` `[M, D]`, f32)
     /// plus `meta` as JSON beside it (same stem, `.json`); both atomically.
     pub fn save<T: Serialize>(&self, path: impl AsRef<Path>, meta: &T) -> Result<()> {
         let path = path.as_ref();
+        let bytes = self.to_safetensors(path)?;
+        invar_io::atomic_write(path, |w| w.write_all(&bytes))?;
+        invar_io::write_json(meta_path(path), meta)?;
+        Ok(())
+    }
+
+    /// The bytes [`DiagGmm::save`] writes (`path` only names errors).
+    pub(crate) fn to_safetensors(&self, path: &Path) -> Result<Vec<u8>> {
         let (m, d) = (self.components(), self.dims());
         let tensors = [
             ("weights", Dtype::F32, vec![m], f32_bytes(&self.weights)),
@@ -356,16 +370,21 @@ impl DiagGmm {
             ),
         ];
         let info = HashMap::from([("format".to_string(), "invar-gmm diag v1".to_string())]);
-        write_safetensors(path, &tensors, info)?;
-        invar_io::write_json(meta_path(path), meta)?;
-        Ok(())
+        safetensors_bytes(path, &tensors, info)
     }
 
     /// Reads a model written by [`DiagGmm::save`] (the JSON sidecar is not needed to load it).
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let bytes = read_bytes(path)?;
-        let st = parse_safetensors(&bytes, path)?;
+        Self::from_safetensors(&bytes, path, false)
+    }
+
+    /// Parses [`DiagGmm::to_safetensors`] bytes read from `path`. With `exact`, the weights are
+    /// taken as stored rather than renormalised, so a model saved mid-training comes back with
+    /// the same bits (renormalising weights that already sum to 1 in f64 can move the last bit).
+    pub(crate) fn from_safetensors(bytes: &[u8], path: &Path, exact: bool) -> Result<Self> {
+        let st = parse_safetensors(bytes, path)?;
         let weights = read_f32(&st, path, "weights")?;
         let (m, wd) = (weights.1.first().copied().unwrap_or(0), weights.1.len());
         let means = read_f32(&st, path, "means")?;
@@ -380,7 +399,8 @@ impl DiagGmm {
             });
         }
         let d = means.1[1];
-        Self::new(
+        let stored = weights.0.clone();
+        let mut gmm = Self::new(
             weights.0,
             Matrix::new(m, d, means.0)?,
             Matrix::new(m, d, vars.0)?,
@@ -388,7 +408,12 @@ impl DiagGmm {
         .map_err(|e| Error::File {
             path: path.to_path_buf(),
             reason: e.to_string(),
-        })
+        })?;
+        if exact {
+            gmm.weights = stored;
+            gmm.precompute();
+        }
+        Ok(gmm)
     }
 }
 
@@ -588,7 +613,6 @@ pub(crate) fn f64_bytes(v: &[f64]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-/// Writes named little-endian tensors as one safetensors file, atomically.
 /// Reads a whole file, naming it in the error.
 pub(crate) fn read_bytes(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| Error::File {
@@ -608,11 +632,23 @@ pub(crate) fn parse_safetensors<'a>(
     })
 }
 
+/// Writes named little-endian tensors as one safetensors file, atomically.
 pub(crate) fn write_safetensors(
     path: &Path,
     tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)],
     info: HashMap<String, String>,
 ) -> Result<()> {
+    let bytes = safetensors_bytes(path, tensors, info)?;
+    invar_io::atomic_write(path, |w| w.write_all(&bytes))?;
+    Ok(())
+}
+
+/// Named little-endian tensors as the bytes of one safetensors file (`path` only names errors).
+pub(crate) fn safetensors_bytes(
+    path: &Path,
+    tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)],
+    info: HashMap<String, String>,
+) -> Result<Vec<u8>> {
     let views = tensors
         .iter()
         .map(|(name, dtype, shape, bytes)| {
@@ -628,8 +664,60 @@ pub(crate) fn write_safetensors(
         path: path.to_path_buf(),
         source,
     })?;
-    invar_io::atomic_write(path, |w| w.write_all(&bytes))?;
-    Ok(())
+    sorted_header(bytes, path)
+}
+
+/// safetensors writes the `__metadata__` entries in a `HashMap`'s order, which changes from
+/// process to process: a file with two or more entries (the i-vector extractor's) had different
+/// bytes on every run. The header is rewritten with every object's keys sorted (same tensors,
+/// same offsets, padded with spaces to 8 bytes as safetensors pads it), so the same model always
+/// gives the same bytes.
+fn sorted_header(bytes: Vec<u8>, path: &Path) -> Result<Vec<u8>> {
+    fn write_sorted(v: &serde_json::Value, out: &mut String) {
+        match v {
+            serde_json::Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                out.push('{');
+                for (i, k) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&serde_json::Value::String(k.clone()).to_string());
+                    out.push(':');
+                    write_sorted(&map[k], out);
+                }
+                out.push('}');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let bad = |reason: &str| Error::File {
+        path: path.to_path_buf(),
+        reason: format!("safetensors header: {reason}"),
+    };
+    let len = bytes
+        .get(..8)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(u64::from_le_bytes)
+        .ok_or_else(|| bad("shorter than 8 bytes"))?;
+    let end = usize::try_from(len)
+        .ok()
+        .and_then(|n| n.checked_add(8))
+        .filter(|&e| e <= bytes.len())
+        .ok_or_else(|| bad("length past the end"))?;
+    let header: serde_json::Value =
+        serde_json::from_slice(&bytes[8..end]).map_err(|e| bad(&e.to_string()))?;
+    let mut text = String::new();
+    write_sorted(&header, &mut text);
+    while text.len() % 8 != 0 {
+        text.push(' ');
+    }
+    let mut out = Vec::with_capacity(8 + text.len() + bytes.len() - end);
+    out.extend_from_slice(&(text.len() as u64).to_le_bytes());
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(&bytes[end..]);
+    Ok(out)
 }
 
 fn read_f32(

@@ -19,7 +19,9 @@ use rayon::prelude::*;
 use safetensors::Dtype;
 use serde::{Deserialize, Serialize};
 
-use crate::gmm::{f64_bytes, parse_safetensors, read_bytes, read_f64, write_safetensors};
+use crate::gmm::{
+    f64_bytes, parse_safetensors, read_bytes, read_f64, safetensors_bytes, write_safetensors,
+};
 use crate::linalg::{
     backward_solve, cholesky, cholesky_inverse, cholesky_log_det, forward_solve, gemm, Op,
 };
@@ -541,22 +543,33 @@ impl IvectorExtractor {
     /// Writes T as safetensors (`t`, `[C·F, R]`, f64) and `meta` as JSON beside it, atomically.
     pub fn save<M: Serialize>(&self, path: impl AsRef<Path>, meta: &M) -> Result<()> {
         let path = path.as_ref();
+        let bytes = self.to_safetensors(path)?;
+        invar_io::atomic_write(path, |w| w.write_all(&bytes))?;
+        invar_io::write_json(crate::meta_path(path), meta)?;
+        Ok(())
+    }
+
+    /// The bytes [`IvectorExtractor::save`] writes (`path` only names errors).
+    pub(crate) fn to_safetensors(&self, path: &Path) -> Result<Vec<u8>> {
         let shape = vec![self.components * self.dims, self.rank];
         let info = HashMap::from([
             ("format".to_string(), "invar-gmm ivector v1".to_string()),
             ("components".to_string(), self.components.to_string()),
             ("dims".to_string(), self.dims.to_string()),
         ]);
-        write_safetensors(path, &[("t", Dtype::F64, shape, f64_bytes(&self.t))], info)?;
-        invar_io::write_json(crate::meta_path(path), meta)?;
-        Ok(())
+        safetensors_bytes(path, &[("t", Dtype::F64, shape, f64_bytes(&self.t))], info)
     }
 
     /// Reads an extractor written by [`IvectorExtractor::save`] for use with `ubm`.
     pub fn load(path: impl AsRef<Path>, ubm: &DiagGmm) -> Result<Self> {
         let path = path.as_ref();
         let bytes = read_bytes(path)?;
-        let st = parse_safetensors(&bytes, path)?;
+        Self::from_safetensors(&bytes, path, ubm)
+    }
+
+    /// Parses [`IvectorExtractor::to_safetensors`] bytes read from `path`, for `ubm`.
+    pub(crate) fn from_safetensors(bytes: &[u8], path: &Path, ubm: &DiagGmm) -> Result<Self> {
+        let st = parse_safetensors(bytes, path)?;
         let (t, shape) = read_f64(&st, path, "t")?;
         let cf = ubm.components() * ubm.dims();
         if shape.len() != 2 || shape[0] != cf || shape[1] == 0 {
@@ -581,14 +594,43 @@ pub fn train_ivector(
     cfg: &IvectorConfig,
     on_iter: &mut dyn FnMut(&IvectorIteration),
 ) -> Result<(IvectorExtractor, Vec<IvectorIteration>)> {
+    train_ivector_resumable(ubm, stats, cfg, None, &mut |report, _, _| {
+        on_iter(report);
+        Ok(())
+    })
+}
+
+/// What [`train_ivector_resumable`] calls after each iteration: the report, the model after it
+/// and the history so far.
+pub type AfterIteration<'a> =
+    dyn FnMut(&IvectorIteration, &IvectorExtractor, &[IvectorIteration]) -> Result<()> + 'a;
+
+/// [`train_ivector`], continued from `resume` when given (the model after some iterations of an
+/// earlier run on the same statistics and `cfg`, and their reports; `cfg.iters` may differ)
+/// instead of the random start. Each iteration is a deterministic function of T and the
+/// statistics, so the result has the same bytes as an uninterrupted run. `after_iter` sees each
+/// iteration's report, the model after it and the history so far (what a checkpoint saves); an
+/// error from it stops the run.
+pub fn train_ivector_resumable(
+    ubm: &DiagGmm,
+    stats: &[BaumWelch],
+    cfg: &IvectorConfig,
+    resume: Option<(IvectorExtractor, Vec<IvectorIteration>)>,
+    after_iter: &mut AfterIteration<'_>,
+) -> Result<(IvectorExtractor, Vec<IvectorIteration>)> {
     if stats.is_empty() {
         return Err(Error::Empty(
             "no utterances to train the i-vector extractor on",
         ));
     }
-    let mut model = IvectorExtractor::random(ubm, cfg)?;
-    let mut history = Vec::with_capacity(cfg.iters);
-    for iteration in 1..=cfg.iters {
+    let (mut model, mut history) = match resume {
+        Some(state) => state,
+        None => (
+            IvectorExtractor::random(ubm, cfg)?,
+            Vec::with_capacity(cfg.iters),
+        ),
+    };
+    for iteration in history.len() + 1..=cfg.iters {
         let acc = model.accumulate(stats)?;
         let report = IvectorIteration {
             iteration,
@@ -599,9 +641,9 @@ pub fn train_ivector(
             objective = report.objective_per_frame,
             "i-vector EM"
         );
-        on_iter(&report);
-        history.push(report);
+        history.push(report.clone());
         model = model.m_step(&acc, cfg.min_divergence)?;
+        after_iter(&report, &model, &history)?;
     }
     Ok((model, history))
 }
@@ -626,6 +668,36 @@ pub fn length_normalize(m: &mut Matrix) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The file's bytes are a function of T alone: safetensors' metadata comes from a HashMap,
+    /// whose order differs between maps, and used to make every save different.
+    #[test]
+    fn saved_bytes_do_not_depend_on_hash_order() {
+        let ubm = DiagGmm::new(
+            vec![0.5, 0.5],
+            Matrix::new(2, 2, vec![-1.0, 0.0, 1.0, 0.5]).unwrap(),
+            Matrix::new(2, 2, vec![1.0, 0.5, 0.8, 1.2]).unwrap(),
+        )
+        .unwrap();
+        let cfg = IvectorConfig {
+            rank: 2,
+            ..IvectorConfig::default()
+        };
+        let model = IvectorExtractor::random(&ubm, &cfg).unwrap();
+        let path = Path::new("ivector.safetensors");
+        let first = model.to_safetensors(path).unwrap();
+        for _ in 0..20 {
+            assert_eq!(model.to_safetensors(path).unwrap(), first);
+        }
+        let back = IvectorExtractor::from_safetensors(&first, path, &ubm).unwrap();
+        assert_eq!(back.t(), model.t());
+        // Still a safetensors file with its metadata, the header padded to 8 bytes.
+        let (n, meta) = safetensors::SafeTensors::read_metadata(&first).unwrap();
+        assert_eq!(n % 8, 0);
+        let info = meta.metadata().clone().unwrap();
+        assert_eq!(info["dims"], "2");
+        assert_eq!(info["format"], "invar-gmm ivector v1");
+    }
 
     #[test]
     fn tstats_round_trip_and_shards_add_up() {

@@ -5,8 +5,9 @@
 //! length normalisation, LDA and WCCN), and the scoring back-end fitted on training vectors: the
 //! field's length normalisation (centre, whiten, scale), Kaldi's two-covariance PLDA, and PCA.
 //! Everything works on in-memory `invar_io::Matrix` frames; the only files it touches are model
-//! and statistics files it is asked to save or load.
+//! and statistics files it is asked to save or load, and EM checkpoints (exact resume).
 
+mod checkpoint;
 mod error;
 mod gmm;
 mod ivector;
@@ -15,15 +16,17 @@ mod lnorm;
 mod map;
 mod pca;
 mod plda;
+mod reduce;
 mod scoring;
 mod stats;
 mod train;
 
+pub use checkpoint::{EmCheckpoints, EM_CHECKPOINT_FORMAT, KEEP_LAST};
 pub use error::{Error, Result, SourceError};
 pub use gmm::{meta_path, DiagGmm, GmmMeta};
 pub use ivector::{
-    baum_welch, baum_welch_source, length_normalize, train_ivector, BaumWelch, IvectorConfig,
-    IvectorExtractor, IvectorIteration, TStats,
+    baum_welch, baum_welch_source, length_normalize, train_ivector, train_ivector_resumable,
+    BaumWelch, IvectorConfig, IvectorExtractor, IvectorIteration, TStats,
 };
 pub use lnorm::LengthNorm;
 pub use map::{map_means, supervector, supervector_from_stats, supervectors, MapConfig};
@@ -32,6 +35,6 @@ pub use plda::{Plda, PldaConfig, PldaStats};
 pub use scoring::{Lda, Wccn};
 pub use stats::{GmmStats, StatsOrder};
 pub use train::{
-    accumulate_source, m_step, sample_frames, split, train, train_from, DeadPolicy, EmConfig,
-    FrameSource, InitMethod, IterationReport, TrainedGmm,
+    accumulate_source, m_step, sample_frames, split, train, train_from, train_resumable,
+    DeadPolicy, EmConfig, EmStage, EmState, FrameSource, InitMethod, IterationReport, TrainedGmm,
 };

@@ -1,7 +1,8 @@
 //! Training a diagonal GMM (a UBM) by EM over frames streamed from a [`FrameSource`]:
 //! k-means++ / random-frame / split initialisation, the M-step from sufficient statistics
 //! (variance flooring, dead components re-seeded or removed with a warning), and the EM loop with
-//! its per-iteration mean log-likelihood.
+//! its per-iteration mean log-likelihood. The loop runs on an [`EmState`] (model, history, split
+//! or full-size stage), so a run can continue exactly from the state a checkpoint saved.
 
 use std::borrow::Cow;
 
@@ -59,23 +60,25 @@ pub(crate) fn load(source: &dyn FrameSource, i: usize) -> Result<Cow<'_, Matrix>
 }
 
 /// The E-step over a whole source: statistics of every utterance under `gmm`, summed; parallel
-/// over utterances and, within each, over blocks of frames.
+/// over utterances and, within each, over blocks of frames, in an order fixed by the source alone
+/// (the same bits at any thread count, so a resumed EM run repeats an uninterrupted one exactly).
 pub fn accumulate_source(
     gmm: &DiagGmm,
     source: &dyn FrameSource,
     order: StatsOrder,
 ) -> Result<GmmStats> {
     let (m, d) = (gmm.components(), gmm.dims());
-    (0..source.len())
-        .into_par_iter()
-        .map(|i| gmm.accumulate(&*load(source, i)?, order, i))
-        .try_reduce(
-            || GmmStats::zeros(m, d, order),
-            |mut a, b| {
-                a.add(&b)?;
-                Ok(a)
-            },
-        )
+    if source.is_empty() {
+        return Ok(GmmStats::zeros(m, d, order));
+    }
+    crate::reduce::tree_reduce(
+        0..source.len(),
+        &|i| gmm.accumulate(&*load(source, i)?, order, i),
+        &|mut a, b| {
+            a.add(&b)?;
+            Ok(a)
+        },
+    )
 }
 
 /// How the mixture is initialised before EM.
@@ -220,19 +223,138 @@ pub struct TrainedGmm {
     pub history: Vec<IterationReport>,
 }
 
+/// Where EM stands between two iterations: everything the next one needs. Every iteration after
+/// the (seeded) initialisation is a deterministic function of this state, so a run continued from
+/// a saved `EmState` ends with the same bytes as one that never stopped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmState {
+    /// The model the next iteration starts from.
+    pub gmm: DiagGmm,
+    /// One report per iteration made so far.
+    pub history: Vec<IterationReport>,
+    /// Which phase the run is in.
+    pub stage: EmStage,
+}
+
+/// The phase of an EM run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub enum EmStage {
+    /// Growing by splitting ([`InitMethod::Split`]): the last split went from `before`
+    /// components to the current size, and `done` of the `split_iters` EM iterations at this size
+    /// are made.
+    Split { before: usize, done: usize },
+    /// EM at full size: `done` of the `max_iters` iterations are made.
+    Full { done: usize },
+}
+
+impl EmState {
+    /// Whether EM is over for `cfg`: `max_iters` made at full size, or the mean log-likelihood
+    /// changed by less than `cfg.tol` in the last full-size iteration.
+    pub fn finished(&self, cfg: &EmConfig) -> bool {
+        match self.stage {
+            EmStage::Split { .. } => false,
+            EmStage::Full { done } => done >= cfg.max_iters || self.converged(cfg),
+        }
+    }
+
+    fn converged(&self, cfg: &EmConfig) -> bool {
+        let (EmStage::Full { done }, n) = (self.stage, self.history.len()) else {
+            return false;
+        };
+        done >= 2
+            && n >= 2
+            && (self.history[n - 1].mean_log_likelihood - self.history[n - 2].mean_log_likelihood)
+                .abs()
+                < cfg.tol
+    }
+}
+
 /// Trains a UBM on `source`: initialise as configured, then EM. `on_iter` sees every iteration.
 pub fn train(
     source: &dyn FrameSource,
     cfg: &EmConfig,
     on_iter: &mut dyn FnMut(&IterationReport),
 ) -> Result<TrainedGmm> {
+    train_resumable(source, cfg, None, &mut |report, _| {
+        on_iter(report);
+        Ok(())
+    })
+}
+
+/// [`train`], continued from `resume` when given (a state some earlier run of the same source and
+/// `cfg` reached; `cfg.max_iters` may differ) instead of initialising. `after_iter` sees each
+/// iteration's report and the state after it (what a checkpoint saves); an error from it stops
+/// the run.
+pub fn train_resumable(
+    source: &dyn FrameSource,
+    cfg: &EmConfig,
+    resume: Option<EmState>,
+    after_iter: &mut dyn FnMut(&IterationReport, &EmState) -> Result<()>,
+) -> Result<TrainedGmm> {
     cfg.validate()?;
     if source.is_empty() {
         return Err(Error::Empty("the frame source has no utterances"));
     }
+    let mut state = match resume {
+        Some(state) => state,
+        None => initial_state(source, cfg)?,
+    };
+    loop {
+        match state.stage {
+            EmStage::Split { before, done } if done < cfg.split_iters => {
+                em_step(
+                    &mut state,
+                    source,
+                    cfg,
+                    EmStage::Split {
+                        before,
+                        done: done + 1,
+                    },
+                    after_iter,
+                )?;
+            }
+            EmStage::Split { before, .. } => {
+                // With `dead = remove`, EM can drop what the split added; splitting the same model
+                // again would loop forever. Stop as soon as a round makes no progress.
+                if state.gmm.components() <= before {
+                    return Err(Error::CannotGrow {
+                        target: cfg.components,
+                        reached: state.gmm.components(),
+                        iteration: state.history.len(),
+                    });
+                }
+                let (gmm, stage) = next_round(&state.gmm, cfg)?;
+                state.gmm = gmm;
+                state.stage = stage;
+            }
+            EmStage::Full { done } => {
+                if state.finished(cfg) {
+                    if state.converged(cfg) {
+                        tracing::info!(iteration = state.history.len(), "EM converged");
+                    }
+                    break;
+                }
+                em_step(
+                    &mut state,
+                    source,
+                    cfg,
+                    EmStage::Full { done: done + 1 },
+                    after_iter,
+                )?;
+            }
+        }
+    }
+    Ok(TrainedGmm {
+        gmm: state.gmm,
+        history: state.history,
+    })
+}
+
+/// The seeded initialisation: the model before the first EM iteration.
+fn initial_state(source: &dyn FrameSource, cfg: &EmConfig) -> Result<EmState> {
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let mut history = Vec::new();
-    let init = match cfg.init {
+    let (gmm, stage) = match cfg.init {
         InitMethod::KmeansPlusPlus | InitMethod::RandomFrames => {
             let sample = sample_frames(source, cfg.init_frames, &mut rng)?;
             if sample.rows < cfg.components {
@@ -242,39 +364,57 @@ pub fn train(
                     found: sample.rows,
                 });
             }
-            if cfg.init == InitMethod::KmeansPlusPlus {
+            let gmm = if cfg.init == InitMethod::KmeansPlusPlus {
                 kmeans_init(&sample, cfg, &mut rng)?
             } else {
                 random_frames_init(&sample, cfg, &mut rng)?
-            }
+            };
+            (gmm, EmStage::Full { done: 0 })
         }
         InitMethod::Split => {
             let d = load(source, 0)?.cols;
             let unit = DiagGmm::new(vec![1.0], Matrix::zeros(1, d), ones(1, d))?;
             let stats = accumulate_source(&unit, source, StatsOrder::Second)?;
-            let mut gmm = m_step(&stats, cfg, 0)?.0;
-            while gmm.components() < cfg.components {
-                let before = gmm.components();
-                let target = (2 * before).min(cfg.components);
-                gmm = split(&gmm, target, cfg.split_perturb)?;
-                tracing::info!(components = target, "split");
-                for _ in 0..cfg.split_iters {
-                    gmm = em_iteration(&gmm, source, cfg, &mut history, on_iter)?;
-                }
-                // With `dead = remove`, EM can drop what the split added; splitting the same model
-                // again would loop forever. Stop as soon as a round makes no progress.
-                if gmm.components() <= before {
-                    return Err(Error::CannotGrow {
-                        target: cfg.components,
-                        reached: gmm.components(),
-                        iteration: history.len(),
-                    });
-                }
-            }
-            gmm
+            next_round(&m_step(&stats, cfg, 0)?.0, cfg)?
         }
     };
-    train_from(init, source, cfg, history, on_iter)
+    Ok(EmState {
+        gmm,
+        history: Vec::new(),
+        stage,
+    })
+}
+
+/// After a growing round (or the first single Gaussian): split towards `cfg.components`, or
+/// start EM at full size once it is reached.
+fn next_round(gmm: &DiagGmm, cfg: &EmConfig) -> Result<(DiagGmm, EmStage)> {
+    let before = gmm.components();
+    if before >= cfg.components {
+        return Ok((gmm.clone(), EmStage::Full { done: 0 }));
+    }
+    let target = (2 * before).min(cfg.components);
+    let grown = split(gmm, target, cfg.split_perturb)?;
+    tracing::info!(components = target, "split");
+    Ok((grown, EmStage::Split { before, done: 0 }))
+}
+
+/// One EM iteration on `state`, which then stands at `stage`; `after_iter` sees it.
+fn em_step(
+    state: &mut EmState,
+    source: &dyn FrameSource,
+    cfg: &EmConfig,
+    stage: EmStage,
+    after_iter: &mut dyn FnMut(&IterationReport, &EmState) -> Result<()>,
+) -> Result<()> {
+    let mut report = None;
+    state.gmm = em_iteration(&state.gmm, source, cfg, &mut state.history, &mut |r| {
+        report = Some(r.clone())
+    })?;
+    state.stage = stage;
+    match report {
+        Some(r) => after_iter(&r, state),
+        None => Ok(()),
+    }
 }
 
 /// EM from a given initial model, up to `cfg.max_iters` iterations or until the mean
@@ -283,24 +423,18 @@ pub fn train_from(
     init: DiagGmm,
     source: &dyn FrameSource,
     cfg: &EmConfig,
-    mut history: Vec<IterationReport>,
+    history: Vec<IterationReport>,
     on_iter: &mut dyn FnMut(&IterationReport),
 ) -> Result<TrainedGmm> {
-    cfg.validate()?;
-    let mut gmm = init;
-    let start = history.len();
-    for _ in 0..cfg.max_iters {
-        gmm = em_iteration(&gmm, source, cfg, &mut history, on_iter)?;
-        let n = history.len();
-        if n - start >= 2 {
-            let change = history[n - 1].mean_log_likelihood - history[n - 2].mean_log_likelihood;
-            if change.abs() < cfg.tol {
-                tracing::info!(iteration = n, change, "EM converged");
-                break;
-            }
-        }
-    }
-    Ok(TrainedGmm { gmm, history })
+    let state = EmState {
+        gmm: init,
+        history,
+        stage: EmStage::Full { done: 0 },
+    };
+    train_resumable(source, cfg, Some(state), &mut |report, _| {
+        on_iter(report);
+        Ok(())
+    })
 }
 
 fn em_iteration(

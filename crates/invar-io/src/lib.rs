@@ -1,8 +1,9 @@
 //! File plumbing shared by every invar crate that reads or writes: atomic writes (temporary sibling +
 //! rename, so a crash never leaves half a file), the row-major `f32` [`Matrix`] that stages pass
 //! between each other, `.npy` matrices (what ZeroSpeech and fastabx users have), JSON and text
-//! outputs, the one frame-timing type ([`FrameTiming`]), Kaldi `ark`/`scp` matrix tables ([`kaldi`]), and the claim on an output folder
-//! ([`OutDir`]: one run at a time, no stale files from another run, nothing written before a refusal).
+//! outputs, the one frame-timing type ([`FrameTiming`]), Kaldi `ark`/`scp` matrix tables ([`kaldi`]), the claim on an output folder
+//! ([`OutDir`]: one run at a time, no stale files from another run, nothing written before a refusal),
+//! and what resumable runs share (checksums, the settings diff, checkpoint retention).
 //!
 //! invar-io knows nothing of candle, audio or corpora.
 
@@ -12,6 +13,7 @@ pub mod kaldi;
 mod matrix;
 mod npy;
 mod outdir;
+mod resume;
 mod timing;
 
 pub use atomic::{atomic_write, read_json, write_json, write_text};
@@ -19,4 +21,5 @@ pub use error::{Error, Result};
 pub use matrix::Matrix;
 pub use npy::{npy_shape, read_npy, read_npy_1d_i64, write_npy, write_npy_1d_i64};
 pub use outdir::{is_claim_file, Claim, LockHolder, OutDir, RunKind, LOCK_FILE, MARKER_FILE};
+pub use resume::{checkpoints_to_remove, settings_differences, sha256_hex};
 pub use timing::FrameTiming;

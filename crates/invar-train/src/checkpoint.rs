@@ -33,14 +33,7 @@ const STATE_FILE: &str = "state.json";
 /// The best epoch's weights, in `run_dir/checkpoints`.
 pub const BEST_FILE: &str = "best.safetensors";
 
-/// Lower-case hex SHA-256 of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
+pub use invar_io::sha256_hex;
 
 /// The SHA-256 of each tensor file of a checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -197,21 +190,13 @@ pub fn remove_stale_temporaries(run_dir: &Path) -> Result<()> {
 }
 
 /// The retention policy: of the checkpoints at `epochs`, which to delete so that the newest
-/// `keep_last` remain, plus `best` if given.
+/// `keep_last` remain, plus `best` if given (invar-io's, shared with EM checkpoints).
 pub fn checkpoints_to_remove(
     epochs: &[usize],
     keep_last: usize,
     best: Option<usize>,
 ) -> Vec<usize> {
-    let mut sorted = epochs.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup();
-    let cut = sorted.len().saturating_sub(keep_last);
-    sorted[..cut]
-        .iter()
-        .copied()
-        .filter(|&e| Some(e) != best)
-        .collect()
+    invar_io::checkpoints_to_remove(epochs, keep_last, best)
 }
 
 /// The model's variables sorted by name.

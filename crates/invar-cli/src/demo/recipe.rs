@@ -31,9 +31,11 @@ impl Rerun {
             | ["gmm", "posteriors"]
             | ["gmm", "supervectors"]
             | ["ivector", "extract"] => Rerun::Continue,
-            ["partition", "train"] | ["speaker", "train"] | ["supervector", "train"] => {
-                Rerun::Resume
-            }
+            ["partition", "train"]
+            | ["speaker", "train"]
+            | ["supervector", "train"]
+            | ["gmm", "train"]
+            | ["ivector", "train"] => Rerun::Resume,
             _ => Rerun::Redo,
         }
     }
@@ -227,7 +229,8 @@ mod tests {
         assert_eq!(of(&["gmm", "posteriors", "--ubm"]), Rerun::Continue);
         assert_eq!(of(&["partition", "train", "--out"]), Rerun::Resume);
         assert_eq!(of(&["speaker", "train", "--out"]), Rerun::Resume);
-        assert_eq!(of(&["gmm", "train", "--out"]), Rerun::Redo);
+        assert_eq!(of(&["gmm", "train", "--out"]), Rerun::Resume);
+        assert_eq!(of(&["ivector", "train", "--out"]), Rerun::Resume);
         assert_eq!(of(&["eval", "abx", "--out"]), Rerun::Redo);
     }
 
