@@ -47,16 +47,20 @@ impl FramePairs {
     /// Refuses group lists that are neither empty nor one id per pair.
     pub fn check_groups(&self) -> Result<()> {
         for (what, pairs, groups) in [
-            ("same", &self.same, &self.same_group),
-            ("different", &self.diff, &self.diff_group),
+            (
+                "same-pair groups (one per same pair, or none)",
+                &self.same,
+                &self.same_group,
+            ),
+            (
+                "different-pair groups (one per different pair, or none)",
+                &self.diff,
+                &self.diff_group,
+            ),
         ] {
             if !groups.is_empty() && groups.len() != pairs.len() {
                 return Err(Error::Shape {
-                    what: if what == "same" {
-                        "same-pair groups (one per same pair, or none)"
-                    } else {
-                        "different-pair groups (one per different pair, or none)"
-                    },
+                    what,
                     expected: pairs.len(),
                     found: groups.len(),
                 });
