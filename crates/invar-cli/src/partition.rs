@@ -68,9 +68,15 @@ pub struct TrainArgs {
     /// Frame pairs per minibatch (default 1000).
     #[arg(long)]
     pub batch_size: Option<usize>,
-    /// Cap on fragment pairs per class (word type); 0: no cap (default 100).
+    /// Cap on the same-class fragment (token) pairs per class (word type), drawn at random with
+    /// --seed; each also gets one different-class partner, so it caps both kinds. 0 or --all-pairs:
+    /// every token pair of every class. Default 100, the config's `pairs.max_fragment_pairs_per_class`
+    /// (crates/invar-partition/README.md measures it against all pairs).
     #[arg(long)]
     pub max_pairs_per_class: Option<usize>,
+    /// Use every token pair of every class (no cap; the same as --max-pairs-per-class 0).
+    #[arg(long, conflicts_with = "max_pairs_per_class")]
+    pub all_pairs: bool,
     /// Seed of V's initialisation, the pair sampling and the minibatch order (default 0).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -145,6 +151,9 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     }
     if let Some(v) = a.max_pairs_per_class {
         cfg.pairs.max_fragment_pairs_per_class = (v > 0).then_some(v);
+    }
+    if a.all_pairs {
+        cfg.pairs.max_fragment_pairs_per_class = None;
     }
     if let Some(v) = a.seed {
         cfg.seed = v;

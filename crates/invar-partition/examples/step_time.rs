@@ -130,10 +130,10 @@ fn main() -> Result<()> {
         ]
     };
     let n_same = args.batch / 2;
-    let pairs = FramePairs {
-        same: (0..n_same).map(|_| pair()).collect(),
-        diff: (n_same..args.batch).map(|_| pair()).collect(),
-    };
+    let pairs = FramePairs::ungrouped(
+        (0..n_same).map(|_| pair()).collect(),
+        (n_same..args.batch).map(|_| pair()).collect(),
+    );
 
     if let Some(dir) = &args.check_dir {
         // V₀ exactly as `train` draws it: the seeded `Init::Randn` of the variable `v`.

@@ -1,8 +1,11 @@
 //! Frame pairs from classes of fragments (term discovery's, or gold words'): every pair of fragments
-//! in a class is aligned by DTW and each cell of the path is a same-class frame pair; for each such
-//! fragment pair one different-class fragment pair is sampled, with the same speaker relation, and
-//! paired frame by frame up to the shorter fragment. Pairs are global frame indices into
-//! [`Posteriorgrams::frames`].
+//! in a class (or a seeded sample of them, see [`PairConfig::max_fragment_pairs_per_class`]) is
+//! aligned by DTW and each cell of the path is a same-class frame pair; for each such fragment pair
+//! one different-class fragment pair is sampled, with the same speaker relation, and paired along the
+//! diagonal of the two tokens ([`diagonal`]: each frame of the longer mapped to the proportional frame
+//! of the shorter, so both are used whole). Pairs are global frame indices into
+//! [`Posteriorgrams::frames`]; each remembers the fragment pair it came from, so that validation can
+//! hold out whole fragment pairs.
 
 use std::collections::BTreeMap;
 
@@ -16,11 +19,55 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Error, PairConfig, Posteriorgrams, Result};
 
-/// Same- and different-class frame pairs, as global frame indices.
+/// Same- and different-class frame pairs, as global frame indices, with the fragment pair (token
+/// pair) each came from.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FramePairs {
     pub same: Vec<[u32; 2]>,
     pub diff: Vec<[u32; 2]>,
+    /// The group (fragment pair) of each same pair: one id per entry of `same`, or empty when the
+    /// pairs come from no fragments (each pair is then a group of its own). The validation split
+    /// holds out whole groups, so that no fragment pair has frames on both sides.
+    pub same_group: Vec<u32>,
+    /// The group of each different pair, as `same_group` (ids are separate from the same pairs').
+    pub diff_group: Vec<u32>,
+}
+
+impl FramePairs {
+    /// Ungrouped pairs: each pair is its own group for the validation split (pairs drawn at random
+    /// rather than from fragments).
+    pub fn ungrouped(same: Vec<[u32; 2]>, diff: Vec<[u32; 2]>) -> Self {
+        Self {
+            same,
+            diff,
+            ..Self::default()
+        }
+    }
+
+    /// Refuses group lists that are neither empty nor one id per pair.
+    pub fn check_groups(&self) -> Result<()> {
+        for (what, pairs, groups) in [
+            (
+                "same-pair groups (one per same pair, or none)",
+                &self.same,
+                &self.same_group,
+            ),
+            (
+                "different-pair groups (one per different pair, or none)",
+                &self.diff,
+                &self.diff_group,
+            ),
+        ] {
+            if !groups.is_empty() && groups.len() != pairs.len() {
+                return Err(Error::Shape {
+                    what,
+                    expected: pairs.len(),
+                    found: groups.len(),
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What pair building found, for the report.
@@ -41,8 +88,9 @@ pub struct PairStats {
     pub diff_frame_pairs: usize,
 }
 
-/// One class's same-class frame pairs and the fragment pairs they came from.
-type ClassPairs = (Vec<[u32; 2]>, Vec<(usize, usize)>);
+/// One class's same-class frame pairs, the index (within the class) of the fragment pair each came
+/// from, and the fragment pairs.
+type ClassPairs = (Vec<[u32; 2]>, Vec<u32>, Vec<(usize, usize)>);
 
 /// A fragment resolved to frames.
 #[derive(Debug, Clone, Copy)]
@@ -116,8 +164,9 @@ pub fn build_pairs(
             }
             let mut dtw = Dtw::new();
             let mut same = Vec::new();
+            let mut group = Vec::new();
             let mut frag_pairs = Vec::with_capacity(chosen.len());
-            for (i, j) in chosen {
+            for (g, (i, j)) in chosen.into_iter().enumerate() {
                 let (a, b) = (frags[members[i]], frags[members[j]]);
                 let ra = post.rows(a.start, a.start + a.len);
                 let rb = post.rows(b.start, b.start + b.len);
@@ -128,17 +177,20 @@ pub fn build_pairs(
                         .iter()
                         .map(|&(p, q)| [(a.start + p) as u32, (b.start + q) as u32]),
                 );
+                group.resize(same.len(), g as u32);
                 frag_pairs.push((members[i], members[j]));
             }
-            Ok((same, frag_pairs))
+            Ok((same, group, frag_pairs))
         })
         .collect();
 
     let mut pairs = FramePairs::default();
     let mut frag_pairs = Vec::new();
     for r in per_class {
-        let (same, fp) = r?;
+        let (same, group, fp) = r?;
+        let base = frag_pairs.len() as u32;
         pairs.same.extend(same);
+        pairs.same_group.extend(group.into_iter().map(|g| base + g));
         frag_pairs.extend(fp);
     }
     stats.fragment_pairs = frag_pairs.len();
@@ -151,6 +203,7 @@ pub fn build_pairs(
     }
     let mut rng = class_rng(seed, usize::MAX);
     let mut same_speaker = 0usize;
+    let mut diff_groups = 0u32;
     for &(ia, ib) in &frag_pairs {
         let (a, b) = (frags[ia], frags[ib]);
         let want_same = speaker_of(&a) == speaker_of(&b);
@@ -175,10 +228,14 @@ pub fn build_pairs(
             continue;
         };
         let c = frags[ic];
-        let n = a.len.min(c.len);
-        pairs
-            .diff
-            .extend((0..n).map(|k| [(a.start + k) as u32, (c.start + k) as u32]));
+        let group = diff_groups;
+        diff_groups += 1;
+        for (p, q) in diagonal(a.len, c.len) {
+            pairs
+                .diff
+                .push([(a.start + p) as u32, (c.start + q) as u32]);
+            pairs.diff_group.push(group);
+        }
     }
     stats.same_speaker_fraction = if frag_pairs.is_empty() {
         0.0
@@ -188,6 +245,37 @@ pub fn build_pairs(
     stats.same_frame_pairs = pairs.same.len();
     stats.diff_frame_pairs = pairs.diff.len();
     Ok((pairs, stats))
+}
+
+/// The diagonal alignment of two tokens of `len_a` and `len_c` frames, as `(frame of a, frame of c)`
+/// pairs: with `L` the longer length and `S` the shorter, frame `k` of the longer token (`0 ≤ k < L`)
+/// is paired with frame `round(k·(S−1)/(L−1))` of the shorter one, halves rounded up. Both
+/// directions are the same rule (the longer token always indexes); equal lengths give the identity,
+/// `L = 1` (so `S = 1`) the single pair `(0, 0)`, `S = 1` pairs every frame with frame 0, and an
+/// empty token gives no pairs. There are `L` pairs, monotone in both frames, starting at `(0, 0)` and
+/// ending at `(len_a−1, len_c−1)`, and every frame of both tokens appears (the step is at most 1).
+pub fn diagonal(len_a: usize, len_c: usize) -> Vec<(usize, usize)> {
+    if len_a == 0 || len_c == 0 {
+        return Vec::new();
+    }
+    let (long, short) = (len_a.max(len_c), len_a.min(len_c));
+    let map = |k: usize| {
+        if long == 1 {
+            0
+        } else {
+            // round(k·(S−1)/(L−1)) with halves up, in integers: ⌊(2k(S−1) + (L−1)) / (2(L−1))⌋.
+            (2 * k * (short - 1) + (long - 1)) / (2 * (long - 1))
+        }
+    };
+    (0..long)
+        .map(|k| {
+            if len_a >= len_c {
+                (k, map(k))
+            } else {
+                (map(k), k)
+            }
+        })
+        .collect()
 }
 
 /// A random index below `n` satisfying `ok`: 64 random draws, then a scan from a random start (so a
@@ -273,5 +361,44 @@ mod tests {
         }
         let got: Vec<_> = (0..expected.len()).map(|k| unrank_pair(k, n)).collect();
         assert_eq!(got, expected);
+    }
+
+    /// Hand values: k·(S−1)/(L−1) for L = 5, S = 3 is 0, .5, 1, 1.5, 2 → 0, 1, 1, 2, 2 (halves up).
+    #[test]
+    fn diagonal_maps_the_longer_token_proportionally_in_both_directions() {
+        let long_first = [(0, 0), (1, 1), (2, 1), (3, 2), (4, 2)];
+        assert_eq!(diagonal(5, 3), long_first);
+        let short_first: Vec<_> = long_first.iter().map(|&(p, q)| (q, p)).collect();
+        assert_eq!(diagonal(3, 5), short_first);
+        // One frame against four: every frame of the longer meets the single one.
+        assert_eq!(diagonal(1, 4), [(0, 0), (0, 1), (0, 2), (0, 3)]);
+        assert_eq!(diagonal(4, 1), [(0, 0), (1, 0), (2, 0), (3, 0)]);
+        assert_eq!(diagonal(1, 1), [(0, 0)]);
+        // Equal lengths: the identity.
+        assert_eq!(diagonal(4, 4), [(0, 0), (1, 1), (2, 2), (3, 3)]);
+        // 2 vs 7: 0, 1/6, …, 1 → 0 0 0 1 1 1 1 (3/6 = .5 rounds up).
+        assert_eq!(
+            diagonal(7, 2).iter().map(|p| p.1).collect::<Vec<_>>(),
+            [0, 0, 0, 1, 1, 1, 1]
+        );
+        assert!(diagonal(0, 3).is_empty() && diagonal(3, 0).is_empty());
+    }
+
+    /// Every frame of both tokens is used, the path is monotone with steps of at most one, and it
+    /// runs corner to corner, for all lengths up to 40.
+    #[test]
+    fn diagonal_covers_both_tokens_corner_to_corner() {
+        for la in 1..40 {
+            for lc in 1..40 {
+                let d = diagonal(la, lc);
+                assert_eq!(d.len(), la.max(lc));
+                assert_eq!(d[0], (0, 0));
+                assert_eq!(d[d.len() - 1], (la - 1, lc - 1), "{la} vs {lc}");
+                for w in d.windows(2) {
+                    let (dp, dq) = (w[1].0 - w[0].0, w[1].1 - w[0].1);
+                    assert!(dp <= 1 && dq <= 1 && dp + dq >= 1, "{la} vs {lc}: {w:?}");
+                }
+            }
+        }
     }
 }

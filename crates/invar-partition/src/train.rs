@@ -1,6 +1,7 @@
 //! Training on invar-train's loop: a [`BatchSource`] of shuffled frame-pair indices and a
 //! [`TrainStep`] whose forward pass is two gathers and a `[B, M]×[M, D]` product per side.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor, Var};
@@ -219,7 +220,8 @@ pub fn train_config(cfg: &PartitionConfig, validate: bool) -> TrainConfig {
 }
 
 /// Trains a partition of `post`'s `M` classes into `cfg.model.outputs` on `pairs`: a seeded
-/// `validation_fraction` of the same and of the different pairs is held out; checkpoints, metrics and
+/// `validation_fraction` of the same and of the different pairs is held out, whole fragment pairs at
+/// a time (see `split`); checkpoints, metrics and
 /// curves go to `run_dir`; `resume` continues from its newest good checkpoint. `train` overrides the
 /// loop's configuration (progress, checkpoints) when given.
 pub fn train(
@@ -244,7 +246,13 @@ pub fn train(
             reason: format!("an index is past the {total} frames of the posteriorgrams"),
         });
     }
+    pairs.check_groups()?;
     let (train_pairs, val_pairs) = split(pairs, cfg.optim.validation_fraction, cfg.seed);
+    tracing::info!(
+        train = train_pairs.len(),
+        validation = val_pairs.len(),
+        "frame pairs split by fragment pair"
+    );
     if train_pairs.is_empty() {
         return Err(Error::NoPairs {
             what: "training",
@@ -302,21 +310,41 @@ pub fn train(
     })
 }
 
-/// Splits same and different pairs separately into (train, validation), seeded.
+/// Splits same and different pairs separately into (train, validation), seeded, by whole groups
+/// (fragment pairs, [`FramePairs::same_group`]; ungrouped pairs are groups of one): each list's groups
+/// are taken in a seeded random order into validation until at least `round(fraction · pairs)` of
+/// its frame pairs are held out, so no fragment pair has frames on both sides and the held-out count
+/// overshoots by less than one group. A list's last group always stays in training.
 fn split(pairs: &FramePairs, fraction: f64, seed: u64) -> (Vec<Pair>, Vec<Pair>) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5EED_0000_5917);
     let (mut train, mut val) = (Vec::new(), Vec::new());
-    for (list, same) in [(&pairs.same, true), (&pairs.diff, false)] {
-        let mut order: Vec<usize> = (0..list.len()).collect();
-        order.shuffle(&mut rng);
-        let n_val = (list.len() as f64 * fraction).round() as usize;
-        for (k, &i) in order.iter().enumerate() {
-            let p = (list[i][0], list[i][1], same);
-            if k < n_val {
-                val.push(p);
-            } else {
-                train.push(p);
+    for (list, group, same) in [
+        (&pairs.same, &pairs.same_group, true),
+        (&pairs.diff, &pairs.diff_group, false),
+    ] {
+        let mut members: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        if group.len() == list.len() {
+            for (i, &g) in group.iter().enumerate() {
+                members.entry(g).or_default().push(i);
             }
+        } else {
+            // Ungrouped (`check_groups` refuses any other length): every pair on its own.
+            for i in 0..list.len() {
+                members.insert(i as u32, vec![i]);
+            }
+        }
+        let mut order: Vec<Vec<usize>> = members.into_values().collect();
+        order.shuffle(&mut rng);
+        let target = (list.len() as f64 * fraction).round() as usize;
+        let mut held = 0usize;
+        let last = order.len().saturating_sub(1);
+        for (k, members) in order.iter().enumerate() {
+            let to_val = held < target && k < last;
+            if to_val {
+                held += members.len();
+            }
+            let side = if to_val { &mut val } else { &mut train };
+            side.extend(members.iter().map(|&i| (list[i][0], list[i][1], same)));
         }
     }
     // Validation batches are fixed chunks: mix same and different pairs so each holds both.
@@ -353,5 +381,106 @@ mod tests {
         let mut sorted = second.clone();
         sorted.sort_unstable();
         assert_eq!(sorted, pairs, "each epoch holds every pair once");
+    }
+
+    /// Group `g` of `sizes[g]` pairs, pair values unique so each maps back to its group.
+    fn grouped(sizes: &[usize], base: u32) -> (Vec<[u32; 2]>, Vec<u32>) {
+        let (mut pairs, mut groups) = (Vec::new(), Vec::new());
+        for (g, &n) in sizes.iter().enumerate() {
+            for _ in 0..n {
+                let v = base + pairs.len() as u32;
+                pairs.push([v, v + 1_000_000]);
+                groups.push(g as u32);
+            }
+        }
+        (pairs, groups)
+    }
+
+    /// Issue 21: validation holds out whole fragment pairs (a fragment pair's frames used to fall on
+    /// both sides), same and different separately, the fraction within one group, seeded.
+    #[test]
+    fn the_split_holds_out_whole_fragment_pairs() {
+        let same_sizes: Vec<usize> = (0..60).map(|g| 3 + (g * 7) % 11).collect();
+        let diff_sizes: Vec<usize> = (0..45).map(|g| 4 + (g * 5) % 9).collect();
+        let (same, same_group) = grouped(&same_sizes, 0);
+        let (diff, diff_group) = grouped(&diff_sizes, 500_000);
+        let pairs = FramePairs {
+            same,
+            diff,
+            same_group,
+            diff_group,
+        };
+        for seed in 0..5 {
+            let (train, val) = split(&pairs, 0.3, seed);
+            assert_eq!(train.len() + val.len(), pairs.same.len() + pairs.diff.len());
+            for (list, groups, sizes, same) in [
+                (&pairs.same, &pairs.same_group, &same_sizes, true),
+                (&pairs.diff, &pairs.diff_group, &diff_sizes, false),
+            ] {
+                let group_of = |p: &Pair| {
+                    let i = list
+                        .iter()
+                        .position(|l| *l == [p.0, p.1])
+                        .expect("a known pair");
+                    groups[i]
+                };
+                let mut in_val = vec![0usize; sizes.len()];
+                let mut in_train = vec![0usize; sizes.len()];
+                for p in val.iter().filter(|p| p.2 == same) {
+                    in_val[group_of(p) as usize] += 1;
+                }
+                for p in train.iter().filter(|p| p.2 == same) {
+                    in_train[group_of(p) as usize] += 1;
+                }
+                for g in 0..sizes.len() {
+                    assert!(
+                        in_val[g] == 0 || in_train[g] == 0,
+                        "seed {seed}: group {g} on both sides ({} / {})",
+                        in_val[g],
+                        in_train[g]
+                    );
+                    assert_eq!(in_val[g] + in_train[g], sizes[g]);
+                }
+                let held: usize = in_val.iter().sum();
+                let target = (list.len() as f64 * 0.3).round() as usize;
+                let largest = *sizes.iter().max().expect("groups");
+                assert!(
+                    held >= target && held < target + largest,
+                    "seed {seed}, same {same}: held {held} of target {target}"
+                );
+            }
+        }
+        assert_eq!(split(&pairs, 0.3, 7), split(&pairs, 0.3, 7), "seeded");
+        assert_ne!(split(&pairs, 0.3, 7).1, split(&pairs, 0.3, 8).1);
+        // Nothing held out at fraction 0; a single group stays in training whatever the fraction.
+        assert!(split(&pairs, 0.0, 1).1.is_empty());
+        let one = FramePairs {
+            same: vec![[0, 1], [2, 3]],
+            same_group: vec![9, 9],
+            ..FramePairs::default()
+        };
+        let (train, val) = split(&one, 0.9, 1);
+        assert_eq!((train.len(), val.len()), (2, 0));
+    }
+
+    /// Ungrouped pairs (random draws, not fragments) split pair by pair, and a group list of the
+    /// wrong length is refused before training.
+    #[test]
+    fn ungrouped_pairs_split_one_by_one_and_bad_groups_are_refused() {
+        let same: Vec<[u32; 2]> = (0..100).map(|i| [i, i + 1]).collect();
+        let pairs = FramePairs::ungrouped(same, vec![[0, 5]; 10]);
+        let (train, val) = split(&pairs, 0.3, 2);
+        assert_eq!(val.iter().filter(|p| p.2).count(), 30);
+        assert_eq!(val.iter().filter(|p| !p.2).count(), 3);
+        assert_eq!(train.len(), 77);
+        let bad = FramePairs {
+            same_group: vec![0; 99],
+            ..pairs
+        };
+        let err = bad
+            .check_groups()
+            .expect_err("99 groups for 100 pairs")
+            .to_string();
+        assert!(err.contains("expected 100, found 99"), "{err}");
     }
 }

@@ -1,10 +1,13 @@
 //! Pair building on the synthetic corpus: same pairs lie inside two tokens of one word and follow a
-//! monotone DTW path; different pairs join tokens of different words frame by frame, keep the
-//! same-speaker ratio of the same pairs, and the per-class cap holds. Gold classes from word segments.
+//! monotone DTW path; different pairs join tokens of different words along their diagonal (every
+//! frame of both), keep the same-speaker ratio of the same pairs, and every pair knows its fragment
+//! pair; the per-class cap holds. Gold classes from word segments.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
 
 mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use invar_data::{Segment, Split, Utterance};
 use invar_partition::{build_pairs, gold_classes, PairConfig};
@@ -57,29 +60,58 @@ fn pairs_respect_classes_speakers_and_the_cap() {
     assert_eq!(stats.same_frame_pairs, pairs.same.len());
 
     // The speaker relation of different pairs follows the same pairs' ratio (one per fragment pair,
-    // so exactly, fragment by fragment: count fragment-level different pairs by their first frame run).
+    // so exactly, fragment by fragment: the groups are the different fragment pairs).
     let speaker = |f: u32| {
         let u = c.post.offsets.partition_point(|&o| o <= f as usize) - 1;
         c.post.speakers[u].clone()
     };
-    let mut runs = Vec::new();
-    let mut last: Option<[u32; 2]> = None;
-    for p in &pairs.diff {
-        if last.is_none_or(|l| p[0] != l[0] + 1 || p[1] != l[1] + 1) {
-            runs.push(*p);
-        }
-        last = Some(*p);
+    assert_eq!(pairs.same_group.len(), pairs.same.len());
+    assert_eq!(pairs.diff_group.len(), pairs.diff.len());
+    let mut groups: BTreeMap<u32, Vec<[u32; 2]>> = BTreeMap::new();
+    for (p, &g) in pairs.diff.iter().zip(&pairs.diff_group) {
+        groups.entry(g).or_default().push(*p);
     }
-    let same_spk = runs
-        .iter()
-        .filter(|p| speaker(p[0]) == speaker(p[1]))
+    assert_eq!(groups.len(), stats.fragment_pairs - stats.unmatched);
+    let same_spk = groups
+        .values()
+        .filter(|g| speaker(g[0][0]) == speaker(g[0][1]))
         .count();
-    let frac = same_spk as f64 / runs.len() as f64;
+    let frac = same_spk as f64 / groups.len() as f64;
     assert!(
         (frac - stats.same_speaker_fraction).abs() < 0.05,
         "different pairs same-speaker fraction {frac} vs same pairs {}",
         stats.same_speaker_fraction
     );
+
+    // Issue 21: each different fragment pair runs along the diagonal of its two tokens, so every
+    // frame of both words is used (it used to stop at the shorter word), as many pairs as the
+    // longer has frames.
+    let word_len = |f: u32| {
+        let u = c.post.offsets.partition_point(|&o| o <= f as usize) - 1;
+        let local = f as usize - c.post.offsets[u];
+        let &(_, first, n) = c.word_runs[u]
+            .iter()
+            .find(|&&(_, first, n)| (first..first + n).contains(&local))
+            .expect("a different pair lies inside words");
+        (c.post.offsets[u] + first, n)
+    };
+    let mut longer_than_shorter = 0;
+    for g in groups.values() {
+        let ((a0, la), (c0, lc)) = (word_len(g[0][0]), word_len(g[0][1]));
+        assert_eq!(g.len(), la.max(lc), "one pair per frame of the longer word");
+        let used_a: BTreeSet<u32> = g.iter().map(|p| p[0]).collect();
+        let used_c: BTreeSet<u32> = g.iter().map(|p| p[1]).collect();
+        assert_eq!(used_a, (a0 as u32..(a0 + la) as u32).collect());
+        assert_eq!(used_c, (c0 as u32..(c0 + lc) as u32).collect());
+        longer_than_shorter += usize::from(la != lc);
+    }
+    assert!(
+        longer_than_shorter > 0,
+        "the corpus has words of unequal length"
+    );
+    // Same pairs carry their fragment pair: one group per aligned fragment pair.
+    let same_groups: BTreeSet<u32> = pairs.same_group.iter().copied().collect();
+    assert_eq!(same_groups.len(), stats.fragment_pairs);
 
     // The cap: at most K fragment pairs per class, and the result is seeded.
     let capped = PairConfig {
