@@ -258,6 +258,14 @@ mod tests {
                 format!("[default: {}]", reg.lambda),
             ),
             (
+                help(&["speaker", "train"], "clip-grad-norm"),
+                format!(
+                    "original {}, logmel {}",
+                    original.train.clip_grad_norm.unwrap_or(0.0),
+                    logmel.train.clip_grad_norm.unwrap_or(0.0)
+                ),
+            ),
+            (
                 help(&["speaker", "train"], "seed"),
                 format!("[default: {}]", original.init_seed),
             ),

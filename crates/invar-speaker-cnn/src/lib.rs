@@ -27,6 +27,7 @@ pub use baselines::{
 };
 pub use config::{
     FeatureConfig, ModelConfig, Nuisance, RegularizerConfig, SpeakerCnnConfig, TimePooling,
+    DEFAULT_CLIP_GRAD_NORM, LOGMEL_CLIP_GRAD_NORM,
 };
 pub use corpus::{load_corpus, CorpusRecipe};
 pub use cv::{

@@ -56,7 +56,7 @@ fn learns_speakers_and_unit_l2_cancels_a_constant_gain() -> Result<()> {
     );
     assert!(clean.chunks >= 8);
     // 4 speakers: chance is 0.25. This tiny budget (20 epochs, 16 filters, 28 utterances whose
-    // channel EQ varies) lands near 0.45 chunk / 0.75 utterance accuracy.
+    // channel EQ varies) lands near 0.43 chunk / 0.62 utterance accuracy (0.45 / 0.75 unclipped).
     assert!(
         clean.chunk_accuracy > 0.35,
         "chunk accuracy {}",
@@ -94,6 +94,10 @@ fn training_with_lambda_lowers_r_on_held_out_chunks() -> Result<()> {
     for lambda in [0.0, 30.0] {
         let mut cfg = fast(SpeakerCnnConfig::original(), 12);
         cfg.features.frontend.frame.unit_norm = false;
+        // Unclipped: this checks the regulariser. With the default clip of 1 this small network
+        // without unit-L2 hardly learns in the budget (measured: λ = 0 at 0.26 chunk accuracy
+        // after 40 epochs, chance 0.25), so R stays near its untrained value with or without λ.
+        cfg.train.clip_grad_norm = None;
         cfg.regularizer.nuisance = Nuisance::Scale;
         cfg.regularizer.lambda = lambda;
         let trained = train_cnn(&cfg, &train, &tmp.path().join(format!("run{lambda}")), &dev)?;
@@ -116,9 +120,10 @@ fn training_with_lambda_lowers_r_on_held_out_chunks() -> Result<()> {
 /// The check ("the default config beats both baselines") measured on a small generated
 /// ELSDSR corpus (6 speakers × 8 utterances of 10–14 words, 6 train / 2 test each) with the
 /// default training recipes capped at 12 epochs. It does NOT hold for the original network: here
-/// it reaches 0.67 chunk / 0.83 utterance accuracy against logistic regression's 0.92 / 1.00 (and
-/// on the README's larger corpus ≈ 0.77 vs 0.81 at chunk level), so this asserts what reliably
-/// holds, with margin: the original learns far above chance (1/6), and the log-mel variant
+/// it reaches 0.69 chunk / 0.92 utterance accuracy (0.67 / 0.83 unclipped) against logistic
+/// regression's 0.92 / 1.00 (and on the README's larger corpus ≈ 0.78 vs 0.81 at chunk level), so
+/// this asserts what reliably holds, with margin: the original learns far above chance (1/6), and
+/// the log-mel variant
 /// (measured 0.927 / 1.00 with its training chunks every 25 frames; 0.88 with 50) gets every
 /// test utterance right, as logistic regression does, at ≥ 0.85 per chunk.
 #[test]
@@ -185,8 +190,10 @@ fn a_diverging_model_is_recorded_and_the_grid_goes_on() -> Result<()> {
     // λ = 1e12 on the offset tangent: the first update throws the weights so far that the
     // offset model's loss is NaN or infinite within a few steps, while λ has no effect on the
     // unregularised model, which trains as usual (lr 0.01).
+    // Without the default gradient clipping: clipped, that first update stays small.
     let mut cfg = fast(SpeakerCnnConfig::original(), 2);
     cfg.features.frontend.frame.unit_norm = false;
+    cfg.train.clip_grad_norm = None;
     let grid = RobustnessConfig {
         nuisances: vec![Nuisance::Offset, Nuisance::None],
         lambda: Some(1e12),
