@@ -37,6 +37,6 @@ pub use order::ShuffledOrder;
 pub use plot::plot_curves;
 pub use trainer::{
     collapse, divergence, resume_differences, BatchSource, Collapse, Divergence, StepContext,
-    StepOutput, TrainStep, TrainSummary, Trainer, CHANCE_FACTOR, DIVERGENCE_FACTOR, LEARNED_FACTOR,
-    RESUME_MAY_CHANGE,
+    StepOutput, TrainStep, TrainSummary, Trainer, CHANCE_FACTOR, DIVERGENCE_FACTOR, KEPT_FRACTION,
+    LEARNED_FACTOR, RESUME_MAY_CHANGE,
 };

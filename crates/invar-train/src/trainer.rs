@@ -156,7 +156,8 @@ impl std::fmt::Display for Divergence {
 }
 
 /// Validation accuracy back at chance: `metric` was `best` (at least [`LEARNED_FACTOR`] × chance)
-/// and then `value` (at most [`CHANCE_FACTOR`] × chance) at the divergence's epoch.
+/// and then `value` (at most [`CHANCE_FACTOR`] × chance, or keeping at most [`KEPT_FRACTION`] of
+/// what it had gained over chance) at the divergence's epoch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Collapse {
     pub metric: String,
@@ -169,9 +170,14 @@ pub struct Collapse {
 pub const LEARNED_FACTOR: f64 = 2.0;
 /// A validation accuracy at most this many times chance counts as back at chance.
 pub const CHANCE_FACTOR: f64 = 1.5;
+/// A validation accuracy that keeps at most this share of its best gain over chance counts as
+/// back at chance too: 001 on 25 speakers fell from 0.46 to 0.105 (chance 0.04, so 2.6× chance,
+/// above [`CHANCE_FACTOR`]) with its training loss 1.7× its best, and sat there.
+pub const KEPT_FRACTION: f64 = 0.25;
 
 /// The first epoch after the run had learned (validation `metric` ≥ [`LEARNED_FACTOR`] × `chance`)
-/// whose `metric` is back at most [`CHANCE_FACTOR`] × `chance` while its training loss is above the
+/// whose `metric` is back near chance (at most [`CHANCE_FACTOR`] × `chance`, or at most
+/// [`KEPT_FRACTION`] of the best gain over chance left) while its training loss is above the
 /// lowest of the epochs before it, if that is where the run ends. A run that recovers is not
 /// flagged, nor is a validation score that drops while training keeps improving: on a small
 /// validation set that is noise (or over-fitting), not a model that fell apart. `None` when the
@@ -184,15 +190,19 @@ pub fn collapse(history: &[EpochRecord], metric: &str, chance: f64) -> Option<Di
             Some((r.epoch, v, r.get("train_loss").unwrap_or(f64::NAN)))
         })
         .collect();
-    let last = values.last()?;
-    if last.1 > CHANCE_FACTOR * chance {
+    let near_chance = |v: f64, best: f64| {
+        v <= CHANCE_FACTOR * chance || v - chance <= KEPT_FRACTION * (best - chance)
+    };
+    let (last, before) = values.split_last()?;
+    let best_before_last = before.iter().map(|x| x.1).fold(f64::NEG_INFINITY, f64::max);
+    if !near_chance(last.1, best_before_last) {
         return None;
     }
     let mut best = f64::NEG_INFINITY;
     let mut lowest_loss = f64::INFINITY;
     for &(epoch, v, loss) in &values {
         let training_got_worse = loss.is_nan() || loss > lowest_loss;
-        if best >= LEARNED_FACTOR * chance && v <= CHANCE_FACTOR * chance && training_got_worse {
+        if best >= LEARNED_FACTOR * chance && near_chance(v, best) && training_got_worse {
             return Some(Divergence {
                 epoch,
                 train_loss: loss,

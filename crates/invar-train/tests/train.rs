@@ -803,4 +803,19 @@ fn validation_accuracy_back_at_chance_is_a_divergence() {
     assert_eq!((d.epoch, d.train_loss, d.best_train_loss), (3, 2.5, 1.9));
     let said = d.to_string();
     assert!(said.contains("val_acc fell to 0.0500 at epoch 3"), "{said}");
+    // 001 on 25 speakers: 0.46 → 0.105 (chance 0.04, 2.6× chance) with the training loss 1.7× its
+    // best, to the end: it kept 16 % of its gain over chance, so it counts as back at chance.
+    let chance25 = 0.04;
+    let mut fell = history(&[0.2, 0.46, 0.11, 0.105]);
+    for (i, l) in [2.0, 1.0, 1.6, 1.7].iter().enumerate() {
+        fell[i].metrics.insert("train_loss".into(), *l);
+    }
+    let d = invar_train::collapse(&fell, "val_acc", chance25).expect("collapsed");
+    assert_eq!(d.epoch, 3);
+    // Keeping half of the gain is a worse run, not a collapse.
+    let mut half = history(&[0.2, 0.46, 0.25]);
+    for (i, l) in [2.0, 1.0, 1.6].iter().enumerate() {
+        half[i].metrics.insert("train_loss".into(), *l);
+    }
+    assert_eq!(invar_train::collapse(&half, "val_acc", chance25), None);
 }
