@@ -493,7 +493,8 @@ pub fn report_markdown(s: &DemoSummary, root: &Path) -> String {
                     md.push_str(
                         "**Too small to rank the representations:** with under a thousand \
                          triplets, differences of a point or two are within the noise of which \
-                         items were drawn; run the full demo (without `--quick`) to compare them.\n",
+                         items were drawn; give the demo more speakers and utterances (its \
+                         config's `speakers`, `utterances`) to compare them.\n",
                     );
                 }
             }
@@ -579,7 +580,8 @@ pub fn report_markdown(s: &DemoSummary, root: &Path) -> String {
                     100.0 / n as f64,
                     if n < 100 {
                         " **Too small to rank the regularisers**: differences of a few \
-                         utterances are noise; run the full demo, and several seeds."
+                         utterances are noise; use more speakers and utterances, and several \
+                         seeds (`crates/invar-speaker-cnn/README.md` has such a grid)."
                     } else {
                         ""
                     }
