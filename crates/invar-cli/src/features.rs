@@ -136,10 +136,7 @@ pub fn run(args: FeaturesArgs) -> anyhow::Result<()> {
     frontend.kind = args.kind;
     args.frontend.apply(&mut frontend);
     frontend.validate()?;
-    let shard = match &args.shard {
-        Some(s) => Shard::parse(s)?,
-        None => Shard::ALL,
-    };
+    let shard = Shard::parse_or_all(args.shard.as_deref())?;
     let corpus = crate::corpus::read(args.layout, &args.path, args.allow_pipes)?;
     let job = FeatureJob {
         layout: args.layout,

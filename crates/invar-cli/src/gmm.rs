@@ -1,7 +1,6 @@
 //! `invar gmm train | posteriors | supervectors`: the UBM, frame posteriorgrams and MAP
 //! supervectors, over a feature set written by `invar features`.
 
-use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -12,7 +11,7 @@ use clap::{Args, Subcommand};
 use invar_data::{
     FeatureEntry, FeatureFormat, FeatureSet, FeatureSetWriter, Shard, Split, SupervectorSet,
 };
-use invar_gmm::{DiagGmm, EmConfig, FrameSource, GmmMeta, InitMethod, MapConfig, SourceError};
+use invar_gmm::{DiagGmm, EmConfig, FrameSource, GmmMeta, InitMethod, MapConfig};
 use invar_io::Matrix;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -186,43 +185,6 @@ pub fn run(args: GmmArgs) -> anyhow::Result<()> {
     }
 }
 
-/// The utterances of a feature set as a streamed [`FrameSource`] (loaded on demand).
-pub(crate) struct SetSource<'a> {
-    pub set: &'a FeatureSet,
-    pub entries: Vec<&'a FeatureEntry>,
-}
-
-impl<'a> SetSource<'a> {
-    pub(crate) fn new(set: &'a FeatureSet, split: Option<Split>) -> anyhow::Result<Self> {
-        let entries: Vec<&FeatureEntry> = set
-            .entries()
-            .iter()
-            .filter(|e| split.is_none_or(|s| e.split == s))
-            .collect();
-        if entries.is_empty() {
-            bail!(
-                "{}: no utterances{}",
-                set.dir().display(),
-                split.map_or(String::new(), |s| format!(" in split {s}"))
-            );
-        }
-        Ok(SetSource { set, entries })
-    }
-}
-
-impl FrameSource for SetSource<'_> {
-    fn len(&self) -> usize {
-        self.entries.len()
-    }
-    fn frames(&self, index: usize) -> Result<Cow<'_, Matrix>, SourceError> {
-        let entry = self
-            .entries
-            .get(index)
-            .ok_or_else(|| format!("no utterance {index}"))?;
-        Ok(Cow::Owned(self.set.load(entry)?))
-    }
-}
-
 /// What `ubm.json` records beside the weights: the EM configuration and the data.
 #[derive(Debug, Serialize)]
 struct UbmRecord<'a> {
@@ -251,8 +213,8 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     }
     cfg.validate()?;
     let set = FeatureSet::open(&args.features)?;
-    let source = SetSource::new(&set, args.split)?;
-    let frames: usize = source.entries.iter().map(|e| e.frames).sum();
+    let source = set.frames_of(args.split)?;
+    let frames = source.total_frames();
     tracing::info!(
         "UBM: {} components on {} utterances, {} frames × {} dims",
         cfg.components,
@@ -331,15 +293,8 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
 fn accumulate(args: AccumulateArgs) -> anyhow::Result<()> {
     let ubm = load_ubm(&args.ubm)?;
     let set = FeatureSet::open(&args.features)?;
-    let shard = shard_of(&args.shard)?;
-    let mut source = SetSource::new(&set, args.split)?;
-    source.entries = source
-        .entries
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| shard.contains(*i))
-        .map(|(_, e)| e)
-        .collect();
+    let shard = Shard::parse_or_all(args.shard.as_deref())?;
+    let source = set.frames_of(args.split)?.in_shard(shard);
     let stats = invar_gmm::accumulate_source(&ubm, &source, invar_gmm::StatsOrder::Second)?;
     stats.save(&args.out)?;
     println!(
@@ -420,15 +375,9 @@ fn update(args: UpdateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn load_ubm(path: &Path) -> anyhow::Result<DiagGmm> {
+/// Loads the UBM at `path` (`gmm` and `ivector` subcommands), naming it in the error.
+pub(crate) fn load_ubm(path: &Path) -> anyhow::Result<DiagGmm> {
     DiagGmm::load(path).with_context(|| format!("cannot load the UBM {}", path.display()))
-}
-
-fn shard_of(s: &Option<String>) -> anyhow::Result<Shard> {
-    Ok(match s {
-        Some(s) => Shard::parse(s)?,
-        None => Shard::ALL,
-    })
 }
 
 fn results_path(json: Option<PathBuf>, out: &Path, shard: Shard) -> PathBuf {
@@ -545,7 +494,7 @@ pub(crate) fn stack_rows(out: &Path, name: &str) -> anyhow::Result<SupervectorSe
 fn posteriors(args: PosteriorsArgs) -> anyhow::Result<()> {
     let ubm = load_ubm(&args.ubm)?;
     let set = FeatureSet::open(&args.features)?;
-    let shard = shard_of(&args.shard)?;
+    let shard = Shard::parse_or_all(args.shard.as_deref())?;
     let config = serde_json::json!({
         "stage": "gmm posteriors",
         "ubm": args.ubm,
@@ -592,7 +541,7 @@ fn supervectors(args: SupervectorsArgs) -> anyhow::Result<()> {
     map.validate()?;
     let ubm = load_ubm(&args.ubm)?;
     let set = FeatureSet::open(&args.features)?;
-    let shard = shard_of(&args.shard)?;
+    let shard = Shard::parse_or_all(args.shard.as_deref())?;
     let config = serde_json::json!({
         "stage": "gmm supervectors",
         "ubm": args.ubm,
@@ -789,7 +738,7 @@ pub(crate) mod tests {
         })
         .unwrap();
         let set = FeatureSet::open(&feats).unwrap();
-        let all = SetSource::new(&set, None).unwrap();
+        let all = set.frames_of(None).unwrap();
         let g0 = DiagGmm::load(&ubm).unwrap();
         let whole = invar_gmm::accumulate_source(&g0, &all, invar_gmm::StatsOrder::Second).unwrap();
         let (want, _) = invar_gmm::m_step(&whole, &EmConfig::default(), 1).unwrap();

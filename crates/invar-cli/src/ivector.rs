@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use invar_data::{FeatureSet, Split};
-use invar_gmm::{baum_welch, DiagGmm, FrameSource, IvectorConfig, IvectorExtractor, Lda, Wccn};
+use invar_gmm::{baum_welch, FrameSource, IvectorConfig, IvectorExtractor, Lda, Wccn};
 use invar_io::Matrix;
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::gmm::{per_utterance, stack_rows, SetSource, StageSummary};
+use crate::gmm::{load_ubm, per_utterance, stack_rows, StageSummary};
 use crate::out_dir::paths;
 use crate::progress::Progress;
 
@@ -165,10 +165,6 @@ pub fn run(args: IvectorArgs) -> anyhow::Result<()> {
     }
 }
 
-fn load_ubm(path: &Path) -> anyhow::Result<DiagGmm> {
-    DiagGmm::load(path).with_context(|| format!("cannot load the UBM {}", path.display()))
-}
-
 /// What `ivector.json` records beside T.
 #[derive(Debug, Serialize)]
 struct ExtractorRecord<'a> {
@@ -200,7 +196,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     let ubm = load_ubm(&args.ubm)?;
     cfg.validate(ubm.components() * ubm.dims())?;
     let set = FeatureSet::open(&args.features)?;
-    let source = SetSource::new(&set, args.split)?;
+    let source = set.frames_of(args.split)?;
     let _out = crate::out_dir::claim(
         &args.out,
         "ivector train",
@@ -288,11 +284,8 @@ fn accumulate(args: AccumulateArgs) -> anyhow::Result<()> {
     let model = IvectorExtractor::load(&args.extractor, &ubm)
         .with_context(|| format!("cannot load the extractor {}", args.extractor.display()))?;
     let set = FeatureSet::open(&args.features)?;
-    let shard = match &args.shard {
-        Some(s) => invar_data::Shard::parse(s)?,
-        None => invar_data::Shard::ALL,
-    };
-    let source = SetSource::new(&set, args.split)?;
+    let shard = invar_data::Shard::parse_or_all(args.shard.as_deref())?;
+    let source = set.frames_of(args.split)?;
     let mine: Vec<usize> = (0..source.len()).filter(|&i| shard.contains(i)).collect();
     let progress = Progress::new(mine.len() as u64, "Baum-Welch statistics");
     let stats = mine
@@ -402,10 +395,7 @@ fn extract(args: ExtractArgs) -> anyhow::Result<()> {
     let model = IvectorExtractor::load(&args.extractor, &ubm)
         .with_context(|| format!("cannot load the extractor {}", args.extractor.display()))?;
     let set = FeatureSet::open(&args.features)?;
-    let shard = match &args.shard {
-        Some(s) => invar_data::Shard::parse(s)?,
-        None => invar_data::Shard::ALL,
-    };
+    let shard = invar_data::Shard::parse_or_all(args.shard.as_deref())?;
     let length_norm = !args.no_length_norm;
     let config = serde_json::json!({
         "stage": "ivector extract",
@@ -631,7 +621,7 @@ mod tests {
             }),
         })
         .unwrap();
-        let g = DiagGmm::load(ubm_dir.join("ubm.safetensors")).unwrap();
+        let g = invar_gmm::DiagGmm::load(ubm_dir.join("ubm.safetensors")).unwrap();
         let model = IvectorExtractor::load(&extractor, &g).unwrap();
         let set = FeatureSet::open(root.join("feats")).unwrap();
         let all: Vec<_> = set

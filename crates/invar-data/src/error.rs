@@ -107,6 +107,12 @@ pub enum Error {
     /// A configuration value is out of range; nothing has been done yet.
     #[error("invalid configuration: {field} {reason}")]
     Config { field: &'static str, reason: String },
+    /// A feature set (or the split of it asked for) holds no utterances to stream.
+    #[error("{}: no utterances{}", .path.display(), in_split(.split))]
+    NoUtterances {
+        path: PathBuf,
+        split: Option<crate::Split>,
+    },
     /// A speaker appears in more than one split of a split that must be speaker-disjoint.
     #[error("speaker {speaker:?} appears in both the {first} and the {second} split")]
     NotSpeakerDisjoint {
@@ -141,6 +147,11 @@ pub enum Error {
     /// An audio file could not be probed, decoded or turned into features.
     #[error(transparent)]
     Audio(#[from] invar_audio::Error),
+}
+
+/// `" in split S"`, or nothing when every split was asked for.
+fn in_split(split: &Option<crate::Split>) -> String {
+    split.map_or(String::new(), |s| format!(" in split {s}"))
 }
 
 /// A path for a message: as it is when it is UTF-8, else with its other bytes escaped (`\xFF`), so

@@ -65,6 +65,12 @@ impl Shard {
         })
     }
 
+    /// The shard a command line's optional `--shard K/N` names: [`Shard::parse`] when given,
+    /// else the whole job ([`Shard::ALL`]).
+    pub fn parse_or_all(s: Option<&str>) -> Result<Shard> {
+        s.map_or(Ok(Shard::ALL), Shard::parse)
+    }
+
     /// Whether item `i` of the job belongs to this shard (round robin, so shards are balanced).
     pub fn contains(&self, i: usize) -> bool {
         i % self.count == self.index
@@ -696,6 +702,12 @@ pub(crate) mod tests {
     #[test]
     fn shard_parsing() {
         assert_eq!(Shard::parse("3/8").unwrap(), Shard { index: 2, count: 8 });
+        assert_eq!(
+            Shard::parse_or_all(Some("3/8")).unwrap(),
+            Shard { index: 2, count: 8 }
+        );
+        assert_eq!(Shard::parse_or_all(None).unwrap(), Shard::ALL);
+        assert!(Shard::parse_or_all(Some("0/8")).is_err());
         for bad in ["0/2", "3/2", "1/0", "x", "1/", "/2", "1/2/3"] {
             assert!(Shard::parse(bad).is_err(), "{bad}");
         }

@@ -2,7 +2,9 @@
 //! ELSDSR, LibriSpeech, VoxCeleb, Kaldi data directories, generic lists and CSV manifests) as
 //! [`Utterance`]s, ZeroSpeech feature files and ZRTools
 //! class files, supervector sets, splits, feature sets on disk ([`FeatureSet`], written by
-//! `invar features` and every later per-utterance stage).
+//! `invar features` and every later per-utterance stage), and a feature set's utterances streamed
+//! as an `invar_io::FrameSource` ([`SetFrames`], from [`FeatureSet::frames_of`]) for EM, MAP
+//! and i-vector statistics.
 //!
 //! It decodes audio only through invar-audio and knows nothing of candle.
 
@@ -16,6 +18,7 @@ mod error;
 mod extract;
 mod featureset;
 mod filter;
+mod frames;
 mod fsutil;
 mod kaldi;
 mod librispeech;
@@ -43,6 +46,7 @@ pub use featureset::{
     MANIFEST,
 };
 pub use filter::{utterance_samples, SpeakerFilter};
+pub use frames::SetFrames;
 pub use invar_io::FrameTiming;
 pub use kaldi::read_kaldi;
 pub use librispeech::read_librispeech;

@@ -2,8 +2,7 @@
 
 use std::path::PathBuf;
 
-/// A boxed error from a caller-supplied frame source (a feature set on disk, a decoder, ...).
-pub type SourceError = Box<dyn std::error::Error + Send + Sync + 'static>;
+use invar_io::SourceError;
 
 /// Everything that can go wrong while training or applying a GMM, a MAP adaptation or an i-vector
 /// extractor. Messages say which input is wrong and what to do about it.

@@ -26,7 +26,8 @@ use crate::linalg::{
     backward_solve, cholesky, cholesky_inverse, cholesky_log_det, forward_solve, gemm, Op,
 };
 use crate::stats::StatsOrder;
-use crate::train::{load, FrameSource};
+use crate::train::load;
+use crate::FrameSource;
 use crate::{DiagGmm, Error, Result};
 
 /// Utterances per batch in extraction and training: the batch turns the per-utterance products

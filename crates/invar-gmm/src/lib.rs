@@ -1,5 +1,6 @@
 //! invar-gmm: the Gaussian-mixture layer under methods 000 and 002. A diagonal-covariance GMM
-//! (UBM) trained by EM on frames streamed from any [`FrameSource`], with a GEMM-based parallel
+//! (UBM) trained by EM on frames streamed from any [`FrameSource`] (invar-io's trait,
+//! re-exported here; `invar_data::SetFrames` streams a feature set), with a GEMM-based parallel
 //! E-step and sufficient statistics that add across shards; frame posteriorgrams; MAP-adapted,
 //! UBM-normalised supervectors; and an i-vector extractor (total-variability EM, extraction,
 //! length normalisation, LDA and WCCN), and the scoring back-end fitted on training vectors: the
@@ -22,8 +23,11 @@ mod stats;
 mod train;
 
 pub use checkpoint::{EmCheckpoints, EM_CHECKPOINT_FORMAT, KEEP_LAST};
-pub use error::{Error, Result, SourceError};
+pub use error::{Error, Result};
 pub use gmm::{meta_path, DiagGmm, GmmMeta};
+/// The frame-source trait, defined in invar-io (where a feature set can implement it), re-exported
+/// so that callers of EM, MAP and i-vector statistics need one import.
+pub use invar_io::{FrameSource, SourceError};
 pub use ivector::{
     baum_welch, baum_welch_source, length_normalize, train_ivector, train_ivector_resumable,
     BaumWelch, IvectorConfig, IvectorExtractor, IvectorIteration, TStats,
@@ -36,5 +40,5 @@ pub use scoring::{Lda, Wccn};
 pub use stats::{GmmStats, StatsOrder};
 pub use train::{
     accumulate_source, m_step, sample_frames, split, train, train_from, train_resumable,
-    DeadPolicy, EmConfig, EmStage, EmState, FrameSource, InitMethod, IterationReport, TrainedGmm,
+    DeadPolicy, EmConfig, EmStage, EmState, InitMethod, IterationReport, TrainedGmm,
 };

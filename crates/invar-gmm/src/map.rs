@@ -6,7 +6,8 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::stats::{GmmStats, StatsOrder};
-use crate::train::{load, FrameSource};
+use crate::train::load;
+use crate::FrameSource;
 use crate::{DiagGmm, Error, Result};
 
 /// MAP adaptation settings.

@@ -1,4 +1,5 @@
-//! Training a diagonal GMM (a UBM) by EM over frames streamed from a [`FrameSource`]:
+//! Training a diagonal GMM (a UBM) by EM over frames streamed from a [`FrameSource`] (the trait
+//! lives in invar-io):
 //! k-means++ / random-frame / split initialisation, the M-step from sufficient statistics
 //! (variance flooring, dead components re-seeded or removed with a warning), and the EM loop with
 //! its per-iteration mean log-likelihood. The loop runs on an [`EmState`] (model, history, split
@@ -6,7 +7,7 @@
 
 use std::borrow::Cow;
 
-use invar_io::Matrix;
+use invar_io::{FrameSource, Matrix};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -15,42 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::gmm::{check_finite, BLOCK};
 use crate::linalg::{gemm, Op};
 use crate::stats::{GmmStats, StatsOrder};
-use crate::{DiagGmm, Error, Result, SourceError};
-
-/// Utterances of frames (`frames × D` matrices), loaded on demand so that a corpus larger than
-/// memory can be streamed; `Sync` because E-steps run over utterances in parallel.
-pub trait FrameSource: Sync {
-    /// Number of utterances.
-    fn len(&self) -> usize;
-    /// The frames of utterance `index` (`0..len()`).
-    fn frames(&self, index: usize) -> std::result::Result<Cow<'_, Matrix>, SourceError>;
-    /// Whether there are no utterances.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-impl FrameSource for &[Matrix] {
-    fn len(&self) -> usize {
-        <[Matrix]>::len(self)
-    }
-    fn frames(&self, index: usize) -> std::result::Result<Cow<'_, Matrix>, SourceError> {
-        self.get(index)
-            .map(Cow::Borrowed)
-            .ok_or_else(|| format!("no utterance {index}").into())
-    }
-}
-
-impl FrameSource for Vec<Matrix> {
-    fn len(&self) -> usize {
-        <[Matrix]>::len(self)
-    }
-    fn frames(&self, index: usize) -> std::result::Result<Cow<'_, Matrix>, SourceError> {
-        self.get(index)
-            .map(Cow::Borrowed)
-            .ok_or_else(|| format!("no utterance {index}").into())
-    }
-}
+use crate::{DiagGmm, Error, Result};
 
 /// Loads utterance `i` of `source`, wrapping its error.
 pub(crate) fn load(source: &dyn FrameSource, i: usize) -> Result<Cow<'_, Matrix>> {

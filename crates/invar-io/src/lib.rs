@@ -3,7 +3,9 @@
 //! between each other, `.npy` matrices (what ZeroSpeech and fastabx users have), JSON and text
 //! outputs, the one frame-timing type ([`FrameTiming`]), Kaldi `ark`/`scp` matrix tables ([`kaldi`]), the claim on an output folder
 //! ([`OutDir`]: one run at a time, no stale files from another run, nothing written before a refusal),
-//! and what resumable runs share (checksums, the settings diff, checkpoint retention).
+//! what resumable runs share (checksums, the settings diff, checkpoint retention), and
+//! [`FrameSource`], the trait through which utterances of frames reach whatever consumes them
+//! (a feature set on disk implements it in invar-data; EM and MAP consume it in invar-gmm).
 //!
 //! invar-io knows nothing of candle, audio or corpora.
 
@@ -14,6 +16,7 @@ mod matrix;
 mod npy;
 mod outdir;
 mod resume;
+mod source;
 mod timing;
 
 pub use atomic::{atomic_write, read_json, write_json, write_text};
@@ -22,4 +25,5 @@ pub use matrix::Matrix;
 pub use npy::{npy_shape, read_npy, read_npy_1d_i64, write_npy, write_npy_1d_i64};
 pub use outdir::{is_claim_file, Claim, LockHolder, OutDir, RunKind, LOCK_FILE, MARKER_FILE};
 pub use resume::{checkpoints_to_remove, settings_differences, sha256_hex};
+pub use source::{FrameSource, SourceError};
 pub use timing::FrameTiming;
