@@ -220,3 +220,16 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn results_written_before_the_caps_still_read() -> anyhow::Result<()> {
+    let r = evaluate(&small()?, &config(AbxMode::Within, None, None, 0), &|| {})?;
+    let mut value = serde_json::to_value(&r)?;
+    let object = value.as_object_mut().expect("a result is a JSON object");
+    for key in ["max_size_group", "max_x_across", "seed"] {
+        assert!(object.remove(key).is_some(), "{key} is written");
+    }
+    let old: AbxResult = serde_json::from_value(value)?;
+    assert_eq!(old, r);
+    Ok(())
+}

@@ -235,9 +235,13 @@ pub struct AbxResult {
     pub empty_items: Vec<usize>,
     pub cells: usize,
     pub triplets: u64,
-    /// The caps and seed the triplets were drawn with (`None`: every one).
+    /// The caps and seed the triplets were drawn with (`None`: every one). Absent from a results.json
+    /// written before the caps existed, which read as uncapped.
+    #[serde(default)]
     pub max_size_group: Option<usize>,
+    #[serde(default)]
     pub max_x_across: Option<usize>,
+    #[serde(default)]
     pub seed: u64,
     /// Per ordered phone pair, sorted by phone names.
     pub pairs: Vec<PairError>,
