@@ -214,6 +214,13 @@ fn abx_timing(
 }
 
 fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
+    // The caps are checked before any feature is read.
+    AbxConfig {
+        max_size_group: args.max_size_group,
+        max_x_across: args.max_x_across,
+        ..AbxConfig::default()
+    }
+    .validate()?;
     let _out = crate::out_dir::claim(
         &args.out,
         "eval abx",
@@ -276,7 +283,6 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
             max_x_across: args.max_x_across,
             seed: args.seed,
         };
-        config.validate()?;
         let progress = Progress::new(abx::work_units(&ds, &config).len() as u64, "ABX units");
         let r = abx::evaluate(&ds, &config, &|| progress.inc())?;
         progress.finish();
