@@ -117,4 +117,8 @@ fn caps_are_recorded_bound_the_triplets_and_repeat_by_seed() {
         err.contains("max_size_group") && err.contains("at least 2"),
         "{err}"
     );
+    assert!(
+        !d.join("one").exists(),
+        "refused before creating its output folder"
+    );
 }
