@@ -77,6 +77,18 @@ pub struct AbxArgs {
     /// Also write the results JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// At most N items of each (context, talker, phone) group, drawn by --seed, so at most N A, B
+    /// and X items per cell (Libri-light / fastabx `max_size_group`; ZeroSpeech 2021 uses 10).
+    /// Bounds time and memory by the cap instead of the largest group [default: every item]
+    #[arg(long, value_name = "N")]
+    pub max_size_group: Option<usize>,
+    /// Across speaker, at most M X talkers per A group, drawn by --seed (Libri-light / fastabx
+    /// `max_x_across`; ZeroSpeech 2021 uses 5) [default: every talker]
+    #[arg(long, value_name = "M")]
+    pub max_x_across: Option<usize>,
+    /// Seed of the --max-size-group and --max-x-across draws (same seed, same triplets).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
 }
 
 #[derive(Debug, Args)]
@@ -202,6 +214,13 @@ fn abx_timing(
 }
 
 fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
+    // The caps are checked before any feature is read.
+    AbxConfig {
+        max_size_group: args.max_size_group,
+        max_x_across: args.max_x_across,
+        ..AbxConfig::default()
+    }
+    .validate()?;
     let _out = crate::out_dir::claim(
         &args.out,
         "eval abx",
@@ -260,8 +279,11 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
             convention: args.convention,
             distance,
             timing,
+            max_size_group: args.max_size_group,
+            max_x_across: args.max_x_across,
+            seed: args.seed,
         };
-        let progress = Progress::new(abx::units(&ds, mode).len() as u64, "ABX units");
+        let progress = Progress::new(abx::work_units(&ds, &config).len() as u64, "ABX units");
         let r = abx::evaluate(&ds, &config, &|| progress.inc())?;
         progress.finish();
         results.push(r);
@@ -271,6 +293,7 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
         &serde_json::json!({
             "stage": "eval abx", "item": args.item, "features": args.features,
             "convention": args.convention, "distance": distance, "timing": timing,
+            "max_size_group": args.max_size_group, "max_x_across": args.max_x_across, "seed": args.seed,
         }),
     )?;
     let chosen = if args.distance.is_none() {

@@ -72,6 +72,7 @@ fn bench(c: &mut Criterion) {
                 hop_s: 0.01,
                 win_s: 0.01,
             },
+            ..AbxConfig::default()
         };
         let r = evaluate(&ds, &config, &|| {}).expect("abx runs");
         eprintln!(

@@ -33,6 +33,7 @@ fn run(ds: &AbxDataset, mode: AbxMode, convention: Convention) -> anyhow::Result
         convention,
         distance: FrameDistance::Euclidean,
         timing: SECONDS,
+        ..AbxConfig::default()
     };
     Ok(evaluate(ds, &config, &|| {})?.error)
 }
@@ -194,6 +195,7 @@ fn agrees_with_brute_force_python_reference() -> anyhow::Result<()> {
             convention,
             distance: FrameDistance::Angular,
             timing,
+            ..AbxConfig::default()
         };
         let r = evaluate(&ds, &config, &|| {})?;
         assert_eq!(
@@ -337,6 +339,7 @@ fn blocked_implementation_equals_naive_definition_on_posteriorgrams() -> anyhow:
                     convention: conv,
                     distance: dist,
                     timing: SECONDS,
+                    ..AbxConfig::default()
                 };
                 let fast = evaluate(&ds, &config, &|| {})?.error;
                 let naive = naive_abx(&ds, mode, conv, dist);
@@ -366,6 +369,7 @@ fn kl_on_frames_with_zeros_is_refused_not_scored_at_chance() -> anyhow::Result<(
         convention: Convention::Zs2015,
         distance,
         timing: SECONDS,
+        ..AbxConfig::default()
     };
     let err = evaluate(&ds, &config(FrameDistance::Kl), &|| {})
         .expect_err("kl on a zero must be refused")

@@ -344,6 +344,7 @@ fn abx(
                     convention,
                     distance,
                     timing,
+                    ..AbxConfig::default()
                 };
                 let total = abx_lib::units(&ds, mode).len() as u64;
                 let done = AtomicU64::new(0);

@@ -170,7 +170,7 @@ impl AbxDataset {
     }
 }
 
-fn blocks_of(items: &[AbxItem]) -> Vec<Block> {
+pub(super) fn blocks_of(items: &[AbxItem]) -> Vec<Block> {
     let mut blocks: Vec<Block> = Vec::new();
     for (i, it) in items.iter().enumerate() {
         match blocks.last_mut() {

@@ -5,6 +5,7 @@
 //! averaged in the order of the chosen [`Convention`].
 
 mod dataset;
+mod sample;
 mod score;
 mod task;
 
@@ -56,7 +57,8 @@ impl std::str::FromStr for Convention {
     }
 }
 
-/// What an ABX evaluation computes. Defaults: within speaker, zs2015, angular distance, 10 ms / 25 ms frames.
+/// What an ABX evaluation computes. Defaults: within speaker, zs2015, angular distance, 10 ms / 25 ms
+/// frames, every triplet (no cap).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AbxConfig {
@@ -64,6 +66,15 @@ pub struct AbxConfig {
     pub convention: Convention,
     pub distance: FrameDistance,
     pub timing: FrameTiming,
+    /// At most this many items of each (context, talker, phone) block, drawn by `seed` once per
+    /// block, so at most this many A, B and X items per cell (Libri-light's and fastabx's
+    /// `max_size_group`, 10 in ZeroSpeech 2021). `None`: every item. At least 2.
+    pub max_size_group: Option<usize>,
+    /// Across speaker, at most this many X talkers per A block, drawn by `seed` (Libri-light's and
+    /// fastabx's `max_x_across`, 5 in ZeroSpeech 2021). `None`: every talker. At least 1.
+    pub max_x_across: Option<usize>,
+    /// Seed of both draws; the draws depend on nothing else (not on threads or unit order).
+    pub seed: u64,
 }
 
 impl Default for AbxConfig {
@@ -73,14 +84,44 @@ impl Default for AbxConfig {
             convention: Convention::Zs2015,
             distance: FrameDistance::Angular,
             timing: FrameTiming::default(),
+            max_size_group: None,
+            max_x_across: None,
+            seed: 0,
         }
     }
 }
 
 impl AbxConfig {
-    /// Checks the frame timing.
+    /// Checks the frame timing and the caps.
     pub fn validate(&self) -> Result<()> {
-        check_timing(&self.timing)
+        check_timing(&self.timing)?;
+        if let Some(n) = self.max_size_group.filter(|&n| n < 2) {
+            return Err(Error::config(
+                "max_size_group",
+                n,
+                "must be at least 2: within speaker a cell needs two items of A's phone \
+                 (leave it unset for every item)",
+            ));
+        }
+        if let Some(m) = self.max_x_across.filter(|&m| m < 1) {
+            return Err(Error::config(
+                "max_x_across",
+                m,
+                "must be at least 1 (leave it unset for every X talker)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The units of work `evaluate` scores for `config`: [`units`] with at most `max_x_across` X talkers
+/// per A block across speaker. The block cap never removes a block, so this is also the count of
+/// progress steps [`evaluate`] reports.
+pub fn work_units(ds: &AbxDataset, config: &AbxConfig) -> Vec<Unit> {
+    let all = task::units(ds, config.mode);
+    match (config.mode, config.max_x_across) {
+        (AbxMode::Across, Some(m)) => sample::cap_x(all, m, config.seed),
+        _ => all,
     }
 }
 
@@ -188,11 +229,20 @@ pub struct AbxResult {
     pub distance: FrameDistance,
     /// The ABX error rate in `[0, 1]` (multiply by 100 for the percentages papers print).
     pub error: f64,
+    /// Items that take part (after the `max_size_group` cap).
     pub items: usize,
     /// `.item` lines whose segment covers no frame; they take no part.
     pub empty_items: Vec<usize>,
     pub cells: usize,
     pub triplets: u64,
+    /// The caps and seed the triplets were drawn with (`None`: every one). Absent from a results.json
+    /// written before the caps existed, which read as uncapped.
+    #[serde(default)]
+    pub max_size_group: Option<usize>,
+    #[serde(default)]
+    pub max_x_across: Option<usize>,
+    #[serde(default)]
+    pub seed: u64,
     /// Per ordered phone pair, sorted by phone names.
     pub pairs: Vec<PairError>,
     /// Every cell, for finer analyses (JSON output).
@@ -200,7 +250,9 @@ pub struct AbxResult {
 }
 
 /// Runs an ABX evaluation on a dataset. `on_unit` is called after each unit of work (there are
-/// [`units`]`(ds, config.mode).len()` of them), for progress display.
+/// [`work_units`]`(ds, config).len()` of them), for progress display. With `max_size_group`, the
+/// capped blocks' frames are copied once (at most the size of `ds`) and the work per cell is bounded
+/// by the cap instead of the largest block.
 pub fn evaluate(
     ds: &AbxDataset,
     config: &AbxConfig,
@@ -208,7 +260,11 @@ pub fn evaluate(
 ) -> Result<AbxResult> {
     config.validate()?;
     check_domain(ds, config.distance)?;
-    let units = task::units(ds, config.mode);
+    let units = work_units(ds, config);
+    let capped = config
+        .max_size_group
+        .and_then(|n| sample::cap_blocks(ds, n, config.seed));
+    let ds = capped.as_ref().unwrap_or(ds);
     let cells = score::score_units(ds, &units, config.distance, config.convention, on_unit)?;
     if cells.is_empty() {
         return Err(Error::degenerate(
@@ -250,6 +306,9 @@ pub fn evaluate(
         empty_items: ds.empty_items.clone(),
         cells: cells.len(),
         triplets,
+        max_size_group: config.max_size_group,
+        max_x_across: config.max_x_across,
+        seed: config.seed,
         pairs,
         cell_scores,
     })
