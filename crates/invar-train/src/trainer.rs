@@ -685,38 +685,7 @@ pub const RESUME_MAY_CHANGE: [&str; 4] = ["epochs", "progress", "plot", "log_eve
 /// The settings that differ between a checkpoint's configs (`old`) and a resume's (`new`), as
 /// `dotted.path: old → new`, leaving out [`RESUME_MAY_CHANGE`].
 pub fn resume_differences(old: &serde_json::Value, new: &serde_json::Value) -> Vec<String> {
-    fn walk(path: &str, old: &serde_json::Value, new: &serde_json::Value, out: &mut Vec<String>) {
-        use serde_json::Value;
-        let last = path.rsplit('.').next().unwrap_or(path);
-        if RESUME_MAY_CHANGE.contains(&last) {
-            return;
-        }
-        match (old, new) {
-            (Value::Object(a), Value::Object(b)) => {
-                let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
-                keys.sort();
-                keys.dedup();
-                for k in keys {
-                    let sub = if path.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{path}.{k}")
-                    };
-                    walk(
-                        &sub,
-                        a.get(k).unwrap_or(&Value::Null),
-                        b.get(k).unwrap_or(&Value::Null),
-                        out,
-                    );
-                }
-            }
-            (a, b) if a != b => out.push(format!("{path}: {a} → {b}")),
-            _ => {}
-        }
-    }
-    let mut out = Vec::new();
-    walk("", old, new, &mut out);
-    out
+    invar_io::settings_differences(old, new, &RESUME_MAY_CHANGE)
 }
 
 fn scalar_loss(loss: &Tensor, step: u64) -> Result<f32> {
