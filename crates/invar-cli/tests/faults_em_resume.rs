@@ -11,8 +11,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use common::{invar, mfcc, refused, s, snapshot, synth, write};
 
@@ -28,14 +26,6 @@ fn checkpoints(out: &Path) -> Vec<String> {
         .unwrap_or_default();
     names.sort();
     names
-}
-
-/// A pseudo-random delay in `0..max_ms` from the clock (printed when a case fails).
-fn random_ms(max_ms: u64) -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::from(d.subsec_nanos()));
-    nanos.wrapping_mul(0x9E37_79B9_7F4A_7C15) % max_ms.max(1)
 }
 
 /// One EM training command: its subcommand, its flags and the model file it ends with.
@@ -92,38 +82,15 @@ impl Case<'_> {
     /// Starts the command, SIGKILLs it a random delay after its first checkpoint; false when it
     /// ended before it could be killed.
     fn kill_after_checkpoint(&self, out: &Path, max_delay_ms: u64) -> bool {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_invar"))
-            .args(self.argv(out, &[]))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let started = Instant::now();
-        while checkpoints(out).is_empty() {
-            if let Some(status) = child.try_wait().unwrap() {
-                assert!(status.success(), "{}: the run failed: {status}", self.name);
-                return false;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(120),
-                "{}: no checkpoint after 120 s",
-                self.name
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let delay = random_ms(max_delay_ms);
-        std::thread::sleep(Duration::from_millis(delay));
-        if child.try_wait().unwrap().is_some() {
+        let Some(delay) = common::kill_when(
+            self.name,
+            &self.argv(out, &[]),
+            || !checkpoints(out).is_empty(),
+            max_delay_ms,
+            120,
+        ) else {
             return false;
-        }
-        child.kill().unwrap(); // SIGKILL on Unix
-        let status = child.wait().unwrap();
-        #[cfg(unix)]
-        {
-            use std::os::unix::process::ExitStatusExt;
-            assert_eq!(status.signal(), Some(9), "{}: {status}", self.name);
-        }
+        };
         eprintln!(
             "{}: killed {delay} ms after the first checkpoint, holding {:?}",
             self.name,

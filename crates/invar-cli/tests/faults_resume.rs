@@ -10,8 +10,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use common::{invar, json, mfcc, refused, s, snapshot, synth, synth_elsdsr};
 use serde_json::Value;
@@ -43,14 +42,6 @@ fn checkpoints(dir: &Path) -> Vec<String> {
     names
 }
 
-/// A pseudo-random delay in `0..max_ms` from the clock (printed when a case fails).
-fn random_ms(max_ms: u64) -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::from(d.subsec_nanos()));
-    nanos.wrapping_mul(0x9E37_79B9_7F4A_7C15) % max_ms.max(1)
-}
-
 /// One training command: its arguments for an output folder, and where it keeps what we compare.
 struct Case<'a> {
     name: &'a str,
@@ -76,39 +67,16 @@ impl Case<'_> {
     /// Starts the command, SIGKILLs it `delay` after its first checkpoint; false when it ended
     /// before it could be killed.
     fn kill_after_checkpoint(&self, out: &Path, max_delay_ms: u64) -> bool {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_invar"))
-            .args((self.args)(out))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
         let ckpts = self.run_dir(out).join("checkpoints");
-        let started = Instant::now();
-        while checkpoints(&ckpts).is_empty() {
-            if let Some(status) = child.try_wait().unwrap() {
-                assert!(status.success(), "{}: the run failed: {status}", self.name);
-                return false;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(300),
-                "{}: no checkpoint after 300 s",
-                self.name
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let delay = random_ms(max_delay_ms);
-        std::thread::sleep(Duration::from_millis(delay));
-        if child.try_wait().unwrap().is_some() {
+        let Some(delay) = common::kill_when(
+            self.name,
+            &(self.args)(out),
+            || !checkpoints(&ckpts).is_empty(),
+            max_delay_ms,
+            300,
+        ) else {
             return false;
-        }
-        child.kill().unwrap(); // SIGKILL on Unix
-        let status = child.wait().unwrap();
-        #[cfg(unix)]
-        {
-            use std::os::unix::process::ExitStatusExt;
-            assert_eq!(status.signal(), Some(9), "{}: {status}", self.name);
-        }
+        };
         eprintln!(
             "{}: killed {delay} ms after the first checkpoint, holding {:?}",
             self.name,

@@ -248,7 +248,7 @@ enum AbxSource {
 
 /// ABX error as `invar eval abx` computes it; returns the results JSON (one result per mode).
 #[pyfunction]
-#[pyo3(signature = (features, item, distance=None, convention="zs2015", mode="both", hop_ms=None, win_ms=None, progress=false))]
+#[pyo3(signature = (features, item, distance=None, convention="zs2015", mode="both", hop_ms=None, win_ms=None, progress=false, max_size_group=None, max_x_across=None, seed=0))]
 fn abx(
     py: Python<'_>,
     features: &Bound<'_, PyAny>,
@@ -259,6 +259,9 @@ fn abx(
     hop_ms: Option<f64>,
     win_ms: Option<f64>,
     progress: bool,
+    max_size_group: Option<usize>,
+    max_x_across: Option<usize>,
+    seed: u64,
 ) -> PyResult<String> {
     let distance: Option<FrameDistance> = distance.map(|d| parse("distance", d)).transpose()?;
     let convention: Convention = parse("convention", convention)?;
@@ -344,9 +347,12 @@ fn abx(
                     convention,
                     distance,
                     timing,
-                    ..AbxConfig::default()
+                    max_size_group,
+                    max_x_across,
+                    seed,
                 };
-                let total = abx_lib::units(&ds, mode).len() as u64;
+                config.validate()?;
+                let total = abx_lib::work_units(&ds, &config).len() as u64;
                 let done = AtomicU64::new(0);
                 let tick = || {
                     let d = done.fetch_add(1, Ordering::Relaxed) + 1;

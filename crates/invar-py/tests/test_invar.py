@@ -83,6 +83,15 @@ def test_abx_equals_the_cli_from_a_folder_and_from_arrays(corpus):
         arrays = {r["id"]: np.load(corpus / "mfcc" / r["path"]) for r in manifest(corpus / "mfcc")}
         assert invar.abx(arrays, item, distance=distance, convention=convention,
                          hop_ms=10, win_ms=25) == want
+        # Capped tokens per cell: the same draw as the CLI's for the same seed.
+        capped = corpus / f"abx-{convention}-capped"
+        cli("eval", "abx", "--item", item, "--features", corpus / "mfcc", "--out", capped,
+            "--convention", convention, "--distance", distance,
+            "--max-size-group", "2", "--max-x-across", "1", "--seed", "3")
+        want_capped = {r["mode"]: r for r in json.loads((capped / "results.json").read_text())}
+        assert want_capped["across"]["triplets"] < want["across"]["triplets"]
+        assert invar.abx(corpus / "mfcc", item, distance=distance, convention=convention,
+                         max_size_group=2, max_x_across=1, seed=3) == want_capped
         # Arrays carry no frame timing: no silent 10 ms.
         with pytest.raises(ValueError, match="needs hop_ms and win_ms"):
             invar.abx(arrays, item, distance=distance, convention=convention)

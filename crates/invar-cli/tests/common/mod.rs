@@ -151,3 +151,58 @@ pub fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     walk(dir, dir, &mut out);
     out
 }
+
+/// A pseudo-random delay below `max_ms` (at least 1) from the clock: kill tests land at a
+/// different point each run.
+pub fn random_ms(max_ms: u64) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::from(d.subsec_nanos()));
+    nanos.wrapping_mul(0x9E37_79B9_7F4A_7C15) % max_ms.max(1)
+}
+
+/// Starts `invar ARGS`, waits until `ready()` (polling every millisecond, failing the test after
+/// `timeout_s`), sleeps a random delay below `max_delay_ms` and SIGKILLs it. Returns the delay, or
+/// `None` when the run ended (successfully) before it could be killed.
+pub fn kill_when(
+    name: &str,
+    args: &[String],
+    ready: impl Fn() -> bool,
+    max_delay_ms: u64,
+    timeout_s: u64,
+) -> Option<u64> {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_invar"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !ready() {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "{name}: the run failed: {status}");
+            return None;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(timeout_s),
+            "{name}: not ready after {timeout_s} s"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let delay = random_ms(max_delay_ms);
+    std::thread::sleep(Duration::from_millis(delay));
+    if child.try_wait().unwrap().is_some() {
+        return None;
+    }
+    child.kill().unwrap(); // SIGKILL on Unix: no destructor, no cleanup
+    let status = child.wait().unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(9), "{name}: {status}");
+    }
+    Some(delay)
+}

@@ -228,6 +228,9 @@ def abx(
     hop_ms: Optional[float] = None,
     win_ms: Optional[float] = None,
     progress: bool = False,
+    max_size_group: Optional[int] = None,
+    max_x_across: Optional[int] = None,
+    seed: int = 0,
 ) -> Dict[str, Dict[str, Any]]:
     """ABX error from a ZeroSpeech ``.item`` file, as ``invar eval abx`` computes it.
 
@@ -238,13 +241,17 @@ def abx(
     description (a set that records none needs ``hop_ms``/``win_ms``); a dict of arrays carries none, so ``hop_ms`` and
     ``win_ms`` are required (``ValueError`` otherwise). Returns one result per mode: ``error``, ``pairs`` (per phone pair),
     ``cell_scores``, ``cells``, ``triplets``, ``items``, … as the CLI's ``results.json``.
+    ``max_size_group`` / ``max_x_across`` / ``seed`` cap the tokens per cell as ``eval abx
+    --max-size-group/--max-x-across/--seed`` do (Libri-light's and ZeroSpeech 2021's 10 and 5);
+    unset, every triplet is scored.
     """
     if isinstance(features, Mapping):
         source: Any = {str(k): _f32(v, 2, f"features[{k!r}]") for k, v in features.items()}
     else:
         source = os.fspath(features)
     results = json.loads(
-        _invar.abx(source, os.fspath(item), distance, convention, mode, hop_ms, win_ms, progress)
+        _invar.abx(source, os.fspath(item), distance, convention, mode, hop_ms, win_ms, progress,
+                   max_size_group, max_x_across, seed)
     )
     return {r["mode"]: r for r in results}
 
