@@ -61,7 +61,7 @@ pub struct UpdateArgs {
     /// Statistics files of all shards.
     #[arg(long, num_args = 1.., required = true)]
     pub stats: Vec<PathBuf>,
-    /// EM configuration (variance floor, dead components) as JSON; default EmConfig.
+    /// EM configuration (variance floor, dead components), TOML or JSON (`*.json`); default EmConfig.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Output folder: ubm.safetensors, ubm.json, results.json.
@@ -92,7 +92,7 @@ pub struct TrainArgs {
     /// Only utterances of this split (train, validation, test, unassigned); default all.
     #[arg(long)]
     pub split: Option<Split>,
-    /// EM configuration as JSON (an EmConfig; missing fields take their defaults); the flags
+    /// EM configuration, TOML or JSON (`*.json`): an EmConfig, missing fields taking their defaults; the flags
     /// below override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -196,7 +196,7 @@ struct UbmRecord<'a> {
 
 fn train(args: TrainArgs) -> anyhow::Result<()> {
     let mut cfg = match &args.config {
-        Some(p) => invar_io::read_json::<EmConfig>(p)?,
+        Some(p) => crate::config_file::read::<EmConfig>(p)?,
         None => EmConfig::default(),
     };
     if let Some(v) = args.components {
@@ -325,7 +325,7 @@ struct UpdateRecord<'a> {
 
 fn update(args: UpdateArgs) -> anyhow::Result<()> {
     let cfg = match &args.config {
-        Some(p) => invar_io::read_json::<EmConfig>(p)?,
+        Some(p) => crate::config_file::read::<EmConfig>(p)?,
         None => EmConfig::default(),
     };
     cfg.validate()?;

@@ -100,7 +100,7 @@ pub struct TrainArgs {
     /// Only utterances of this split; default all.
     #[arg(long)]
     pub split: Option<Split>,
-    /// Extractor configuration as JSON (an IvectorConfig); the flags below override it.
+    /// Extractor configuration, TOML or JSON (`*.json`): an IvectorConfig; the flags below override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// i-vector dimension [default: 400]
@@ -178,7 +178,7 @@ struct ExtractorRecord<'a> {
 
 fn train(args: TrainArgs) -> anyhow::Result<()> {
     let mut cfg = match &args.config {
-        Some(p) => invar_io::read_json::<IvectorConfig>(p)?,
+        Some(p) => crate::config_file::read::<IvectorConfig>(p)?,
         None => IvectorConfig::default(),
     };
     if let Some(v) = args.rank {

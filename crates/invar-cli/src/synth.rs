@@ -33,7 +33,8 @@ pub struct SynthArgs {
     /// Start from the small test-sized config (few speakers, short sentences).
     #[arg(long)]
     pub quick: bool,
-    /// Start from this JSON config (a `SynthConfig`; missing fields take their defaults).
+    /// Start from this config, TOML or JSON (`*.json`): a `SynthConfig`, missing fields taking their
+    /// defaults.
     #[arg(long, conflicts_with = "quick")]
     pub config: Option<PathBuf>,
     /// Write the summary JSON here instead of OUT/results.json.
@@ -61,7 +62,7 @@ struct Summary {
 
 pub fn run(args: SynthArgs) -> anyhow::Result<()> {
     let mut cfg = match (&args.config, args.quick) {
-        (Some(path), _) => invar_io::read_json::<SynthConfig>(path)?,
+        (Some(path), _) => crate::config_file::read::<SynthConfig>(path)?,
         (None, true) => SynthConfig::quick(),
         (None, false) => SynthConfig::default(),
     };
