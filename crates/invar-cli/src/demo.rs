@@ -793,6 +793,40 @@ mod tests {
         assert!(line.contains("--classes /o/utd/classes.txt") && !line.contains("--gold-corpus"));
     }
 
+    /// `run.sh` appends `--force` or `--resume` to a stage it reruns: every stage of the plan
+    /// (with and without UTD) must accept each flag its rerun policy can add, or the recipe fails
+    /// exactly when a user needs it (after a kill, or with `--stage N`).
+    #[test]
+    fn every_recipe_stage_accepts_the_flags_a_rerun_adds() {
+        use clap::Parser;
+        for cfg in [
+            DemoConfig::quick(),
+            DemoConfig {
+                partition_classes: ClassSource::Utd,
+                ..DemoConfig::default()
+            },
+        ] {
+            let plan = plan(&cfg, Path::new(""));
+            let stages = plan
+                .shared
+                .iter()
+                .chain(&plan.partition)
+                .chain(&plan.supervector)
+                .chain(&plan.speaker);
+            for stage in stages {
+                let rerun = recipe::Rerun::of(&stage.args);
+                for flag in std::iter::once(None).chain(rerun.flags().iter().map(Some)) {
+                    let mut argv = vec!["invar".to_owned()];
+                    argv.extend(stage.args.iter().cloned());
+                    argv.extend(flag.map(|f| (*f).to_owned()));
+                    if let Err(e) = crate::Cli::try_parse_from(&argv) {
+                        panic!("{} ({rerun:?}) {flag:?}: {e}", stage.command_line());
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn plan_wires_each_stage_to_the_previous_outputs() {
         let cfg = DemoConfig::quick();

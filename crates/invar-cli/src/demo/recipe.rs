@@ -18,7 +18,8 @@ pub enum Rerun {
     Resume,
     /// Everything else is short: start over with `--force` (which clears only that stage's folder).
     Redo,
-    /// Steps that write no claimed folder (the item merge, the report): simply run again.
+    /// Steps that write no claimed folder (`corpus info --json`, the item merge, the report):
+    /// simply run again.
     Again,
 }
 
@@ -36,7 +37,20 @@ impl Rerun {
             | ["supervector", "train"]
             | ["gmm", "train"]
             | ["ivector", "train"] => Rerun::Resume,
+            // Writes one file (no claimed folder, no --force): run it again.
+            ["corpus", "info"] => Rerun::Again,
             _ => Rerun::Redo,
+        }
+    }
+
+    /// The flags `run.sh` may add to this stage's command: on a rerun after a kill, and on a
+    /// restage (`--stage N`) from scratch.
+    pub fn flags(self) -> &'static [&'static str] {
+        match self {
+            Rerun::Continue => &["--force"],
+            Rerun::Resume => &["--resume", "--force"],
+            Rerun::Redo => &["--force"],
+            Rerun::Again => &[],
         }
     }
 
@@ -232,6 +246,7 @@ mod tests {
         assert_eq!(of(&["gmm", "train", "--out"]), Rerun::Resume);
         assert_eq!(of(&["ivector", "train", "--out"]), Rerun::Resume);
         assert_eq!(of(&["eval", "abx", "--out"]), Rerun::Redo);
+        assert_eq!(of(&["corpus", "info", "--json"]), Rerun::Again);
     }
 
     #[test]
