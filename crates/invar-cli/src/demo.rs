@@ -595,6 +595,12 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         seconds: started.elapsed().as_secs_f64(),
     };
     write_summary(&out, &summary, args.json.as_deref())?;
+    ensure_complete(&summary, &out)
+}
+
+/// An error when a method's section failed: the results and report are written first, but the
+/// exit status must not say success for a table with a missing section.
+fn ensure_complete(summary: &DemoSummary, out: &Path) -> anyhow::Result<()> {
     let failed = matches!(summary.partition, Section::Failed { .. })
         || matches!(summary.speaker_cnn, Section::Failed { .. })
         || matches!(summary.supervector, Section::Failed { .. });
@@ -731,7 +737,8 @@ pub fn report(args: ReportArgs) -> anyhow::Result<()> {
         stages,
         seconds,
     };
-    write_summary(dir, &summary, args.json.as_deref())
+    write_summary(dir, &summary, args.json.as_deref())?;
+    ensure_complete(&summary, dir)
 }
 
 #[cfg(test)]

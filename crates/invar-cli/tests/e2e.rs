@@ -451,6 +451,20 @@ fn recipe_reruns_to_the_same_numbers(demo: &Path, tmp: &Path) {
         "{said}"
     );
     assert_eq!(said.lines().count(), 1, "{said}");
+    // `invar report` on a folder missing a stage's results: the table says which section failed,
+    // and the exit status is not success.
+    std::fs::remove_file(recipe.join("autoencoder/results.json")).unwrap();
+    let report = Command::new(env!("CARGO_BIN_EXE_invar"))
+        .args(["report", s(&recipe)])
+        .output()
+        .unwrap();
+    assert!(
+        !report.status.success(),
+        "report exited 0 with a section missing"
+    );
+    let r = json(&recipe.join("results.json"));
+    assert_eq!(r["supervector"]["status"], "failed", "{}", r["supervector"]);
+    assert_eq!(r["partition"]["status"], "done");
 }
 
 /// Whether the built `invar` has this subcommand.

@@ -43,8 +43,9 @@ impl Rerun {
         }
     }
 
-    /// The flags `run.sh` may add to this stage's command: on a rerun after a kill, and on a
-    /// restage (`--stage N`) from scratch.
+    /// The flags `run.sh`'s `step` may add to this stage's command (mirrors the script above):
+    /// `--resume` or `--force` on a rerun after a kill, `--force` on a restage (`--stage N`).
+    #[cfg(test)]
     pub fn flags(self) -> &'static [&'static str] {
         match self {
             Rerun::Continue => &["--force"],
