@@ -16,16 +16,7 @@ use common::{invar, mfcc, refused, s, snapshot, synth, write};
 
 /// The complete checkpoints in `out/checkpoints`, oldest first.
 fn checkpoints(out: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(out.join("checkpoints"))
-        .map(|r| {
-            r.filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("em-"))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
+    common::names_with_prefix(&out.join("checkpoints"), "em-")
 }
 
 /// One EM training command: its subcommand, its flags and the model file it ends with.

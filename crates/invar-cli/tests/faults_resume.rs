@@ -30,16 +30,7 @@ fn without_timings(value: &Value) -> Value {
 }
 
 fn checkpoints(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map(|r| {
-            r.filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("ckpt-"))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
+    common::names_with_prefix(dir, "ckpt-")
 }
 
 /// One training command: its arguments for an output folder, and where it keeps what we compare.

@@ -206,3 +206,18 @@ pub fn kill_when(
     }
     Some(delay)
 }
+
+/// The names in `dir` that start with `prefix`, sorted (none when `dir` does not exist): the
+/// checkpoints a run has written so far.
+pub fn names_with_prefix(dir: &Path, prefix: &str) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|r| {
+            r.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(prefix))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
