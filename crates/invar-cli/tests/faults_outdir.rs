@@ -439,6 +439,21 @@ fn force_never_deletes_a_folder_invar_did_not_make() {
     common::write(&mine.join("chapter1.tex"), "\\chapter{Speech}\n");
     common::write(&mine.join("figs/abx.pdf"), "%PDF-1.4\n");
     let before = snapshot(&mine);
+    // Without --force the refusal does not advise --force, which would be refused in turn.
+    let err = refused(&[
+        "features",
+        "--layout",
+        "timit",
+        s(&c),
+        "--kind",
+        "mfcc",
+        "--out",
+        s(&mine),
+    ]);
+    assert!(
+        err.contains("choose another folder") && !err.contains("with --force"),
+        "{err}"
+    );
     let err = refused(&[
         "features",
         "--layout",

@@ -33,14 +33,14 @@ pub enum Error {
         holder: String,
     },
     /// A fresh run's output folder already holds files.
-    #[error(
-        "{dir}: not empty, holds {entries} entries ({made_by}); continue that run with --resume \
-         where the command has it, delete them first with --force, or choose another folder"
-    )]
+    #[error("{dir}: not empty, holds {entries} entries ({made_by}); {advice}")]
     NotEmpty {
         dir: PathBuf,
         entries: usize,
         made_by: String,
+        /// What the user can do: `--resume`/`--force` for a folder an invar run made; only another
+        /// folder for one it did not (`--force` never clears those).
+        advice: &'static str,
     },
     /// `--force` on a non-empty folder that no invar run made: never cleared.
     #[error(

@@ -287,6 +287,16 @@ impl OutDir {
                 Some(Err(reason)) => format!("an unreadable {MARKER_FILE} ({reason})"),
                 None => "no invar run marked it".to_owned(),
             };
+            let advice = || match &marker {
+                Some(_) => {
+                    "continue that run with --resume where the command has it, delete what it \
+                     holds with --force, or choose another folder"
+                }
+                None => {
+                    "choose another folder: invar clears only folders its own runs made, so \
+                     --force will not delete these files"
+                }
+            };
             match claim {
                 Claim::Force if marker.is_none() && !contents.is_empty() => {
                     return Err(Error::ForeignFolder {
@@ -306,6 +316,7 @@ impl OutDir {
                         dir: self.dir.clone(),
                         entries: contents.len(),
                         made_by: made_by(),
+                        advice: advice(),
                     })
                 }
                 Claim::Resume if !contents.is_empty() && !same => {
@@ -319,6 +330,7 @@ impl OutDir {
                             dir: self.dir.clone(),
                             entries: contents.len(),
                             made_by: made_by(),
+                            advice: advice(),
                         },
                     });
                 }
