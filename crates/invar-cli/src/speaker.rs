@@ -32,6 +32,9 @@ pub enum SpeakerCommand {
     /// tabulate their accuracy under gain changes, beside the GMM baseline with --gmm (table,
     /// JSON, SVG plot).
     Robustness(RobustnessArgs),
+    /// Merge the robustness.json of `speaker robustness` runs made separately (one per seed or
+    /// treatment, in parallel or on other machines) into one table, JSON and plot.
+    Merge(MergeArgs),
 }
 
 /// Which corpus, how it is split.
@@ -303,12 +306,26 @@ pub struct RobustnessArgs {
     pub device: String,
 }
 
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// Output folders of `invar speaker robustness` runs of one config (each holds robustness.json).
+    #[arg(required = true)]
+    pub runs: Vec<PathBuf>,
+    /// Output folder: robustness.json, robustness.md, robustness.svg of all the runs.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    #[arg(long)]
+    pub force: bool,
+}
+
 pub fn run(args: SpeakerArgs) -> anyhow::Result<()> {
     match args.command {
         SpeakerCommand::Train(a) => train(a),
         SpeakerCommand::Eval(a) => eval(a),
         SpeakerCommand::Cv(a) => cv(a),
         SpeakerCommand::Robustness(a) => robustness(a),
+        SpeakerCommand::Merge(a) => merge(a),
     }
 }
 
@@ -520,6 +537,27 @@ fn robustness(args: RobustnessArgs) -> anyhow::Result<()> {
     println!(
         "chunk accuracy (%) of `{}`, mean (min–max) over seeds {:?}:\n{table}",
         cfg.name, grid.seeds
+    );
+    write_outputs(&args.out, &report, &table)?;
+    Ok(())
+}
+
+fn merge(args: MergeArgs) -> anyhow::Result<()> {
+    let parts = args
+        .runs
+        .iter()
+        .map(|d| invar_io::read_json(d.join("robustness.json")))
+        .collect::<Result<Vec<invar_speaker_cnn::RobustnessReport>, _>>()?;
+    let report = invar_speaker_cnn::RobustnessReport::merge(parts)?;
+    let inputs: Vec<&Path> = args.runs.iter().map(PathBuf::as_path).collect();
+    let _out = crate::out_dir::claim(&args.out, "speaker merge", args.force, false, &inputs)?;
+    let seeds: std::collections::BTreeSet<u64> = report.rows.iter().map(|r| r.seed).collect();
+    let table = report.markdown();
+    println!(
+        "chunk accuracy (%) of `{}`, mean (min–max) over seeds {:?}, merged from {} runs:\n{table}",
+        report.config,
+        seeds,
+        args.runs.len()
     );
     write_outputs(&args.out, &report, &table)?;
     Ok(())

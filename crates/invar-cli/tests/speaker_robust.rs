@@ -101,6 +101,54 @@ fn robustness_report_has_treatment_rows_and_the_gmm_baseline() {
     assert!(out_dir
         .join("sliding-cmn+aug-ramp-l2off-seed0/speaker_cnn.json")
         .is_file());
+
+    // Another seed run separately, then `speaker merge`: one table over both seeds; the same run
+    // twice is refused.
+    let seed1 = d.join("grid-seed1");
+    invar(&[
+        "speaker",
+        "robustness",
+        "--corpus",
+        s(&corpus),
+        "--config",
+        "logmel",
+        "--treatments",
+        "none",
+        "--seeds",
+        "1",
+        "--epochs",
+        "1",
+        "--out",
+        s(&seed1),
+    ]);
+    let merged = d.join("merged");
+    let out = invar(&[
+        "speaker",
+        "merge",
+        s(&out_dir),
+        s(&seed1),
+        "--out",
+        s(&merged),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("over seeds {0, 1}, merged from 2 runs"),
+        "{stdout}"
+    );
+    let m = json(&merged.join("robustness.json"));
+    assert_eq!(m["rows"].as_array().unwrap().len(), 32);
+    // `none` now has two seeds: its cells show a spread.
+    let none_line = stdout.lines().find(|l| l.starts_with("| none |")).unwrap();
+    assert!(none_line.contains('–'), "{none_line}");
+    let err = refused(&[
+        "speaker",
+        "merge",
+        s(&seed1),
+        s(&seed1),
+        "--out",
+        s(&d.join("m2")),
+    ]);
+    assert!(err.contains("in two of the reports"), "{err}");
 }
 
 #[test]

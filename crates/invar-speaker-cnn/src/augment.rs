@@ -202,6 +202,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::approx_constant)] // hand-written values, not the library's ln 10
     fn ramp_shape_by_hand() {
         // A ramp −10 → +10 dB over 5 frames: −10, −5, 0, 5, 10 dB, i.e. log-power offsets of
         // dB · ln 10 / 10 = −2.302585, −1.151293, 0, 1.151293, 2.302585; bin 1 has σ = 2.
@@ -276,5 +277,89 @@ mod tests {
                 "{y:?}"
             );
         }
+    }
+
+    /// The feature-domain gain equals the front-end run on the gained waveform (`logmel`'s 64
+    /// log-mel bins, no dither): exactly for a constant gain, and for a ramp within what the
+    /// frame-level rule leaves out (the gain moves ≈ 0.25 dB inside a 25 ms frame here, and the
+    /// waveform's ramp spans its samples, the chunk's its frame indices).
+    #[test]
+    fn the_gain_is_the_waveform_gain_through_the_front_end() {
+        use crate::{compute_features, Condition, LabeledAudio};
+        let cfg = SpeakerCnnConfig::logmel();
+        let frames = 100;
+        // 100 frames of 25 ms every 10 ms: 0.025 + 0.99 s at 16 kHz. A chirp plus a seeded noise.
+        let n = 160 * (frames - 1) + 400;
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let samples: Vec<f32> = (0..n)
+            .map(|i| {
+                let t = i as f32 / 16000.0;
+                0.3 * (2.0 * std::f32::consts::PI * (200.0 + 900.0 * t) * t).sin()
+                    + 0.05 * rng.random_range(-1.0f32..1.0)
+            })
+            .collect();
+        let audio = vec![LabeledAudio {
+            id: "u".into(),
+            speaker: "s".into(),
+            audio: invar_audio::Audio {
+                samples,
+                sample_rate: 16000,
+            },
+        }];
+        let features = |c: Condition| {
+            compute_features(&cfg.features.frontend, true, &audio, c).unwrap()[0].clone()
+        };
+        let clean = features(Condition::Clean);
+        assert_eq!(clean.rows, frames);
+        let norm = Normalizer::fit(std::slice::from_ref(&clean)).unwrap();
+        let z = |m: &invar_io::Matrix| -> Vec<f32> {
+            let mut out = vec![0f32; m.cols * m.rows];
+            for t in 0..m.rows {
+                for b in 0..m.cols {
+                    out[b * m.rows + t] = (m.row(t)[b] - norm.mean[b]) / norm.std[b];
+                }
+            }
+            out
+        };
+        let mut plain = cfg.clone();
+        plain.features.utterance_mean_norm = false;
+        plain.augment.gain_db = Some([-20.0, 20.0]);
+        let aug = Augmenter::new(&plain, &norm).unwrap();
+        let max_diff = |a: &[f32], b: &[f32]| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max)
+        };
+        // A constant +13 dB: the same numbers up to float rounding.
+        let mut x = z(&clean);
+        let g = ChunkGain {
+            from_db: 13.0,
+            to_db: 13.0,
+        };
+        aug.apply(&g, 0, frames, &mut x);
+        let want = z(&features(Condition::Gain { db: 13.0 }));
+        assert!(max_diff(&x, &want) < 1e-3, "{}", max_diff(&x, &want));
+        // A ramp −10 → +10 dB across the chunk: within 0.3 dB (0.07 in log power) divided by the
+        // smallest σ.
+        let mut y = z(&clean);
+        let r = ChunkGain {
+            from_db: -10.0,
+            to_db: 10.0,
+        };
+        aug.apply(&r, 0, frames, &mut y);
+        let want = z(&features(Condition::Ramp {
+            from_db: -10.0,
+            to_db: 10.0,
+        }));
+        let min_std = norm.std.iter().copied().fold(f32::INFINITY, f32::min);
+        let tol = 0.3 * LN_POWER_PER_DB as f32 / min_std;
+        assert!(
+            max_diff(&y, &want) < tol,
+            "{} vs {tol}",
+            max_diff(&y, &want)
+        );
+        // And without the ramp the difference would be far larger: the test can fail.
+        assert!(max_diff(&z(&clean), &want) > 10.0 * tol);
     }
 }

@@ -353,6 +353,90 @@ pub struct RobustnessReport {
 }
 
 impl RobustnessReport {
+    /// One report from grid runs made separately (one per seed or treatment, in parallel or on
+    /// other machines): rows, diverged runs and baselines concatenated, then ordered by model (in
+    /// order of first appearance across `parts`), unit-L2 and seed, each model's conditions in
+    /// their order. The parts must share a base config name; a (model, unit-L2, seed, condition)
+    /// found twice is an error naming it.
+    pub fn merge(parts: Vec<RobustnessReport>) -> Result<Self> {
+        let Some(config) = parts.first().map(|p| p.config.clone()) else {
+            return Err(Error::Empty {
+                what: "robustness reports to merge",
+                hint: "name at least one".into(),
+            });
+        };
+        if let Some(other) = parts.iter().find(|p| p.config != config) {
+            return Err(Error::config(
+                "robustness.merge",
+                format!(
+                    "mixes base configs `{config}` and `{}`; merge runs of one config",
+                    other.config
+                ),
+            ));
+        }
+        let mut rows: Vec<RobustnessRow> = Vec::new();
+        let mut diverged = Vec::new();
+        let mut baselines: Vec<BaselineRow> = Vec::new();
+        for p in parts {
+            rows.extend(p.rows);
+            diverged.extend(p.diverged);
+            baselines.extend(p.baselines);
+        }
+        let mut models: Vec<String> = Vec::new();
+        for m in rows
+            .iter()
+            .map(RobustnessRow::model)
+            .chain(diverged.iter().map(DivergedRun::model))
+        {
+            if !models.contains(&m) {
+                models.push(m);
+            }
+        }
+        let rank = |m: &str| models.iter().position(|x| x == m).unwrap_or(usize::MAX);
+        // A stable sort keeps each run's conditions in their order.
+        rows.sort_by_key(|r| (rank(&r.model()), !r.unit_norm, r.seed));
+        diverged.sort_by_key(|d| (rank(&d.model()), !d.unit_norm, d.seed));
+        baselines.sort_by_key(|b| b.seed);
+        let key = |r: &RobustnessRow| (r.model(), r.unit_norm, r.seed, r.condition.label());
+        for (i, r) in rows.iter().enumerate() {
+            if rows[..i].iter().any(|q| key(q) == key(r)) {
+                return Err(Error::config(
+                    "robustness.merge",
+                    format!(
+                        "`{}` (unit-L2 {}, seed {}) under {} is in two of the reports; merge each run once",
+                        r.model(),
+                        if r.unit_norm { "on" } else { "off" },
+                        r.seed,
+                        r.condition.label()
+                    ),
+                ));
+            }
+        }
+        for (i, b) in baselines.iter().enumerate() {
+            if baselines[..i].iter().any(|q| {
+                q.method == b.method
+                    && q.seed == b.seed
+                    && q.condition.label() == b.condition.label()
+            }) {
+                return Err(Error::config(
+                    "robustness.merge",
+                    format!(
+                        "the baseline `{}` (seed {}) under {} is in two of the reports; ask for --gmm in one run per seed",
+                        b.method,
+                        b.seed,
+                        b.condition.label()
+                    ),
+                ));
+            }
+        }
+        Ok(Self {
+            config,
+            rows,
+            diverged,
+            baselines,
+        })
+    }
+
     /// Mean and spread (min, max) over seeds of chunk accuracy for each (model, unit_norm,
     /// condition), in row order of first appearance.
     pub fn summary(&self) -> Vec<SummaryRow> {
@@ -848,5 +932,40 @@ mod tests {
         assert!(json.contains("\"treatment\":\"sliding-cmn+aug-ramp\""));
         let back: RobustnessReport = serde_json::from_str(&json).unwrap();
         assert_eq!(back.markdown(), md);
+
+        // Split by seed and treatment (as parallel runs write them) and merged back, in another
+        // order: the same table; twice the same part is refused.
+        let part = |pick: &dyn Fn(&RobustnessRow) -> bool, baselines: bool, diverged: bool| {
+            RobustnessReport {
+                config: "logmel".into(),
+                rows: report.rows.iter().filter(|r| pick(r)).cloned().collect(),
+                diverged: if diverged {
+                    report.diverged.clone()
+                } else {
+                    vec![]
+                },
+                baselines: if baselines {
+                    report.baselines.clone()
+                } else {
+                    vec![]
+                },
+            }
+        };
+        let utt = |r: &RobustnessRow| r.model() == "utt-cmn";
+        let merged = RobustnessReport::merge(vec![
+            part(&|r| utt(r) && r.seed == 1, false, false),
+            part(&|r| !utt(r), false, true),
+            part(&|r| utt(r) && r.seed == 0, true, false),
+        ])
+        .unwrap();
+        // Models in order of first appearance: utt-cmn (seed 1) comes first here too.
+        assert_eq!(merged.markdown(), md);
+        assert!(
+            RobustnessReport::merge(vec![part(&utt, false, false), part(&utt, false, false)])
+                .is_err()
+        );
+        let mut other = part(&utt, false, false);
+        other.config = "original".into();
+        assert!(RobustnessReport::merge(vec![part(&|r| !utt(r), false, false), other]).is_err());
     }
 }
