@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 use invar_data::Layout;
 use invar_speaker_cnn::{
     BaselineConfig, CorpusRecipe, Evaluation, Nuisance, RobustnessConfig, SpeakerCnnConfig,
+    Treatment,
 };
 use invar_train::OptimizerConfig;
 
@@ -26,9 +27,14 @@ pub enum SpeakerCommand {
     /// K-fold cross-validation over utterances (train and test pooled), as the original reported:
     /// chunk and utterance accuracy, chunk misclassification, CNN and baselines (table, cv.json).
     Cv(CvArgs),
-    /// Train none/scale/offset/gain-regularised models with and without unit-L2 scaling, over
-    /// seeds, and tabulate their accuracy under gain changes (table, JSON, SVG plot).
+    /// Train none/scale/offset/gain-regularised models with and without unit-L2 scaling (or, with
+    /// --treatments, regularisers vs gain augmentation vs mean normalisations), over seeds, and
+    /// tabulate their accuracy under gain changes, beside the GMM baseline with --gmm (table,
+    /// JSON, SVG plot).
     Robustness(RobustnessArgs),
+    /// Merge the robustness.json of `speaker robustness` runs made separately (one per seed or
+    /// treatment, in parallel or on other machines) into one table, JSON and plot.
+    Merge(MergeArgs),
 }
 
 /// Which corpus, how it is split.
@@ -87,7 +93,8 @@ impl CorpusArgs {
 /// The model's configuration: a named config or a file, with a few overrides.
 #[derive(Debug, Args)]
 pub struct ConfigArgs {
-    /// original (the 001 network) or logmel (the stronger variant).
+    /// original (the 001 network), logmel (the stronger variant) or robust (logmel with
+    /// sliding-window mean removal and gain-ramp augmentation).
     #[arg(long, default_value = "original", conflicts_with = "config_file")]
     pub config: String,
     /// A config file, TOML or JSON (`*.json`): a `SpeakerCnnConfig`; missing fields take the
@@ -269,6 +276,19 @@ pub struct RobustnessArgs {
     /// Regularisers to compare (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "none,scale,offset,gain")]
     pub nuisances: Vec<Nuisance>,
+    /// Compare treatments put on the config instead of the regulariser grid: each a `+`-joined
+    /// list of none, scale, offset, gain (regularisers), aug-gain (constant gain, −20..+20 dB),
+    /// aug-ramp (ramp ends −10..+10 dB), utt-cmn, sliding-cmn (mean normalisations), e.g.
+    /// `none,gain,aug-ramp,utt-cmn,sliding-cmn+aug-ramp`; `comparison` names issue #20's nine
+    /// (none, scale, offset, gain, aug-gain, aug-ramp, utt-cmn, sliding-cmn,
+    /// sliding-cmn+aug-ramp). Each replaces the config's own normalisation, augmentation and
+    /// regulariser; unit-L2 stays the config's unless --only-with(out)-unit-norm is given.
+    #[arg(long, value_delimiter = ',', conflicts_with = "nuisances")]
+    pub treatments: Vec<String>,
+    /// Also evaluate the GMM baseline (MFCC + Δ + ΔΔ with CMN, one GMM per speaker) under the same
+    /// conditions, once per seed.
+    #[arg(long)]
+    pub gmm: bool,
     /// Only train with the unit-L2 scaling off (default: both on and off).
     #[arg(long, conflicts_with = "only_with_unit_norm")]
     pub only_without_unit_norm: bool,
@@ -286,12 +306,26 @@ pub struct RobustnessArgs {
     pub device: String,
 }
 
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// Output folders of `invar speaker robustness` runs of one config (each holds robustness.json).
+    #[arg(required = true)]
+    pub runs: Vec<PathBuf>,
+    /// Output folder: robustness.json, robustness.md, robustness.svg of all the runs.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
+    #[arg(long)]
+    pub force: bool,
+}
+
 pub fn run(args: SpeakerArgs) -> anyhow::Result<()> {
     match args.command {
         SpeakerCommand::Train(a) => train(a),
         SpeakerCommand::Eval(a) => eval(a),
         SpeakerCommand::Cv(a) => cv(a),
         SpeakerCommand::Robustness(a) => robustness(a),
+        SpeakerCommand::Merge(a) => merge(a),
     }
 }
 
@@ -455,6 +489,30 @@ fn cv(args: CvArgs) -> anyhow::Result<()> {
 
 fn robustness(args: RobustnessArgs) -> anyhow::Result<()> {
     let cfg = args.model.resolve()?;
+    let mut treatments: Vec<Treatment> = Vec::new();
+    for t in &args.treatments {
+        if t == "comparison" {
+            treatments.extend(invar_speaker_cnn::comparison_treatments());
+        } else {
+            treatments.push(t.parse()?);
+        }
+    }
+    let grid = RobustnessConfig {
+        nuisances: args.nuisances.clone(),
+        lambda: args.model.lambda,
+        unit_norm: match (args.only_with_unit_norm, args.only_without_unit_norm) {
+            (true, _) => vec![true],
+            (_, true) => vec![false],
+            _ if !treatments.is_empty() => vec![cfg.features.frontend.frame.unit_norm],
+            _ => vec![true, false],
+        },
+        seeds: args.seeds.clone(),
+        treatments,
+        gmm_baseline: args.gmm,
+        ..RobustnessConfig::default()
+    };
+    // A grid that cannot run is refused before the corpus is read or OUT is claimed.
+    grid.plan(&cfg)?;
     let device = invar_ops::device(&args.device)?;
     let (train, test) = args.corpus.load()?;
     let _out = crate::out_dir::claim(
@@ -464,17 +522,6 @@ fn robustness(args: RobustnessArgs) -> anyhow::Result<()> {
         false,
         &inputs(&args.corpus, &args.model),
     )?;
-    let grid = RobustnessConfig {
-        nuisances: args.nuisances.clone(),
-        lambda: args.model.lambda,
-        unit_norm: match (args.only_with_unit_norm, args.only_without_unit_norm) {
-            (true, _) => vec![true],
-            (_, true) => vec![false],
-            _ => vec![true, false],
-        },
-        seeds: args.seeds.clone(),
-        ..RobustnessConfig::default()
-    };
     let report = invar_speaker_cnn::robustness(
         &cfg,
         &grid,
@@ -490,6 +537,27 @@ fn robustness(args: RobustnessArgs) -> anyhow::Result<()> {
     println!(
         "chunk accuracy (%) of `{}`, mean (min–max) over seeds {:?}:\n{table}",
         cfg.name, grid.seeds
+    );
+    write_outputs(&args.out, &report, &table)?;
+    Ok(())
+}
+
+fn merge(args: MergeArgs) -> anyhow::Result<()> {
+    let parts = args
+        .runs
+        .iter()
+        .map(|d| invar_io::read_json(d.join("robustness.json")))
+        .collect::<Result<Vec<invar_speaker_cnn::RobustnessReport>, _>>()?;
+    let report = invar_speaker_cnn::RobustnessReport::merge(parts)?;
+    let inputs: Vec<&Path> = args.runs.iter().map(PathBuf::as_path).collect();
+    let _out = crate::out_dir::claim(&args.out, "speaker merge", args.force, false, &inputs)?;
+    let seeds: std::collections::BTreeSet<u64> = report.rows.iter().map(|r| r.seed).collect();
+    let table = report.markdown();
+    println!(
+        "chunk accuracy (%) of `{}`, mean (min–max) over seeds {:?}, merged from {} runs:\n{table}",
+        report.config,
+        seeds,
+        args.runs.len()
     );
     write_outputs(&args.out, &report, &table)?;
     Ok(())

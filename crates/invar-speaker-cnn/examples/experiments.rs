@@ -204,6 +204,7 @@ fn robustness_stage(out: &Path, seeds: &[u64]) -> Result<()> {
         config: cfg.name.clone(),
         rows,
         diverged,
+        baselines: Vec::new(),
     };
     let t = report.markdown();
     println!("chunk accuracy %, mean (min–max) over seeds {seeds:?}:\n{t}");

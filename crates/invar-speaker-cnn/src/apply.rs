@@ -7,8 +7,10 @@ use candle_core::{DType, Device};
 use invar_audio::Audio;
 use invar_io::Matrix;
 
-use crate::data::{subtract_utterance_mean, ChunkSet};
-use crate::pipeline::{compute_features, decide, Condition, LabeledAudio, TrainedCnn};
+use crate::data::ChunkSet;
+use crate::pipeline::{
+    compute_features, decide, mean_normalise, Condition, LabeledAudio, TrainedCnn,
+};
 use crate::{Error, Result};
 
 /// What the network says about each chunk of one signal.
@@ -36,9 +38,7 @@ impl TrainedCnn {
             &input,
             Condition::Clean,
         )?;
-        if cfg.features.utterance_mean_norm {
-            features.iter_mut().for_each(subtract_utterance_mean);
-        }
+        mean_normalise(&cfg.features, &mut features);
         let frames = features.first().map_or(0, |m| m.rows);
         let chunks = ChunkSet::build(
             &features,

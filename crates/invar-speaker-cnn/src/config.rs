@@ -24,6 +24,13 @@ pub struct FeatureConfig {
     /// cepstral mean normalisation on log features: a constant gain or channel EQ is an additive
     /// per-bin constant there and disappears. Only for log features.
     pub utterance_mean_norm: bool,
+    /// Subtract from each frame the per-bin mean over a centred window of this many frames
+    /// (Kaldi's `apply-cmvn-sliding --center=true --cmn-window=N`: at the edges the window keeps
+    /// its length and is shifted inside the utterance, as Kaldi's `SlidingWindowCmnInternal`
+    /// does; an utterance shorter than N uses all its frames). A gain that drifts slowly is an
+    /// offset that changes slowly in log features, and a centred window follows it. Only for log
+    /// features; `None`: off. Kaldi's default window is 600; `robust()` uses 300 (3 s).
+    pub sliding_mean_norm: Option<usize>,
 }
 
 impl Default for FeatureConfig {
@@ -40,6 +47,7 @@ impl Default for FeatureConfig {
             chunk_hop: 100,
             train_hop: Some(50),
             utterance_mean_norm: false,
+            sliding_mean_norm: None,
         }
     }
 }
@@ -48,6 +56,12 @@ impl FeatureConfig {
     /// Frames between training chunk starts.
     pub fn training_hop(&self) -> usize {
         self.train_hop.unwrap_or(self.chunk_hop)
+    }
+
+    /// Whether a constant waveform gain cancels in the network's input: per-utterance or
+    /// sliding-window mean normalisation of log features removes the offset it causes.
+    pub fn cancels_constant_gain(&self) -> bool {
+        self.is_log() && (self.utterance_mean_norm || self.sliding_mean_norm.is_some())
     }
 
     /// Whether the features are logarithms (so a waveform gain is an offset of them).
@@ -185,6 +199,40 @@ impl Default for RegularizerConfig {
     }
 }
 
+/// Random waveform gains applied to each *training* chunk, drawn afresh every epoch from the
+/// loop's generator (so a seed fixes them and a resumed run draws the same): the augmentation
+/// counterpart of the test conditions (`Condition::Gain`, `Condition::Ramp`). Off by default.
+///
+/// The gain acts on the chunk's features as the waveform gain does on each frame (power × g²: an
+/// offset of `dB · ln 10 / 10` on natural-log features), before the configured mean normalisation
+/// and z-normalisation; the recording's gain outside the chunk is held at the chunk's first and
+/// last values, so a constant gain cancels exactly under mean normalisation, as it does at test
+/// time, and a ramp leaves what the normalisation leaves of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct AugmentConfig {
+    /// A constant gain per chunk, uniform in [lo, hi] dB (the test conditions span −20..+20).
+    pub gain_db: Option<[f64; 2]>,
+    /// A gain linear in dB across the chunk, from a start to an end each uniform in [lo, hi] dB
+    /// (the test ramp runs −10..+10 dB across an utterance). With `gain_db` too, the two add.
+    pub ramp_db: Option<[f64; 2]>,
+}
+
+impl AugmentConfig {
+    /// Whether any augmentation is on.
+    pub fn is_on(&self) -> bool {
+        self.gain_db.is_some() || self.ramp_db.is_some()
+    }
+
+    /// The test conditions' ranges: constant −20..+20 dB, ramp ends −10..+10 dB.
+    pub fn test_ranges() -> Self {
+        Self {
+            gain_db: Some([-20.0, 20.0]),
+            ramp_db: Some([-10.0, 10.0]),
+        }
+    }
+}
+
 /// The global gradient norm `original()` clips to (`train.clip_grad_norm`): without clipping, SGD
 /// at lr 0.01 blew some runs up to chance (issue #17); of no clipping, 1, 5, 10 and 20, 1 and 5
 /// kept every regulariser with unit-L2 on and off learning to the end over 3 seeds, and 1 had the
@@ -196,6 +244,10 @@ pub const DEFAULT_CLIP_GRAD_NORM: f64 = 1.0;
 /// the README's corpus (seed 0: at most 5.7 over 2,040 steps), so it leaves that run unchanged.
 pub const LOGMEL_CLIP_GRAD_NORM: f64 = 10.0;
 
+/// The sliding mean-normalisation window of `robust()`, in frames (3 s of 10 ms frames; Kaldi's
+/// `apply-cmvn-sliding` default is 600, its x-vector recipes use 300).
+pub const ROBUST_CMN_WINDOW: usize = 300;
+
 /// Everything method 001 needs; the default is the original network.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -205,6 +257,8 @@ pub struct SpeakerCnnConfig {
     pub features: FeatureConfig,
     pub model: ModelConfig,
     pub regularizer: RegularizerConfig,
+    /// Random gain augmentation of the training chunks (off unless set).
+    pub augment: AugmentConfig,
     pub batch_size: usize,
     /// Seed of the weights (the loop's own seed is `train.seed`).
     pub init_seed: u64,
@@ -235,6 +289,7 @@ impl SpeakerCnnConfig {
             features: FeatureConfig::default(),
             model: ModelConfig::default(),
             regularizer: RegularizerConfig::default(),
+            augment: AugmentConfig::default(),
             batch_size: 32,
             init_seed: 0,
             validation_fraction: 0.2,
@@ -275,6 +330,7 @@ impl SpeakerCnnConfig {
             chunk_hop: 100,
             train_hop: Some(25),
             utterance_mean_norm: true,
+            sliding_mean_norm: None,
         };
         cfg.model = ModelConfig {
             conv1_filters: 64,
@@ -293,14 +349,32 @@ impl SpeakerCnnConfig {
         cfg
     }
 
-    /// A named config: `original` or `logmel`.
+    /// `logmel()` made robust to gains that change within an utterance: sliding-window mean
+    /// removal over 300 frames (3 s, centred; Kaldi's `apply-cmvn-sliding --center=true`) instead
+    /// of the per-utterance mean, and training chunks under random gain ramps whose ends are
+    /// uniform in −10..+10 dB (the test ramp's range). A constant gain needs no augmentation:
+    /// the sliding mean cancels it exactly. The crate README has the comparison it was chosen from.
+    pub fn robust() -> Self {
+        let mut cfg = Self::logmel();
+        cfg.name = "robust".into();
+        cfg.features.utterance_mean_norm = false;
+        cfg.features.sliding_mean_norm = Some(ROBUST_CMN_WINDOW);
+        cfg.augment = AugmentConfig {
+            gain_db: None,
+            ramp_db: AugmentConfig::test_ranges().ramp_db,
+        };
+        cfg
+    }
+
+    /// A named config: `original`, `logmel` or `robust`.
     pub fn named(name: &str) -> Result<Self> {
         match name {
             "original" => Ok(Self::original()),
             "logmel" => Ok(Self::logmel()),
+            "robust" => Ok(Self::robust()),
             other => Err(Error::config(
                 "name",
-                format!("`{other}` is not a named config; use original or logmel"),
+                format!("`{other}` is not a named config; use original, logmel or robust"),
             )),
         }
     }
@@ -345,11 +419,65 @@ impl SpeakerCnnConfig {
                 "needs log features (a per-utterance mean of a linear spectrogram is not a channel); use a log front-end or turn it off",
             ));
         }
-        if self.features.utterance_mean_norm && self.regularizer.nuisance == Nuisance::Gain {
+        if let Some(w) = self.features.sliding_mean_norm {
+            if w == 0 {
+                return Err(Error::config(
+                    "features.sliding_mean_norm",
+                    "must be a window of at least 1 frame (or absent: off)",
+                ));
+            }
+            if !self.features.is_log() {
+                return Err(Error::config(
+                    "features.sliding_mean_norm",
+                    "needs log features (a gain is an offset only of log features); use a log front-end or turn it off",
+                ));
+            }
+            if self.features.utterance_mean_norm {
+                return Err(Error::config(
+                    "features.sliding_mean_norm",
+                    "is set together with features.utterance_mean_norm; choose one mean normalisation",
+                ));
+            }
+        }
+        if self.features.cancels_constant_gain() && self.regularizer.nuisance == Nuisance::Gain {
             return Err(Error::config(
                 "regularizer.nuisance",
-                "is gain, but features.utterance_mean_norm cancels a constant waveform gain exactly (its tangent is 0); use scale or offset, or turn the mean normalisation off",
+                "is gain, but the mean normalisation (features.utterance_mean_norm or sliding_mean_norm) cancels a constant waveform gain exactly (its tangent is 0); use scale or offset, or turn the mean normalisation off",
             ));
+        }
+        for (field, range) in [
+            ("augment.gain_db", self.augment.gain_db),
+            ("augment.ramp_db", self.augment.ramp_db),
+        ] {
+            if let Some([lo, hi]) = range {
+                if !(lo.is_finite()
+                    && hi.is_finite()
+                    && lo <= hi
+                    && lo.abs() <= 60.0
+                    && hi.abs() <= 60.0)
+                {
+                    return Err(Error::config(
+                        field,
+                        format!(
+                            "must be [lo, hi] dB with lo ≤ hi, both within ±60; got [{lo}, {hi}]"
+                        ),
+                    ));
+                }
+            }
+        }
+        if self.augment.is_on() {
+            if self.features.frontend.kind == FeatureKind::Mfcc {
+                return Err(Error::config(
+                    "augment",
+                    "needs a spectrogram or log-mel front-end (a gain is no per-frame offset of every cepstrum)",
+                ));
+            }
+            if self.features.frontend.frame.unit_norm {
+                return Err(Error::config(
+                    "augment",
+                    "is on with the unit-L2 signal scaling (features.frontend.frame.unit_norm), which rescales the whole gained signal and cancels a constant gain; turn unit_norm off (--no-unit-norm) to augment",
+                ));
+            }
         }
         if let Some(p) = m.dropout {
             if !(0.0..1.0).contains(&p) {
@@ -430,6 +558,31 @@ mod tests {
     }
 
     #[test]
+    fn robust_is_logmel_with_a_sliding_mean_and_ramp_augmentation() {
+        let r = SpeakerCnnConfig::named("robust").unwrap();
+        r.validate().unwrap();
+        assert_eq!(r.name, "robust");
+        assert_eq!(r.features.sliding_mean_norm, Some(300));
+        assert!(!r.features.utterance_mean_norm && r.features.cancels_constant_gain());
+        assert_eq!(r.augment.ramp_db, Some([-10.0, 10.0]));
+        assert_eq!(r.augment.gain_db, None);
+        // Everything else is logmel's.
+        let mut l = SpeakerCnnConfig::logmel();
+        l.name = r.name.clone();
+        l.features.utterance_mean_norm = false;
+        l.features.sliding_mean_norm = r.features.sliding_mean_norm;
+        l.augment = r.augment.clone();
+        assert_eq!(l, r);
+        // The other presets do not augment (the seed's method is unchanged).
+        assert!(!SpeakerCnnConfig::original().augment.is_on());
+        assert!(!SpeakerCnnConfig::logmel().augment.is_on());
+        assert_eq!(
+            SpeakerCnnConfig::original().features.sliding_mean_norm,
+            None
+        );
+    }
+
+    #[test]
     fn validate_refuses_what_cannot_work() {
         let mut c = SpeakerCnnConfig::original();
         c.features.utterance_mean_norm = true;
@@ -449,6 +602,36 @@ mod tests {
                 ..
             })
         ));
+        // Sliding-window mean removal: log features only, one mean normalisation, window ≥ 1,
+        // and no gain tangent (a constant gain cancels).
+        let mut s = SpeakerCnnConfig::original();
+        s.features.sliding_mean_norm = Some(300);
+        let field = |c: &SpeakerCnnConfig| match c.validate() {
+            Err(Error::Config { field, .. }) => field,
+            other => panic!("expected a config error, got {other:?}"),
+        };
+        assert_eq!(field(&s), "features.sliding_mean_norm");
+        let mut s = SpeakerCnnConfig::logmel();
+        s.features.sliding_mean_norm = Some(300);
+        assert_eq!(field(&s), "features.sliding_mean_norm");
+        s.features.utterance_mean_norm = false;
+        s.validate().unwrap();
+        s.features.sliding_mean_norm = Some(0);
+        assert_eq!(field(&s), "features.sliding_mean_norm");
+        let mut r = SpeakerCnnConfig::robust();
+        r.regularizer.nuisance = Nuisance::Gain;
+        assert_eq!(field(&r), "regularizer.nuisance");
+        // Augmentation: ordered finite ranges, not with unit-L2 or MFCC.
+        let mut a = SpeakerCnnConfig::robust();
+        a.augment.gain_db = Some([5.0, -5.0]);
+        assert_eq!(field(&a), "augment.gain_db");
+        a.augment.gain_db = Some([-20.0, f64::NAN]);
+        assert_eq!(field(&a), "augment.gain_db");
+        let mut o = SpeakerCnnConfig::original();
+        o.augment.ramp_db = Some([-10.0, 10.0]);
+        assert_eq!(field(&o), "augment");
+        o.features.frontend.frame.unit_norm = false;
+        o.validate().unwrap();
         let mut h = SpeakerCnnConfig::original();
         h.features.train_hop = Some(0);
         assert!(matches!(

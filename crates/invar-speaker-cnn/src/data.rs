@@ -91,6 +91,53 @@ pub fn subtract_utterance_mean(m: &mut Matrix) {
     }
 }
 
+/// The frames `[start, end)` whose mean Kaldi's sliding-window CMN subtracts from frame `t` of
+/// `frames` with `--center=true --cmn-window=window`: `start = t − window/2` (integer division),
+/// `end = start + window`; a window that starts before 0 is shifted right, one that ends past the
+/// last frame is shifted left (and clipped at 0 when the utterance is shorter than the window).
+/// It keeps its length where the utterance allows: Kaldi shifts the window at the edges rather
+/// than truncating it (`SlidingWindowCmnInternal`, kaldi `src/feat/feature-functions.cc`).
+pub fn sliding_window(t: usize, frames: usize, window: usize) -> (usize, usize) {
+    let (t, n, w) = (t as i64, frames as i64, window.max(1) as i64);
+    let mut start = t - w / 2;
+    let mut end = start + w;
+    if start < 0 {
+        end -= start;
+        start = 0;
+    }
+    if end > n {
+        start -= end - n;
+        end = n;
+        start = start.max(0);
+    }
+    (start as usize, end as usize)
+}
+
+/// Sliding-window mean normalisation, Kaldi's `apply-cmvn-sliding --center=true
+/// --norm-vars=false --cmn-window=window`: each frame minus the per-bin mean over its
+/// [`sliding_window`] (sums in f64 from prefix sums).
+pub fn subtract_sliding_mean(m: &mut Matrix, window: usize) {
+    if m.rows == 0 {
+        return;
+    }
+    let cols = m.cols;
+    // prefix[r·cols + j] = Σ_{τ < r} m[τ, j]
+    let mut prefix = vec![0f64; (m.rows + 1) * cols];
+    for r in 0..m.rows {
+        for j in 0..cols {
+            prefix[(r + 1) * cols + j] = prefix[r * cols + j] + f64::from(m.row(r)[j]);
+        }
+    }
+    for t in 0..m.rows {
+        let (a, b) = sliding_window(t, m.rows, window);
+        let n = (b - a) as f64;
+        for (j, v) in m.row_mut(t).iter_mut().enumerate() {
+            let mean = (prefix[b * cols + j] - prefix[a * cols + j]) / n;
+            *v = (f64::from(*v) - mean) as f32;
+        }
+    }
+}
+
 /// Non-overlapping (or hop-spaced) chunks `[N, bins, frames]` of z-normalised features, with each
 /// chunk's speaker label and utterance index.
 #[derive(Debug, Clone)]
@@ -102,6 +149,10 @@ pub struct ChunkSet {
     pub labels: Vec<u32>,
     /// Index of each chunk's utterance in the list it was built from.
     pub utterance: Vec<usize>,
+    /// Each chunk's first frame in its utterance.
+    pub start: Vec<usize>,
+    /// Frames of each utterance of the list (indexed like `utterance`'s values).
+    pub utterance_frames: Vec<usize>,
 }
 
 impl ChunkSet {
@@ -123,6 +174,7 @@ impl ChunkSet {
         let mut data = Vec::new();
         let mut out_labels = Vec::new();
         let mut utterance = Vec::new();
+        let mut starts = Vec::new();
         for (u, (m, &label)) in features.iter().zip(labels).enumerate() {
             if m.cols != bins {
                 return Err(Error::shape(
@@ -143,6 +195,7 @@ impl ChunkSet {
                 }
                 out_labels.push(label);
                 utterance.push(u);
+                starts.push(start);
                 start += hop;
             }
         }
@@ -152,6 +205,8 @@ impl ChunkSet {
             data,
             labels: out_labels,
             utterance,
+            start: starts,
+            utterance_frames: features.iter().map(|m| m.rows).collect(),
         })
     }
 
@@ -167,11 +222,24 @@ impl ChunkSet {
 
     /// The chunks `idx` as inputs `[B, bins, frames]` and labels `[B]`.
     pub fn batch(&self, idx: &[usize], device: &Device) -> Result<(Tensor, Tensor)> {
+        self.batch_with(idx, device, &mut |_, _| {})
+    }
+
+    /// [`ChunkSet::batch`], each chunk's copy (`bins × frames`, row-major) passed through
+    /// `edit(chunk index, data)` first (training augmentation).
+    pub fn batch_with(
+        &self,
+        idx: &[usize],
+        device: &Device,
+        edit: &mut dyn FnMut(usize, &mut [f32]),
+    ) -> Result<(Tensor, Tensor)> {
         let size = self.bins * self.frames;
         let mut x = Vec::with_capacity(idx.len() * size);
         let mut y = Vec::with_capacity(idx.len());
         for &i in idx {
+            let at = x.len();
             x.extend_from_slice(&self.data[i * size..(i + 1) * size]);
+            edit(i, &mut x[at..]);
             y.push(self.labels[i]);
         }
         Ok((
@@ -247,6 +315,54 @@ mod tests {
         let mut m = Matrix::new(2, 2, vec![1., 2., 3., 6.]).unwrap();
         subtract_utterance_mean(&mut m);
         assert_eq!(m.data, vec![-1., -2., 1., 2.]);
+    }
+
+    #[test]
+    fn sliding_window_follows_kaldi_edges() {
+        // Kaldi `SlidingWindowCmnInternal`, center=true, cmn_window=4, 10 frames: frame t uses
+        // [t − 2, t + 2), shifted right at the start and left at the end, never truncated.
+        let w = |t| sliding_window(t, 10, 4);
+        assert_eq!(w(0), (0, 4)); // starts at −2: shifted right
+        assert_eq!(w(1), (0, 4));
+        assert_eq!(w(2), (0, 4));
+        assert_eq!(w(3), (1, 5));
+        assert_eq!(w(7), (5, 9));
+        assert_eq!(w(8), (6, 10));
+        assert_eq!(w(9), (6, 10)); // ends at 11: shifted left
+                                   // Odd window 3: start t − 1 (3/2 = 1).
+        assert_eq!(sliding_window(5, 10, 3), (4, 7));
+        // An utterance shorter than the window uses all of it.
+        assert_eq!(sliding_window(1, 3, 300), (0, 3));
+    }
+
+    #[test]
+    fn sliding_mean_by_hand() {
+        // One bin, frames 0, 1, 4, 9, 16, 25 (t²), window 4 (Kaldi rule above, 6 frames):
+        // t = 0, 1, 2 → [0, 4): mean (0+1+4+9)/4 = 3.5; t = 3 → [1, 5): (1+4+9+16)/4 = 7.5;
+        // t = 4, 5 → [2, 6): (4+9+16+25)/4 = 13.5. A second bin of 2t + 7 (a linear trend plus a
+        // constant) loses the constant everywhere and keeps only the window's lag of the trend.
+        let mut m = Matrix::new(
+            6,
+            2,
+            (0..6)
+                .flat_map(|t| [(t * t) as f32, 2.0 * t as f32 + 7.0])
+                .collect(),
+        )
+        .unwrap();
+        subtract_sliding_mean(&mut m, 4);
+        let want0 = [-3.5, -2.5, 0.5, 1.5, 2.5, 11.5];
+        // bin 1: windows' means of 2t + 7: [0,4) → 10, [1,5) → 12, [2,6) → 14.
+        let want1 = [-3.0, -1.0, 1.0, 1.0, 1.0, 3.0];
+        for t in 0..6 {
+            assert!((m.row(t)[0] - want0[t]).abs() < 1e-6, "{:?}", m.data);
+            assert!((m.row(t)[1] - want1[t]).abs() < 1e-6, "{:?}", m.data);
+        }
+        // A window covering the utterance is the per-utterance mean.
+        let mut a = Matrix::new(3, 1, vec![1., 2., 6.]).unwrap();
+        let mut b = a.clone();
+        subtract_sliding_mean(&mut a, 300);
+        subtract_utterance_mean(&mut b);
+        assert_eq!(a.data, b.data);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! to waveform gain and log-domain offsets. It reads and writes files only through invar-io.
 
 mod apply;
+mod augment;
 mod baselines;
 mod config;
 mod corpus;
@@ -22,30 +23,34 @@ mod robustness;
 mod train;
 
 pub use apply::ChunkOutputs;
+pub use augment::{Augmenter, ChunkGain, MeanNorm};
 pub use baselines::{
     gmm_baseline, logistic_baseline, logistic_baseline_resume, BaselineConfig, BaselineResult,
 };
 pub use config::{
-    FeatureConfig, ModelConfig, Nuisance, RegularizerConfig, SpeakerCnnConfig, TimePooling,
-    DEFAULT_CLIP_GRAD_NORM, LOGMEL_CLIP_GRAD_NORM,
+    AugmentConfig, FeatureConfig, ModelConfig, Nuisance, RegularizerConfig, SpeakerCnnConfig,
+    TimePooling, DEFAULT_CLIP_GRAD_NORM, LOGMEL_CLIP_GRAD_NORM, ROBUST_CMN_WINDOW,
 };
 pub use corpus::{load_corpus, CorpusRecipe};
 pub use cv::{
     cross_validate, fold_assignment, summarise, CrossValidation, CrossValidationConfig, CvSummary,
     FoldScore,
 };
-pub use data::{input_tangent, subtract_utterance_mean, ChunkSet, Normalizer};
+pub use data::{
+    input_tangent, sliding_window, subtract_sliding_mean, subtract_utterance_mean, ChunkSet,
+    Normalizer,
+};
 pub use error::{Error, Result};
 pub use layers::{conv1d_bias, conv1d_valid, max_pool_time};
 pub use method::{run_method, MethodResults};
 pub use model::{cross_entropy, regularizer, Forward, SpeakerCnn};
 pub use pipeline::{
     check_test_speakers, chunk_log_probs, compute_features, decide, evaluate, load_cnn,
-    random_batch, report, speaker_labels, train_cnn, train_cnn_resume, Condition, Evaluation,
-    LabeledAudio, ModelMeta, TrainedCnn, META_FILE,
+    mean_normalise, random_batch, report, speaker_labels, train_cnn, train_cnn_resume, Condition,
+    Evaluation, LabeledAudio, ModelMeta, TrainedCnn, META_FILE,
 };
 pub use robustness::{
-    plot_robustness, robustness, DivergedRun, RobustnessConfig, RobustnessReport, RobustnessRow,
-    SummaryRow,
+    comparison_treatments, plot_robustness, robustness, BaselineRow, DivergedRun, RobustnessConfig,
+    RobustnessReport, RobustnessRow, SummaryRow, Treatment, TreatmentNorm, GMM_BASELINE,
 };
 pub use train::{new_model, ChunkBatch, ChunkBatches, ChunkScores, CnnStep};

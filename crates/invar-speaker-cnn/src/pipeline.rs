@@ -13,7 +13,8 @@ use invar_train::{TrainSummary, Trainer};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::data::subtract_utterance_mean;
+use crate::augment::Augmenter;
+use crate::data::{subtract_sliding_mean, subtract_utterance_mean};
 use crate::train::{new_model, ChunkBatches, ChunkScores, CnnStep};
 use crate::{ChunkSet, Error, Normalizer, Result, SpeakerCnn, SpeakerCnnConfig};
 
@@ -119,6 +120,18 @@ pub fn compute_features(
         .collect()
 }
 
+/// The configured mean normalisation of each utterance's features (per utterance, or Kaldi's
+/// centred sliding window), after the front-end and before z-normalisation.
+pub fn mean_normalise(features: &crate::FeatureConfig, matrices: &mut [Matrix]) {
+    if features.utterance_mean_norm {
+        matrices.iter_mut().for_each(subtract_utterance_mean);
+    } else if let Some(w) = features.sliding_mean_norm {
+        matrices
+            .par_iter_mut()
+            .for_each(|m| subtract_sliding_mean(m, w));
+    }
+}
+
 /// Sorted speaker names and each utterance's label.
 pub fn speaker_labels(audio: &[LabeledAudio]) -> (Vec<String>, Vec<u32>) {
     let speakers: Vec<String> = audio
@@ -211,9 +224,7 @@ pub fn train_cnn_resume(
     let log = config.features.is_log();
     let (speakers, labels) = speaker_labels(train);
     let mut features = compute_features(&config.features.frontend, log, train, Condition::Clean)?;
-    if config.features.utterance_mean_norm {
-        features.iter_mut().for_each(subtract_utterance_mean);
-    }
+    mean_normalise(&config.features, &mut features);
     // Hold out the last fraction of each speaker's utterances (at least one kept for training).
     let mut per_speaker: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     for (i, &l) in labels.iter().enumerate() {
@@ -279,7 +290,8 @@ pub fn train_cnn_resume(
     let trainer = Trainer::new(train_cfg, run_dir, device.clone())?
         .with_method_config(&meta.config)?
         .with_resume(resume);
-    let mut source = ChunkBatches::new(&tr_chunks, config.batch_size, device.clone());
+    let mut source = ChunkBatches::new(&tr_chunks, config.batch_size, device.clone())
+        .with_augment(Augmenter::new(config, &meta.normalizer));
     let mut step = CnnStep {
         model: model.clone(),
         regularizer: config.regularizer.clone(),
@@ -434,9 +446,7 @@ pub fn evaluate(
     let log = cfg.features.is_log();
     let labels = known_labels(test, &trained.meta.speakers)?;
     let mut features = compute_features(&cfg.features.frontend, log, test, condition)?;
-    if cfg.features.utterance_mean_norm {
-        features.iter_mut().for_each(subtract_utterance_mean);
-    }
+    mean_normalise(&cfg.features, &mut features);
     let chunks = ChunkSet::build(
         &features,
         &labels,

@@ -6,16 +6,20 @@ use rand_chacha::ChaCha8Rng;
 
 use invar_train::{BatchSource, Metrics, ShuffledOrder, StepContext, StepOutput, TrainStep};
 
+use crate::augment::{Augmenter, ChunkGain};
 use crate::{
     cross_entropy, input_tangent, regularizer, ChunkSet, Normalizer, RegularizerConfig, SpeakerCnn,
 };
 
-/// Shuffled minibatches of a [`ChunkSet`]; the order of each epoch comes from the loop's RNG.
+/// Shuffled minibatches of a [`ChunkSet`]; the order of each epoch comes from the loop's RNG, and
+/// so do the chunks' random gains when augmentation is on (drawn after the order).
 #[derive(Debug)]
 pub struct ChunkBatches<'a> {
     chunks: &'a ChunkSet,
     order: ShuffledOrder,
     device: Device,
+    augment: Option<Augmenter>,
+    gains: Vec<ChunkGain>,
 }
 
 impl<'a> ChunkBatches<'a> {
@@ -25,7 +29,20 @@ impl<'a> ChunkBatches<'a> {
             chunks,
             order: ShuffledOrder::new(chunks.len(), batch_size, "speaker chunk batches"),
             device,
+            augment: None,
+            gains: Vec::new(),
         }
+    }
+
+    /// Each epoch, every chunk gets a fresh random gain from `augment` (`None`: none).
+    pub fn with_augment(mut self, augment: Option<Augmenter>) -> Self {
+        self.augment = augment;
+        self
+    }
+
+    /// The gains drawn for the current epoch, per chunk (empty without augmentation).
+    pub fn gains(&self) -> &[ChunkGain] {
+        &self.gains
     }
 }
 
@@ -40,15 +57,27 @@ impl BatchSource for ChunkBatches<'_> {
     type Batch = ChunkBatch;
 
     fn start_epoch(&mut self, _epoch: usize, rng: &mut ChaCha8Rng) -> invar_train::Result<usize> {
-        Ok(self.order.start_epoch(rng))
+        let batches = self.order.start_epoch(rng);
+        if let Some(a) = &self.augment {
+            self.gains = a.draw_epoch(self.chunks.len(), rng);
+        }
+        Ok(batches)
     }
 
     fn batch(&mut self, index: usize) -> invar_train::Result<ChunkBatch> {
         let idx = self.order.batch(index)?;
-        let (x, y) = self
-            .chunks
-            .batch(idx, &self.device)
-            .map_err(|e| invar_train::Error::method("speaker chunk batches", e))?;
+        let chunks = self.chunks;
+        let (x, y) = match &self.augment {
+            None => chunks.batch(idx, &self.device),
+            Some(a) => {
+                let gains = &self.gains;
+                chunks.batch_with(idx, &self.device, &mut |i, x| {
+                    let frames = chunks.utterance_frames[chunks.utterance[i]];
+                    a.apply(&gains[i], chunks.start[i], frames, x);
+                })
+            }
+        }
+        .map_err(|e| invar_train::Error::method("speaker chunk batches", e))?;
         Ok(ChunkBatch { x, y })
     }
 }
@@ -186,4 +215,56 @@ pub fn new_model(
         device,
     )?;
     Ok((varmap, model))
+}
+
+#[cfg(test)]
+mod tests {
+    use invar_io::Matrix;
+    use rand::SeedableRng;
+
+    use super::*;
+    use crate::{Augmenter, SpeakerCnnConfig};
+
+    /// Two utterances of 2 bins × 8 frames, chunks of 4 every 2 frames, as z-normalised data.
+    fn chunks() -> (ChunkSet, Normalizer) {
+        let a = Matrix::new(8, 2, (0..16).map(|v| v as f32 * 0.1).collect()).unwrap();
+        let b = Matrix::new(8, 2, (0..16).map(|v| (v as f32).sin()).collect()).unwrap();
+        let norm = Normalizer::fit(&[a.clone(), b.clone()]).unwrap();
+        (
+            ChunkSet::build(&[a, b], &[0, 1], &norm, 4, 2).unwrap(),
+            norm,
+        )
+    }
+
+    fn epoch(source: &mut ChunkBatches<'_>, seed: u64) -> Vec<f32> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let n = source.start_epoch(0, &mut rng).unwrap();
+        (0..n)
+            .flat_map(|i| {
+                let b = source.batch(i).unwrap();
+                b.x.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn augmented_batches_are_deterministic_per_seed() {
+        let (set, norm) = chunks();
+        let cfg = SpeakerCnnConfig::robust();
+        let aug = || Augmenter::new(&cfg, &norm);
+        assert!(aug().is_some());
+        let mut plain = ChunkBatches::new(&set, 3, Device::Cpu);
+        let mut one = ChunkBatches::new(&set, 3, Device::Cpu).with_augment(aug());
+        let mut two = ChunkBatches::new(&set, 3, Device::Cpu).with_augment(aug());
+        let (p, a, b) = (epoch(&mut plain, 5), epoch(&mut one, 5), epoch(&mut two, 5));
+        assert_eq!(a, b, "same seed, same gains");
+        assert_eq!(one.gains(), two.gains());
+        assert_eq!(one.gains().len(), set.len());
+        assert_ne!(a, p, "augmentation changed the chunks");
+        assert_eq!(a.len(), p.len());
+        assert_ne!(epoch(&mut one, 6), a, "another seed, other gains");
+        // Without augmentation the source draws nothing more.
+        assert!(plain.gains().is_empty());
+        assert!(Augmenter::new(&SpeakerCnnConfig::logmel(), &norm).is_none());
+    }
 }

@@ -200,6 +200,7 @@ fn a_diverging_model_is_recorded_and_the_grid_goes_on() -> Result<()> {
         unit_norm: vec![false],
         seeds: vec![0],
         conditions: vec![Condition::Clean],
+        ..RobustnessConfig::default()
     };
     let mut heard = Vec::new();
     let report = robustness(
