@@ -65,6 +65,14 @@ pub struct UtdArgs {
     /// Longest fragment in frames (refine.max_frames) [default: 300]
     #[arg(long)]
     pub max_frames: Option<usize>,
+    /// Frame pairs held in memory at once, 12 bytes each (search.hit_buffer): bounds the run's
+    /// memory; more are spilled as sorted runs to --tmp-dir and merged, with the same results
+    /// [default: 16777216, 192 MiB]
+    #[arg(long)]
+    pub hit_buffer: Option<usize>,
+    /// Folder for the spilled runs (removed at the end) [default: the output folder]
+    #[arg(long)]
+    pub tmp_dir: Option<PathBuf>,
     /// Seed of the LSH hyperplanes and permutations [default: 0]
     #[arg(long)]
     pub seed: Option<u64>,
@@ -149,6 +157,10 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
     if let Some(v) = args.seed {
         cfg.seed = v;
     }
+    if let Some(v) = args.hit_buffer {
+        cfg.search.hit_buffer = v;
+    }
+    cfg.spill_dir = Some(args.tmp_dir.clone().unwrap_or_else(|| args.out.clone()));
     cfg.validate()?;
     let gold = match &args.gold_corpus {
         Some(dir) => {
@@ -180,7 +192,7 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
     let bar: OnceLock<Progress> = OnceLock::new();
     let discovery = invar_utd::discover_with_progress(&utts, &cfg, &|stage, _done, total| {
         if stage == "lines" {
-            bar.get_or_init(|| Progress::new(total as u64, "utd: utterance pairs"))
+            bar.get_or_init(|| Progress::new(total as u64, "utd: lines, by first utterance"))
                 .inc();
         } else {
             tracing::info!("utd: {stage}");

@@ -22,6 +22,11 @@ pub struct UtdConfig {
     pub timing: FrameTiming,
     /// Seed of the random hyperplanes and the bit permutations (default 0).
     pub seed: u64,
+    /// Folder for the temporary sorted runs of frame pairs when they outgrow `search.hit_buffer`
+    /// (default: the system's temporary folder). Not a setting of the results, so not in config
+    /// files.
+    #[serde(skip)]
+    pub spill_dir: Option<std::path::PathBuf>,
 }
 
 /// Whether to normalise each utterance's features per dimension.
@@ -65,6 +70,10 @@ pub struct SearchConfig {
     pub within: bool,
     /// Smallest `|i − j|` of a within-utterance frame pair.
     pub min_gap: usize,
+    /// Frame pairs held in memory at once (12 bytes each), which bounds the run's memory: more
+    /// are sorted, written to temporary runs and merged, and the lines are found over batches of
+    /// this many. Results do not depend on it.
+    pub hit_buffer: usize,
 }
 
 impl Default for SearchConfig {
@@ -75,6 +84,7 @@ impl Default for SearchConfig {
             threshold: 0.5,
             within: false,
             min_gap: 50,
+            hit_buffer: 1 << 24,
         }
     }
 }
@@ -182,6 +192,9 @@ impl UtdConfig {
         }
         if self.search.beam == 0 {
             return Err(bad("search.beam", "must be at least 1"));
+        }
+        if self.search.hit_buffer == 0 {
+            return Err(bad("search.hit_buffer", "must be at least 1"));
         }
         unit("search.threshold", self.search.threshold)?;
         unit("lines.threshold", self.lines.threshold)?;

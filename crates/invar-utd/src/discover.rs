@@ -78,43 +78,70 @@ pub fn discover_with_progress(
         ..StageCounts::default()
     };
     progress("search", 0, 1);
-    let hits = search(&frames, cfg.lsh.bits, &cfg.search, cfg.seed);
+    let spill = cfg.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let mut sorted = search(&frames, cfg.lsh.bits, &cfg.search, cfg.seed, &spill)?;
     progress("search", 1, 1);
-    counts.hits = hits.len();
-    // Utterance-pair groups of the sorted hits.
+    // Lines and refinement over batches of whole utterance pairs (rayon within a batch), in the
+    // matrix's order, so the pairs are the same whatever the batch size.
     let utt = |g: u32| frames.utt[g as usize] as usize;
+    let mut batch: Vec<Hit> = Vec::new();
+    let mut per_group: Vec<(usize, Vec<FragmentPair>)> = Vec::new();
     let mut groups: Vec<(usize, usize, std::ops::Range<usize>)> = Vec::new();
-    let mut s = 0;
-    while s < hits.len() {
-        let key = (utt(hits[s].a), utt(hits[s].b));
-        let mut e = s + 1;
-        while e < hits.len() && (utt(hits[e].a), utt(hits[e].b)) == key {
-            e += 1;
+    let mut reported = 0usize;
+    loop {
+        let more = sorted.fill(&frames, &mut batch, cfg.search.hit_buffer)?;
+        counts.hits += batch.len();
+        groups.clear();
+        let mut s = 0;
+        while s < batch.len() {
+            let key = (utt(batch[s].a), utt(batch[s].b));
+            let mut e = s + 1;
+            while e < batch.len() && (utt(batch[e].a), utt(batch[e].b)) == key {
+                e += 1;
+            }
+            groups.push((key.0, key.1, s..e));
+            s = e;
         }
-        groups.push((key.0, key.1, s..e));
-        s = e;
+        counts.utterance_pairs += groups.len();
+        let found: Vec<(usize, Vec<FragmentPair>)> = groups
+            .par_iter()
+            .map_init(
+                || (Refiner::default(), Vec::new()),
+                |(refiner, local), (ua, ub, range)| {
+                    group_pairs(
+                        &frames,
+                        *ua,
+                        *ub,
+                        &batch[range.clone()],
+                        cfg,
+                        refiner,
+                        local,
+                    )
+                },
+            )
+            .collect::<Result<_>>()?;
+        per_group.extend(found);
+        // Progress in first utterances of the pairs done (the batches run in that order).
+        let upto = if more {
+            groups.last().map_or(reported, |g| g.0)
+        } else {
+            counts.utterances
+        };
+        while reported < upto {
+            reported += 1;
+            progress("lines", reported, counts.utterances);
+        }
+        if !more {
+            break;
+        }
     }
-    counts.utterance_pairs = groups.len();
+    drop(sorted);
     tracing::info!(
         frames = counts.frames,
         hits = counts.hits,
         utterance_pairs = counts.utterance_pairs,
         "sparse similarity matrix"
     );
-    let done = std::sync::atomic::AtomicUsize::new(0);
-    let total = groups.len();
-    let per_group: Vec<(usize, Vec<FragmentPair>)> = groups
-        .par_iter()
-        .map_init(
-            || (Refiner::default(), Vec::new()),
-            |(refiner, local), (ua, ub, range)| {
-                let r = group_pairs(&frames, *ua, *ub, &hits[range.clone()], cfg, refiner, local);
-                let d = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                progress("lines", d, total);
-                r
-            },
-        )
-        .collect::<Result<_>>()?;
     counts.lines = per_group.iter().map(|g| g.0).sum();
     let pairs: Vec<FragmentPair> = per_group.into_iter().flat_map(|g| g.1).collect();
     let classes = cluster(&pairs, cfg.cluster.overlap);

@@ -177,3 +177,19 @@ fn classes_round_trip_through_the_class_file_reader() {
     assert!((s.coverage_s - 1.6).abs() < 0.15, "{}", s.coverage_s);
     let _: &FragmentRef = &d.classes[0][0];
 }
+
+#[test]
+fn a_tiny_hit_buffer_gives_the_same_discovery() {
+    // 8 frame pairs in memory: the matrix is spilled as hundreds of sorted runs, merged in two
+    // levels, and lines are found over batches of a few utterance pairs; nothing may change.
+    let utts = planted(1);
+    let reference = discover(&utts, &UtdConfig::default()).unwrap();
+    assert_eq!(reference.pairs.len(), 1);
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = UtdConfig::default();
+    cfg.search.hit_buffer = 8;
+    cfg.spill_dir = Some(dir.path().to_path_buf());
+    let spilled = discover(&utts, &cfg).unwrap();
+    assert_eq!(spilled, reference);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
