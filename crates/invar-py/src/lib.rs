@@ -481,7 +481,11 @@ fn utd_utterances(
     if let Ok(dict) = features.downcast::<PyDict>() {
         let utts = dict_matrices(dict)?
             .into_iter()
-            .map(|(id, frames)| invar_utd::UtteranceFeatures { id, frames })
+            .map(|(id, frames)| invar_utd::UtteranceFeatures {
+                id,
+                speaker: None,
+                frames,
+            })
             .collect();
         Ok((utts, None))
     } else {

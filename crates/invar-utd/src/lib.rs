@@ -19,7 +19,8 @@ mod search;
 
 pub use cluster::cluster;
 pub use config::{
-    ClusterConfig, Cmvn, LineConfig, LshConfig, RefineConfig, SearchConfig, UtdConfig,
+    ClusterConfig, Cmvn, CmvnOver, LineConfig, LshConfig, RefineConfig, SearchConfig,
+    SilenceConfig, UtdConfig,
 };
 pub use discover::{
     discover, discover_with_progress, Discovery, FragmentPair, FragmentRef, Progress, StageCounts,

@@ -28,6 +28,8 @@ pub(crate) struct Frames {
     /// Unit-length frames (zero frames stay zero), `N × dims`.
     pub unit: Vec<f32>,
     pub sigs: Vec<u64>,
+    /// Frames the energy gate called silent (empty: no gate).
+    pub silent: Vec<bool>,
 }
 
 impl Frames {
@@ -37,6 +39,23 @@ impl Frames {
 
     pub fn cosine(&self, a: usize, b: usize) -> f32 {
         dot(self.frame(a), self.frame(b))
+    }
+
+    fn is_silent(&self, g: usize) -> bool {
+        self.silent.get(g).copied().unwrap_or(false)
+    }
+
+    /// Share of a fragment's frames that are silent (0 without a gate).
+    pub fn silent_share(&self, f: &crate::FragmentRef) -> f32 {
+        if self.silent.is_empty() || f.end <= f.start {
+            return 0.0;
+        }
+        let o = self.offsets[f.utt];
+        let s = self.silent[o + f.start..o + f.end]
+            .iter()
+            .filter(|&&x| x)
+            .count();
+        s as f32 / (f.end - f.start) as f32
     }
 }
 
@@ -86,7 +105,10 @@ pub(crate) fn search(
     // Frames scanned per slice: each yields at most `beam` hits, so a slice adds at most a quarter
     // of the buffer.
     let slice = (limit / (4 * cfg.beam)).max(1);
-    let mut buffer: Vec<Hit> = Vec::new();
+    // Reserved once (no doubling past the limit): at most the limit plus one slice, and never
+    // more than the search can find. Pages are only touched as hits arrive.
+    let most = n.saturating_mul(cfg.beam).saturating_mul(cfg.permutations);
+    let mut buffer: Vec<Hit> = Vec::with_capacity(limit.min(most).saturating_add(slice * cfg.beam));
     let mut runs = Runs::default();
     let mut keys: Vec<(u64, u32)> = Vec::with_capacity(n);
     let mut produced = 0usize;
@@ -395,6 +417,9 @@ fn candidate(
     if frames.utt[a] == frames.utt[b] && (!cfg.within || b - a < cfg.min_gap) {
         return None;
     }
+    if frames.is_silent(a) || frames.is_silent(b) {
+        return None;
+    }
     if (frames.sigs[a] ^ frames.sigs[b]).count_ones() > radius {
         return None;
     }
@@ -437,6 +462,7 @@ mod tests {
             utt,
             unit,
             sigs,
+            silent: Vec::new(),
         }
     }
 
