@@ -111,20 +111,6 @@ pub struct UtdArgs {
     pub sample_rate: f64,
 }
 
-/// The dimension holding the log energy when the set is invar's MFCC with energy (c0 replaced by
-/// the log energy, the default), else none.
-fn mfcc_energy_dim(set: &FeatureSet) -> Option<usize> {
-    let cfg = set.config().ok()?;
-    let front = cfg.get("frontend").unwrap_or(&cfg);
-    let mfcc = front.get("kind")?.as_str()? == "mfcc";
-    let energy = front
-        .get("mfcc")
-        .and_then(|m| m.get("use_energy"))
-        .and_then(|v| v.as_bool())
-        .unwrap_or(true);
-    (mfcc && energy).then_some(0)
-}
-
 pub fn run(args: UtdArgs) -> anyhow::Result<()> {
     let set = FeatureSet::open(&args.features)
         .with_context(|| format!("opening feature set {}", args.features.display()))?;
@@ -184,7 +170,7 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
         Some("none") => cfg.silence.energy_dim = None,
         Some("auto") | None => {
             if !in_config("energy_dim")? {
-                cfg.silence.energy_dim = mfcc_energy_dim(&set);
+                cfg.silence.energy_dim = invar_utd::energy_dim_of(&set);
             }
         }
         Some(v) => {

@@ -101,7 +101,9 @@ pub fn discover_with_progress(
     if matches!(sorted, crate::search::SortedHits::Merged(_)) {
         batch.reserve_exact(cfg.search.hit_buffer);
     }
-    let mut per_group: Vec<(usize, usize, Vec<FragmentPair>)> = Vec::new();
+    // Only the pairs are kept across batches: an entry per utterance pair would grow with the
+    // square of the utterances.
+    let mut pairs: Vec<FragmentPair> = Vec::new();
     let mut groups: Vec<(usize, usize, std::ops::Range<usize>)> = Vec::new();
     let mut reported = 0usize;
     loop {
@@ -136,7 +138,11 @@ pub fn discover_with_progress(
                 },
             )
             .collect::<Result<_>>()?;
-        per_group.extend(found);
+        for (lines, silent, found) in found {
+            counts.lines += lines;
+            counts.silent_pairs_dropped += silent;
+            pairs.extend(found);
+        }
         // Progress in first utterances of the pairs done (the batches run in that order).
         let upto = if more {
             groups.last().map_or(reported, |g| g.0)
@@ -158,9 +164,6 @@ pub fn discover_with_progress(
         utterance_pairs = counts.utterance_pairs,
         "sparse similarity matrix"
     );
-    counts.lines = per_group.iter().map(|g| g.0).sum();
-    counts.silent_pairs_dropped = per_group.iter().map(|g| g.1).sum();
-    let pairs: Vec<FragmentPair> = per_group.into_iter().flat_map(|g| g.2).collect();
     let classes = cluster(&pairs, cfg.cluster.overlap);
     tracing::info!(
         lines = counts.lines,

@@ -30,6 +30,6 @@ pub use error::{Error, Result};
 pub use invar_io::FrameTiming;
 pub use lsh::{hamming_cosine, max_hamming, Hyperplanes};
 pub use report::{
-    gold_words, load_featureset, summarize, to_classes, write_outputs, GoldScores, GoldWord,
-    Summary,
+    energy_dim_of, gold_words, load_featureset, summarize, to_classes, write_outputs, GoldScores,
+    GoldWord, Summary,
 };

@@ -336,6 +336,21 @@ fn score_gold(
     }
 }
 
+/// The energy gate's dimension for a feature set: 0 when it is invar's MFCC with energy (c0 replaced
+/// by the log energy, the default of `invar features --kind mfcc`), else none (posteriorgrams,
+/// filterbanks, MFCC without energy, sets without a readable config).
+pub fn energy_dim_of(set: &invar_data::FeatureSet) -> Option<usize> {
+    let cfg = set.config().ok()?;
+    let front = cfg.get("frontend").unwrap_or(&cfg);
+    let mfcc = front.get("kind")?.as_str()? == "mfcc";
+    let energy = front
+        .get("mfcc")
+        .and_then(|m| m.get("use_energy"))
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(true);
+    (mfcc && energy).then_some(0)
+}
+
 /// Loads every utterance of a feature set (in manifest order, in parallel).
 pub fn load_featureset(set: &invar_data::FeatureSet) -> Result<Vec<UtteranceFeatures>> {
     set.entries()

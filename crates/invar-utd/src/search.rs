@@ -78,7 +78,12 @@ pub(crate) const HIT_BYTES: usize = 12;
 const FAN_IN: usize = 64;
 
 /// Sort key of a hit: `(utt(a), utt(b), a, b)`, which groups hits by utterance pair.
-fn key(utt: &[u32], h: &Hit) -> (u32, u32, u32, u32) {
+type Key = (u32, u32, u32, u32);
+
+/// A run's current hit in the merge heap: its key, the run, the cosine's bits.
+type HeapEntry = Reverse<(Key, usize, u32)>;
+
+fn key(utt: &[u32], h: &Hit) -> Key {
     (utt[h.a as usize], utt[h.b as usize], h.a, h.b)
 }
 
@@ -340,7 +345,7 @@ impl RunReader {
 pub(crate) struct Merger {
     readers: Vec<RunReader>,
     /// Each run's current hit, keyed for a min-heap.
-    heap: BinaryHeap<Reverse<((u32, u32, u32, u32), usize, u32)>>,
+    heap: BinaryHeap<HeapEntry>,
     last: Option<(u32, u32)>,
     peeked: Option<Hit>,
     /// The runs' folder, removed with the merger.
