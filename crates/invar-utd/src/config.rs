@@ -251,8 +251,11 @@ impl UtdConfig {
                 format!("must be finite and >= 0, got {}", self.silence.min_range),
             ));
         }
-        if self.search.hit_buffer == 0 {
-            return Err(bad("search.hit_buffer", "must be at least 1"));
+        if self.search.hit_buffer == 0 || self.search.hit_buffer > u32::MAX as usize / 2 {
+            return Err(bad(
+                "search.hit_buffer",
+                format!("must be 1 to 2^31 − 1, got {}", self.search.hit_buffer),
+            ));
         }
         unit("search.threshold", self.search.threshold)?;
         unit("lines.threshold", self.lines.threshold)?;

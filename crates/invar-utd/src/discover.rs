@@ -104,48 +104,46 @@ pub fn discover_with_progress(
     // Only the pairs are kept across batches: an entry per utterance pair would grow with the
     // square of the utterances.
     let mut pairs: Vec<FragmentPair> = Vec::new();
-    let mut groups: Vec<(usize, usize, std::ops::Range<usize>)> = Vec::new();
+    // Where each utterance pair starts in the batch (and the batch's end): 4 bytes a pair.
+    let mut starts: Vec<u32> = Vec::new();
+    let lines_found = std::sync::atomic::AtomicUsize::new(0);
+    let silent_dropped = std::sync::atomic::AtomicUsize::new(0);
     let mut reported = 0usize;
     loop {
         let more = sorted.fill(&frames, &mut batch, batch_limit)?;
         counts.hits += batch.len();
-        groups.clear();
-        let mut s = 0;
-        while s < batch.len() {
-            let key = (utt(batch[s].a), utt(batch[s].b));
-            let mut e = s + 1;
-            while e < batch.len() && (utt(batch[e].a), utt(batch[e].b)) == key {
-                e += 1;
+        let pair_of = |h: &Hit| (utt(h.a), utt(h.b));
+        starts.clear();
+        for (k, h) in batch.iter().enumerate() {
+            if k == 0 || pair_of(h) != pair_of(&batch[k - 1]) {
+                starts.push(k as u32);
             }
-            groups.push((key.0, key.1, s..e));
-            s = e;
         }
-        counts.utterance_pairs += groups.len();
-        let found: Vec<(usize, usize, Vec<FragmentPair>)> = groups
-            .par_iter()
+        let groups = starts.len();
+        starts.push(batch.len() as u32);
+        counts.utterance_pairs += groups;
+        // Only utterance pairs that gave fragment pairs are collected (in order); the counts add up
+        // atomically, which does not depend on the order.
+        let found: Vec<Vec<FragmentPair>> = starts
+            .par_windows(2)
             .map_init(
                 || (Refiner::default(), Vec::new()),
-                |(refiner, local), (ua, ub, range)| {
-                    group_pairs(
-                        &frames,
-                        *ua,
-                        *ub,
-                        &batch[range.clone()],
-                        cfg,
-                        refiner,
-                        local,
-                    )
+                |(refiner, local), w| {
+                    let hits = &batch[w[0] as usize..w[1] as usize];
+                    let (ua, ub) = pair_of(&hits[0]);
+                    let (lines, silent, found) =
+                        group_pairs(&frames, ua, ub, hits, cfg, refiner, local)?;
+                    lines_found.fetch_add(lines, std::sync::atomic::Ordering::Relaxed);
+                    silent_dropped.fetch_add(silent, std::sync::atomic::Ordering::Relaxed);
+                    Ok(found)
                 },
             )
+            .filter(|r| !matches!(r, Ok(p) if p.is_empty()))
             .collect::<Result<_>>()?;
-        for (lines, silent, found) in found {
-            counts.lines += lines;
-            counts.silent_pairs_dropped += silent;
-            pairs.extend(found);
-        }
+        pairs.extend(found.into_iter().flatten());
         // Progress in first utterances of the pairs done (the batches run in that order).
         let upto = if more {
-            groups.last().map_or(reported, |g| g.0)
+            batch.last().map_or(reported, |h| utt(h.a))
         } else {
             counts.utterances
         };
@@ -158,6 +156,8 @@ pub fn discover_with_progress(
         }
     }
     drop(sorted);
+    counts.lines = lines_found.into_inner();
+    counts.silent_pairs_dropped = silent_dropped.into_inner();
     tracing::info!(
         frames = counts.frames,
         hits = counts.hits,
