@@ -36,9 +36,9 @@ pub struct UtdArgs {
     /// Per-utterance normalisation: mean-variance, mean or off [default: mean-variance]
     #[arg(long)]
     pub cmvn: Option<String>,
-    /// Per-utterance normalisation statistics over: utterance, or speaker (all utterances of the
-    /// manifest's speaker; removes speaker and channel means for cross-speaker matches)
-    /// [default: utterance]
+    /// Normalisation statistics over: utterance, or speaker (all utterances of the manifest's
+    /// speaker; on invar-synth, whose channel varies per utterance, it found fewer pairs and no
+    /// more across speakers: see the invar-utd README) [default: utterance]
     #[arg(long)]
     pub cmvn_over: Option<String>,
     /// Energy gate: dimension of the input holding the log energy, `none`, or `auto`: 0 for MFCC
