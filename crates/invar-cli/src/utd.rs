@@ -36,6 +36,27 @@ pub struct UtdArgs {
     /// Per-utterance normalisation: mean-variance, mean or off [default: mean-variance]
     #[arg(long)]
     pub cmvn: Option<String>,
+    /// Normalisation statistics over: utterance, or speaker (all utterances of the manifest's
+    /// speaker; on invar-synth, whose channel varies per utterance, it found fewer pairs and no
+    /// more across speakers: see the invar-utd README) [default: utterance]
+    #[arg(long)]
+    pub cmvn_over: Option<String>,
+    /// Energy gate: dimension of the input holding the log energy, `none`, or `auto`: 0 for MFCC
+    /// with energy (the feature set's kind), none otherwise (silence.energy_dim) [default: auto]
+    #[arg(long)]
+    pub energy_dim: Option<String>,
+    /// A frame is silent below lo + T·(hi − lo) of its utterance's 5th–95th percentile log energy
+    /// (silence.threshold) [default: 0.2]
+    #[arg(long)]
+    pub silence_threshold: Option<f32>,
+    /// No frame of an utterance is silent when that percentile range is below this, in log-energy
+    /// units (2.3 = 10 dB) (silence.min_range) [default: 3.0]
+    #[arg(long)]
+    pub silence_min_range: Option<f32>,
+    /// Drop fragment pairs with a fragment more than this share silent (silence.max_share)
+    /// [default: 0.5]
+    #[arg(long)]
+    pub max_silence_share: Option<f32>,
     /// Also search within utterances (frame pairs at least --min-gap apart)
     #[arg(long)]
     pub within: bool,
@@ -65,6 +86,14 @@ pub struct UtdArgs {
     /// Longest fragment in frames (refine.max_frames) [default: 300]
     #[arg(long)]
     pub max_frames: Option<usize>,
+    /// Frame pairs held in memory at once, 12 bytes each (search.hit_buffer): bounds the run's
+    /// memory; more are spilled as sorted runs to --tmp-dir and merged, with the same results
+    /// [default: 16777216, 192 MiB]
+    #[arg(long)]
+    pub hit_buffer: Option<usize>,
+    /// Folder for the spilled runs (removed at the end) [default: the output folder]
+    #[arg(long)]
+    pub tmp_dir: Option<PathBuf>,
     /// Seed of the LSH hyperplanes and permutations [default: 0]
     #[arg(long)]
     pub seed: Option<u64>,
@@ -121,6 +150,44 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
             other => anyhow::bail!("--cmvn {other:?}: expected mean-variance, mean or off"),
         };
     }
+    if let Some(c) = &args.cmvn_over {
+        cfg.cmvn_over = match c.as_str() {
+            "utterance" => invar_utd::CmvnOver::Utterance,
+            "speaker" => invar_utd::CmvnOver::Speaker,
+            other => anyhow::bail!("--cmvn-over {other:?}: expected utterance or speaker"),
+        };
+    }
+    let in_config = |key: &str| -> anyhow::Result<bool> {
+        Ok(match &args.config {
+            Some(path) => crate::config_file::read::<serde_json::Value>(path)?
+                .get("silence")
+                .and_then(|s| s.get(key))
+                .is_some(),
+            None => false,
+        })
+    };
+    match args.energy_dim.as_deref() {
+        Some("none") => cfg.silence.energy_dim = None,
+        Some("auto") | None => {
+            if !in_config("energy_dim")? {
+                cfg.silence.energy_dim = invar_utd::energy_dim_of(&set);
+            }
+        }
+        Some(v) => {
+            cfg.silence.energy_dim = Some(v.parse().with_context(|| {
+                format!("--energy-dim {v:?}: expected a dimension, none or auto")
+            })?)
+        }
+    }
+    if let Some(v) = args.silence_threshold {
+        cfg.silence.threshold = v;
+    }
+    if let Some(v) = args.silence_min_range {
+        cfg.silence.min_range = v;
+    }
+    if let Some(v) = args.max_silence_share {
+        cfg.silence.max_share = v;
+    }
     cfg.search.within |= args.within;
     if let Some(v) = args.bits {
         cfg.lsh.bits = v;
@@ -149,6 +216,10 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
     if let Some(v) = args.seed {
         cfg.seed = v;
     }
+    if let Some(v) = args.hit_buffer {
+        cfg.search.hit_buffer = v;
+    }
+    cfg.spill_dir = Some(args.tmp_dir.clone().unwrap_or_else(|| args.out.clone()));
     cfg.validate()?;
     let gold = match &args.gold_corpus {
         Some(dir) => {
@@ -180,7 +251,7 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
     let bar: OnceLock<Progress> = OnceLock::new();
     let discovery = invar_utd::discover_with_progress(&utts, &cfg, &|stage, _done, total| {
         if stage == "lines" {
-            bar.get_or_init(|| Progress::new(total as u64, "utd: utterance pairs"))
+            bar.get_or_init(|| Progress::new(total as u64, "utd: lines, by first utterance"))
                 .inc();
         } else {
             tracing::info!("utd: {stage}");
@@ -213,13 +284,22 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
         "  {:<28} {:>12}",
         "utterance pairs with hits", c.utterance_pairs
     );
+    println!("  {:<28} {:>12}", "silent frames (gate)", c.silent_frames);
     println!("  {:<28} {:>12}", "diagonal lines", c.lines);
+    println!(
+        "  {:<28} {:>12}",
+        "pairs dropped as silent", c.silent_pairs_dropped
+    );
     println!("  {:<28} {:>12}", "fragment pairs", summary.pairs);
     println!(
         "  {:<28} {:>12.3}",
         "mean pair score (cosine)", summary.mean_pair_score
     );
     println!("  {:<28} {:>12}", "classes", summary.classes);
+    if let (Some(p), Some(c)) = (summary.cross_speaker_pairs, summary.cross_speaker_classes) {
+        println!("  {:<28} {:>12.3}", "cross-speaker pairs", p);
+        println!("  {:<28} {:>12.3}", "cross-speaker classes", c);
+    }
     println!(
         "  {:<28} {:>12.2}",
         "mean class size", summary.mean_class_size
@@ -249,6 +329,22 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
             )
         );
         println!("  {:<28} {:>12.3}", "class purity", g.class_purity);
+        println!(
+            "  {:<28} {:>12}",
+            "cross-speaker precision",
+            format!(
+                "{:.3} of {}",
+                g.cross_speaker_precision, g.cross_speaker_pairs_scored
+            )
+        );
+        println!(
+            "  {:<28} {:>12.3}",
+            "fragments mostly silence", g.silence_fragments
+        );
+        println!(
+            "  {:<28} {:>12.3}",
+            "word tokens covered", g.word_token_coverage
+        );
     }
     println!("classes: {}", classes_path.display());
     println!("summary: {}", json.display());

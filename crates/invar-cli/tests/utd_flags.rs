@@ -59,6 +59,37 @@ fn timing_comes_from_the_set_and_search_settings_are_flags() {
     let (again, cfg2) = utd("file", &with_file);
     assert_eq!(cfg2["timing"], cfg["timing"]);
     assert_eq!(again, classes);
+    // The energy gate is on for MFCC with energy (c0), off when asked; the speaker scope is kept.
+    assert_eq!(cfg["silence"]["energy_dim"], 0, "{cfg}");
+    assert_eq!(cfg["cmvn_over"], "utterance");
+    let mut off = flags.to_vec();
+    off.extend_from_slice(&["--energy-dim", "none", "--cmvn-over", "speaker"]);
+    let (_, cfg3) = utd("off", &off);
+    assert!(cfg3["silence"]["energy_dim"].is_null(), "{cfg3}");
+    assert_eq!(cfg3["cmvn_over"], "speaker");
+    // A hit buffer of 64 frame pairs spills sorted runs into OUT and merges them: the same classes,
+    // and no run left behind.
+    let mut spill = flags.to_vec();
+    spill.extend_from_slice(&["--hit-buffer", "64"]);
+    let (spilled, cfg4) = utd("spill", &spill);
+    assert_eq!(spilled, classes);
+    assert_eq!(cfg4["search"]["hit_buffer"], 64);
+    let left: Vec<_> = std::fs::read_dir(d.join("spill"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("spill"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let err = refused(&[
+        "utd",
+        "--features",
+        s(&f),
+        "--out",
+        s(&d.join("bad-dim")),
+        "--energy-dim",
+        "c0",
+    ]);
+    assert!(err.contains("--energy-dim"), "{err}");
     // A config file that contradicts the set's timing is refused.
     write(&toml, "[timing]\nhop_s = 0.01\nwin_s = 0.025\n");
     let err = refused(&[

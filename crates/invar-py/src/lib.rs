@@ -475,15 +475,24 @@ fn verify(
 }
 
 /// Where term discovery's features come from: a feature-set folder, or arrays by utterance id.
-fn utd_utterances(
-    features: &Bound<'_, PyAny>,
-) -> PyResult<(Vec<invar_utd::UtteranceFeatures>, Option<FrameTiming>)> {
+/// The utterances, and from a feature set its frame timing and energy-gate dimension.
+type UtdInput = (
+    Vec<invar_utd::UtteranceFeatures>,
+    Option<FrameTiming>,
+    Option<usize>,
+);
+
+fn utd_utterances(features: &Bound<'_, PyAny>) -> PyResult<UtdInput> {
     if let Ok(dict) = features.downcast::<PyDict>() {
         let utts = dict_matrices(dict)?
             .into_iter()
-            .map(|(id, frames)| invar_utd::UtteranceFeatures { id, frames })
+            .map(|(id, frames)| invar_utd::UtteranceFeatures {
+                id,
+                speaker: None,
+                frames,
+            })
             .collect();
-        Ok((utts, None))
+        Ok((utts, None, None))
     } else {
         let dir: PathBuf = features.extract().map_err(|_| {
             PyValueError::new_err(
@@ -492,7 +501,8 @@ fn utd_utterances(
         })?;
         let set = FeatureSet::open(&dir).py()?;
         let timing = set.timing();
-        Ok((invar_utd::load_featureset(&set).py()?, timing))
+        let energy = invar_utd::energy_dim_of(&set);
+        Ok((invar_utd::load_featureset(&set).py()?, timing, energy))
     }
 }
 
@@ -500,11 +510,13 @@ fn utd_utterances(
 #[pyfunction]
 #[pyo3(signature = (features, config=None))]
 fn utd(py: Python<'_>, features: &Bound<'_, PyAny>, config: Option<&str>) -> PyResult<String> {
-    let (utts, timing) = utd_utterances(features)?;
+    let (utts, timing, energy) = utd_utterances(features)?;
     let mut base = invar_utd::UtdConfig::default();
     if let Some(t) = timing {
         base.timing = t;
     }
+    // As `invar utd`: the energy gate on c0 of MFCC with energy (a config may say otherwise).
+    base.silence.energy_dim = energy;
     let cfg = config_with(base, config, "UTD config")?;
     cfg.validate().value()?;
     let classes = py

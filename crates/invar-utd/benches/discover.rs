@@ -26,6 +26,7 @@ fn corpus(n: usize, dims: usize, seed: u64) -> Vec<UtteranceFeatures> {
             }
             UtteranceFeatures {
                 id: format!("u{u:05}"),
+                speaker: None,
                 frames: invar_io::Matrix {
                     rows: len,
                     cols: dims,

@@ -13,6 +13,10 @@ pub struct UtdConfig {
     /// Per-utterance mean and variance normalisation of each dimension before the cosine (on for
     /// MFCC-like features, whose energy coefficient would otherwise dominate; off for posteriorgrams).
     pub cmvn: Cmvn,
+    /// Over which frames the normalisation's statistics are taken: each utterance (default) or all
+    /// utterances of its speaker (speakers from the input; an utterance without one is its own).
+    pub cmvn_over: CmvnOver,
+    pub silence: SilenceConfig,
     pub lsh: LshConfig,
     pub search: SearchConfig,
     pub lines: LineConfig,
@@ -22,6 +26,11 @@ pub struct UtdConfig {
     pub timing: FrameTiming,
     /// Seed of the random hyperplanes and the bit permutations (default 0).
     pub seed: u64,
+    /// Folder for the temporary sorted runs of frame pairs when they outgrow `search.hit_buffer`
+    /// (default: the system's temporary folder). Not a setting of the results, so not in config
+    /// files.
+    #[serde(skip)]
+    pub spill_dir: Option<std::path::PathBuf>,
 }
 
 /// Whether to normalise each utterance's features per dimension.
@@ -35,6 +44,46 @@ pub enum Cmvn {
     Mean,
     /// None: posteriorgrams and already-normalised features.
     Off,
+}
+
+/// The frames whose statistics normalise a frame.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CmvnOver {
+    /// Its utterance.
+    #[default]
+    Utterance,
+    /// All utterances of its speaker: removes the speaker's (and channel's) mean, keeps what
+    /// varies within a speaker.
+    Speaker,
+}
+
+/// Energy gate: pause frames do not seed matches, and fragments that are mostly pause are dropped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SilenceConfig {
+    /// Dimension of the input holding each frame's log energy (0 for invar's MFCC, whose c0 is the
+    /// log energy), or none: no gate (posteriorgrams).
+    pub energy_dim: Option<usize>,
+    /// A frame is silent when its log energy is below `lo + threshold · (hi − lo)`, `lo` and `hi`
+    /// being its utterance's 5th and 95th percentiles (so the gate ignores level and gain).
+    pub threshold: f32,
+    /// Utterances whose 5th-to-95th percentile log-energy range is below this have no pause to
+    /// find and no frame is silent (natural-log units as MFCC c0: 2.3 is 10 dB; 3.0 ≈ 13 dB).
+    pub min_range: f32,
+    /// A fragment pair is dropped when either fragment has more than this share of silent frames.
+    pub max_share: f32,
+}
+
+impl Default for SilenceConfig {
+    fn default() -> Self {
+        Self {
+            energy_dim: None,
+            threshold: 0.2,
+            min_range: 3.0,
+            max_share: 0.5,
+        }
+    }
 }
 
 /// Random-projection signatures (ZRTools `-S`).
@@ -65,6 +114,10 @@ pub struct SearchConfig {
     pub within: bool,
     /// Smallest `|i − j|` of a within-utterance frame pair.
     pub min_gap: usize,
+    /// Frame pairs held in memory at once (12 bytes each), which bounds the run's memory: more
+    /// are sorted, written to temporary runs and merged, and the lines are found over batches of
+    /// this many. Results do not depend on it.
+    pub hit_buffer: usize,
 }
 
 impl Default for SearchConfig {
@@ -75,6 +128,7 @@ impl Default for SearchConfig {
             threshold: 0.5,
             within: false,
             min_gap: 50,
+            hit_buffer: 1 << 24,
         }
     }
 }
@@ -182,6 +236,26 @@ impl UtdConfig {
         }
         if self.search.beam == 0 {
             return Err(bad("search.beam", "must be at least 1"));
+        }
+        for (field, v) in [
+            ("silence.threshold", self.silence.threshold),
+            ("silence.max_share", self.silence.max_share),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(bad(field, format!("must be in [0, 1], got {v}")));
+            }
+        }
+        if !(self.silence.min_range.is_finite() && self.silence.min_range >= 0.0) {
+            return Err(bad(
+                "silence.min_range",
+                format!("must be finite and >= 0, got {}", self.silence.min_range),
+            ));
+        }
+        if self.search.hit_buffer == 0 || self.search.hit_buffer > u32::MAX as usize / 2 {
+            return Err(bad(
+                "search.hit_buffer",
+                format!("must be 1 to 2^31 − 1, got {}", self.search.hit_buffer),
+            ));
         }
         unit("search.threshold", self.search.threshold)?;
         unit("lines.threshold", self.lines.threshold)?;

@@ -10,12 +10,15 @@ use crate::cluster::cluster;
 use crate::lines::{find_lines, Refined, Refiner};
 use crate::lsh::Hyperplanes;
 use crate::search::{search, Frames, Hit};
-use crate::{Cmvn, Error, Result, UtdConfig};
+use crate::{Cmvn, CmvnOver, Error, Result, UtdConfig};
 
 /// One utterance's frames: `frames` rows of `dims` values (features or posteriorgrams), row-major.
 #[derive(Debug, Clone)]
 pub struct UtteranceFeatures {
     pub id: String,
+    /// The utterance's speaker, when known: per-speaker normalisation (`cmvn_over`) and the
+    /// cross-speaker share of the summary use it.
+    pub speaker: Option<String>,
     pub frames: invar_io::Matrix,
 }
 
@@ -46,6 +49,12 @@ pub struct StageCounts {
     pub utterance_pairs: usize,
     /// Diagonal lines found before refinement.
     pub lines: usize,
+    /// Frames the energy gate called silent (they seed no match).
+    #[serde(default)]
+    pub silent_frames: usize,
+    /// Refined fragment pairs dropped because a fragment was mostly silent.
+    #[serde(default)]
+    pub silent_pairs_dropped: usize,
 }
 
 /// What a run found.
@@ -75,48 +84,86 @@ pub fn discover_with_progress(
     let mut counts = StageCounts {
         utterances: utterances.len(),
         frames: frames.sigs.len(),
+        silent_frames: frames.silent.iter().filter(|&&x| x).count(),
         ..StageCounts::default()
     };
     progress("search", 0, 1);
-    let hits = search(&frames, cfg.lsh.bits, &cfg.search, cfg.seed);
+    let spill = cfg.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let mut sorted = search(&frames, cfg.lsh.bits, &cfg.search, cfg.seed, &spill)?;
     progress("search", 1, 1);
-    counts.hits = hits.len();
-    // Utterance-pair groups of the sorted hits.
+    // Lines and refinement over batches of whole utterance pairs (rayon within a batch), in the
+    // matrix's order, so the pairs are the same whatever the batch size.
     let utt = |g: u32| frames.utt[g as usize] as usize;
-    let mut groups: Vec<(usize, usize, std::ops::Range<usize>)> = Vec::new();
-    let mut s = 0;
-    while s < hits.len() {
-        let key = (utt(hits[s].a), utt(hits[s].b));
-        let mut e = s + 1;
-        while e < hits.len() && (utt(hits[e].a), utt(hits[e].b)) == key {
-            e += 1;
-        }
-        groups.push((key.0, key.1, s..e));
-        s = e;
+    // Batches of half the buffer, reserved once, so that a batch's last utterance pair rarely
+    // grows it: at most about `hit_buffer` hits are alive while lines are found.
+    let batch_limit = (cfg.search.hit_buffer / 2).max(1);
+    let mut batch: Vec<Hit> = Vec::new();
+    if matches!(sorted, crate::search::SortedHits::Merged(_)) {
+        batch.reserve_exact(cfg.search.hit_buffer);
     }
-    counts.utterance_pairs = groups.len();
+    // Only the pairs are kept across batches: an entry per utterance pair would grow with the
+    // square of the utterances.
+    let mut pairs: Vec<FragmentPair> = Vec::new();
+    // Where each utterance pair starts in the batch (and the batch's end): 4 bytes a pair.
+    let mut starts: Vec<u32> = Vec::new();
+    let lines_found = std::sync::atomic::AtomicUsize::new(0);
+    let silent_dropped = std::sync::atomic::AtomicUsize::new(0);
+    let mut reported = 0usize;
+    loop {
+        let more = sorted.fill(&frames, &mut batch, batch_limit)?;
+        counts.hits += batch.len();
+        let pair_of = |h: &Hit| (utt(h.a), utt(h.b));
+        starts.clear();
+        for (k, h) in batch.iter().enumerate() {
+            if k == 0 || pair_of(h) != pair_of(&batch[k - 1]) {
+                starts.push(k as u32);
+            }
+        }
+        let groups = starts.len();
+        starts.push(batch.len() as u32);
+        counts.utterance_pairs += groups;
+        // Only utterance pairs that gave fragment pairs are collected (in order); the counts add up
+        // atomically, which does not depend on the order.
+        let found: Vec<Vec<FragmentPair>> = starts
+            .par_windows(2)
+            .map_init(
+                || (Refiner::default(), Vec::new()),
+                |(refiner, local), w| {
+                    let hits = &batch[w[0] as usize..w[1] as usize];
+                    let (ua, ub) = pair_of(&hits[0]);
+                    let (lines, silent, found) =
+                        group_pairs(&frames, ua, ub, hits, cfg, refiner, local)?;
+                    lines_found.fetch_add(lines, std::sync::atomic::Ordering::Relaxed);
+                    silent_dropped.fetch_add(silent, std::sync::atomic::Ordering::Relaxed);
+                    Ok(found)
+                },
+            )
+            .filter(|r| !matches!(r, Ok(p) if p.is_empty()))
+            .collect::<Result<_>>()?;
+        pairs.extend(found.into_iter().flatten());
+        // Progress in first utterances of the pairs done (the batches run in that order).
+        let upto = if more {
+            batch.last().map_or(reported, |h| utt(h.a))
+        } else {
+            counts.utterances
+        };
+        while reported < upto {
+            reported += 1;
+            progress("lines", reported, counts.utterances);
+        }
+        if !more {
+            break;
+        }
+    }
+    drop(sorted);
+    counts.lines = lines_found.into_inner();
+    counts.silent_pairs_dropped = silent_dropped.into_inner();
     tracing::info!(
         frames = counts.frames,
         hits = counts.hits,
         utterance_pairs = counts.utterance_pairs,
         "sparse similarity matrix"
     );
-    let done = std::sync::atomic::AtomicUsize::new(0);
-    let total = groups.len();
-    let per_group: Vec<(usize, Vec<FragmentPair>)> = groups
-        .par_iter()
-        .map_init(
-            || (Refiner::default(), Vec::new()),
-            |(refiner, local), (ua, ub, range)| {
-                let r = group_pairs(&frames, *ua, *ub, &hits[range.clone()], cfg, refiner, local);
-                let d = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                progress("lines", d, total);
-                r
-            },
-        )
-        .collect::<Result<_>>()?;
-    counts.lines = per_group.iter().map(|g| g.0).sum();
-    let pairs: Vec<FragmentPair> = per_group.into_iter().flat_map(|g| g.1).collect();
     let classes = cluster(&pairs, cfg.cluster.overlap);
     tracing::info!(
         lines = counts.lines,
@@ -131,7 +178,7 @@ pub fn discover_with_progress(
     })
 }
 
-/// Lines and refined pairs of one utterance pair: (number of lines, pairs).
+/// Lines and refined pairs of one utterance pair: (number of lines, pairs dropped as silent, pairs).
 fn group_pairs(
     frames: &Frames,
     ua: usize,
@@ -140,7 +187,7 @@ fn group_pairs(
     cfg: &UtdConfig,
     refiner: &mut Refiner,
     local: &mut Vec<(usize, usize, f32)>,
-) -> Result<(usize, Vec<FragmentPair>)> {
+) -> Result<(usize, usize, Vec<FragmentPair>)> {
     let (oa, ob) = (frames.offsets[ua], frames.offsets[ub]);
     local.clear();
     local.extend(
@@ -157,6 +204,7 @@ fn group_pairs(
     // Refinement can pull two lines onto the same fragments: keep the better.
     refined.sort_by(|x, y| y.score.total_cmp(&x.score));
     let mut pairs: Vec<FragmentPair> = Vec::with_capacity(refined.len());
+    let mut silent = 0;
     for r in refined {
         let p = FragmentPair {
             a: FragmentRef {
@@ -176,11 +224,17 @@ fn group_pairs(
         });
         // Within an utterance, a fragment must not overlap its partner.
         let selfish = ua == ub && p.a.end > p.b.start && p.b.end > p.a.start;
-        if !dup && !selfish {
-            pairs.push(p);
+        if dup || selfish {
+            continue;
         }
+        let max = cfg.silence.max_share;
+        if frames.silent_share(&p.a) > max || frames.silent_share(&p.b) > max {
+            silent += 1;
+            continue;
+        }
+        pairs.push(p);
     }
-    Ok((lines.len(), pairs))
+    Ok((lines.len(), silent, pairs))
 }
 
 /// Checks shapes and ids, normalises frames and computes their signatures (in parallel).
@@ -213,15 +267,48 @@ fn prepare(utterances: &[UtteranceFeatures], cfg: &UtdConfig) -> Result<Frames> 
     if n >= u32::MAX as usize || utterances.len() >= u32::MAX as usize {
         return Err(Error::TooManyFrames { frames: n });
     }
+    // The energy gate reads the input as it is, before any normalisation.
+    let silent: Vec<bool> = match cfg.silence.energy_dim {
+        None => Vec::new(),
+        Some(d) if d >= dims => {
+            return Err(Error::Config {
+                field: "silence.energy_dim",
+                reason: format!("is {d}, but the frames have {dims} dimensions"),
+            })
+        }
+        Some(d) => utterances
+            .par_iter()
+            .flat_map_iter(|u| {
+                silence_mask(&u.frames, d, cfg.silence.threshold, cfg.silence.min_range)
+            })
+            .collect(),
+    };
     let mut unit = Vec::with_capacity(n * dims);
     for u in utterances {
         unit.extend_from_slice(&u.frames.data);
     }
     if dims > 0 && cfg.cmvn != Cmvn::Off {
         let spans: Vec<&mut [f32]> = split_by(&mut unit, &offsets, dims);
-        spans
+        // Groups of utterances whose frames share statistics: each utterance, or each speaker
+        // (utterances without a speaker stay alone), in order of first appearance.
+        let mut groups: Vec<Vec<&mut [f32]>> = Vec::new();
+        let mut index: std::collections::HashMap<&str, usize> = Default::default();
+        for (u, span) in utterances.iter().zip(spans) {
+            let g = match (cfg.cmvn_over, u.speaker.as_deref()) {
+                (CmvnOver::Speaker, Some(spk)) => *index.entry(spk).or_insert_with(|| {
+                    groups.push(Vec::new());
+                    groups.len() - 1
+                }),
+                _ => {
+                    groups.push(Vec::new());
+                    groups.len() - 1
+                }
+            };
+            groups[g].push(span);
+        }
+        groups
             .into_par_iter()
-            .for_each(|x| normalize(x, dims, cfg.cmvn == Cmvn::MeanVariance));
+            .for_each(|mut x| normalize(&mut x, dims, cfg.cmvn == Cmvn::MeanVariance));
     }
     if dims > 0 {
         unit.par_chunks_mut(dims).for_each(|f| {
@@ -250,6 +337,7 @@ fn prepare(utterances: &[UtteranceFeatures], cfg: &UtdConfig) -> Result<Frames> 
         utt,
         unit,
         sigs,
+        silent,
     })
 }
 
@@ -264,15 +352,41 @@ fn split_by<'a>(mut data: &'a mut [f32], offsets: &[usize], dims: usize) -> Vec<
     out
 }
 
-/// Per-dimension mean (and variance) normalisation of one utterance's frames, in f64 sums.
-fn normalize(x: &mut [f32], dims: usize, variance: bool) {
-    let n = x.len() / dims;
+/// Silent frames of one utterance: log energy (dimension `dim`) below
+/// `lo + threshold · (hi − lo)`, `lo` and `hi` its 5th and 95th percentiles (nearest rank).
+/// No frame is silent when `hi − lo < min_range` (an utterance without pauses).
+pub(crate) fn silence_mask(
+    m: &invar_io::Matrix,
+    dim: usize,
+    threshold: f32,
+    min_range: f32,
+) -> Vec<bool> {
+    let e: Vec<f32> = (0..m.rows).map(|t| m.data[t * m.cols + dim]).collect();
+    let mut sorted: Vec<f32> = e.iter().copied().filter(|x| x.is_finite()).collect();
+    if sorted.is_empty() {
+        return vec![false; e.len()];
+    }
+    sorted.sort_unstable_by(f32::total_cmp);
+    let q = |p: f64| sorted[((sorted.len() - 1) as f64 * p).round() as usize];
+    let (lo, hi) = (q(0.05), q(0.95));
+    if hi - lo < min_range {
+        return vec![false; e.len()];
+    }
+    let cut = lo + threshold * (hi - lo);
+    // A frame of −inf energy (digital silence) is silent; NaN is not judged.
+    e.iter().map(|&x| x < cut).collect()
+}
+
+/// Per-dimension mean (and variance) normalisation of a group of frame spans (one utterance, or
+/// all of a speaker's) with the group's statistics, in f64 sums.
+fn normalize(spans: &mut [&mut [f32]], dims: usize, variance: bool) {
+    let n = spans.iter().map(|x| x.len() / dims).sum::<usize>();
     if n == 0 {
         return;
     }
     let mut mean = vec![0f64; dims];
     let mut sq = vec![0f64; dims];
-    for f in x.chunks_exact(dims) {
+    for f in spans.iter().flat_map(|x| x.chunks_exact(dims)) {
         for d in 0..dims {
             mean[d] += f64::from(f[d]);
             sq[d] += f64::from(f[d]) * f64::from(f[d]);
@@ -289,7 +403,7 @@ fn normalize(x: &mut [f32], dims: usize, variance: bool) {
             }
         })
         .collect();
-    for f in x.chunks_exact_mut(dims) {
+    for f in spans.iter_mut().flat_map(|x| x.chunks_exact_mut(dims)) {
         for d in 0..dims {
             f[d] = ((f64::from(f[d]) - mean[d]) * scale[d]) as f32;
         }
@@ -300,16 +414,78 @@ fn normalize(x: &mut [f32], dims: usize, variance: bool) {
 mod tests {
     use super::*;
 
+    fn feats(id: &str, speaker: Option<&str>, rows: &[[f32; 2]]) -> UtteranceFeatures {
+        UtteranceFeatures {
+            id: id.into(),
+            speaker: speaker.map(Into::into),
+            frames: invar_io::Matrix {
+                rows: rows.len(),
+                cols: 2,
+                data: rows.concat(),
+            },
+        }
+    }
+
+    #[test]
+    fn speaker_cmvn_shares_statistics_within_a_speaker() {
+        // Speaker A says (1, 1) then (3, 1); B says (5, 1); C is unknown. Mean over the speaker
+        // leaves A's utterances at (−1, 0) and (1, 0); alone, every utterance is all zero.
+        let utts = [
+            feats("a1", Some("A"), &[[1.0, 1.0]; 3]),
+            feats("b1", Some("B"), &[[5.0, 1.0]; 2]),
+            feats("a2", Some("A"), &[[3.0, 1.0]; 3]),
+            feats("c1", None, &[[7.0, 1.0]; 2]),
+        ];
+        let mut cfg = UtdConfig {
+            cmvn: Cmvn::Mean,
+            cmvn_over: CmvnOver::Speaker,
+            ..UtdConfig::default()
+        };
+        let f = prepare(&utts, &cfg).unwrap();
+        let first: Vec<f32> = [0, 3, 5, 8].iter().map(|&g| f.frame(g)[0]).collect();
+        assert_eq!(first, vec![-1.0, 0.0, 1.0, 0.0]);
+        cfg.cmvn_over = CmvnOver::Utterance;
+        let f = prepare(&utts, &cfg).unwrap();
+        assert!(f.unit.iter().all(|&x| x == 0.0));
+    }
+
+    #[test]
+    fn silence_by_hand() {
+        // 20 frames, energies 0 (5 frames) and 10 (15): 5th percentile 0, 95th 10, cut at
+        // 0.2 → 2; −inf is silent, NaN is not judged.
+        let mut rows = vec![[0.0f32, 1.0]; 5];
+        rows.extend([[10.0, 1.0]; 15]);
+        rows[7] = [f32::NEG_INFINITY, 1.0];
+        rows[8] = [f32::NAN, 1.0];
+        let u = feats("x", None, &rows);
+        let mask = silence_mask(&u.frames, 0, 0.2, 3.0);
+        let want: Vec<bool> = (0..20).map(|t| t < 5 || t == 7).collect();
+        assert_eq!(mask, want);
+        // A range of 10 under a minimum of 11: no pause in this utterance.
+        assert!(!silence_mask(&u.frames, 0, 0.2, 11.0).contains(&true));
+        let mut cfg = UtdConfig::default();
+        cfg.silence.energy_dim = Some(0);
+        cfg.silence.threshold = 0.2;
+        let f = prepare(&[u], &cfg).unwrap();
+        let frag = |start, end| FragmentRef { utt: 0, start, end };
+        assert_eq!(f.silent_share(&frag(0, 10)), 0.6);
+        assert_eq!(f.silent_share(&frag(10, 20)), 0.0);
+    }
+
     #[test]
     fn cmvn_by_hand() {
         // Two dims over three frames: (1, 10), (2, 10), (3, 10) → (−√1.5, 0), (0, 0), (√1.5, 0)
         // (population variance 2/3 in dim 0; dim 1 is constant and only centred).
         let mut x = vec![1.0, 10.0, 2.0, 10.0, 3.0, 10.0];
-        normalize(&mut x, 2, true);
+        normalize(&mut [&mut x[..]], 2, true);
         let r = 1.5f32.sqrt();
         for (g, w) in x.iter().zip([-r, 0.0, 0.0, 0.0, r, 0.0]) {
             assert!((g - w).abs() < 1e-6, "{x:?}");
         }
+        // A group's statistics are those of its spans together.
+        let (mut a, mut b) = (vec![1.0, 10.0, 2.0, 10.0], vec![3.0, 10.0]);
+        normalize(&mut [&mut a[..], &mut b[..]], 2, true);
+        assert_eq!([a, b].concat(), x);
         let mut data = vec![0.0; 10];
         let parts = split_by(&mut data, &[0, 2, 5], 2);
         assert_eq!(

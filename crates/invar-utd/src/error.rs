@@ -30,6 +30,12 @@ pub enum Error {
         "{frames} frames in all: more than the 2^32 − 1 frames one run can index; split the corpus"
     )]
     TooManyFrames { frames: usize },
+    /// Writing or reading a spilled run of frame pairs failed (see `search.hit_buffer`).
+    #[error("spilled frame pairs {}: {source} (set another folder for temporary files, or raise search.hit_buffer)", path.display())]
+    Spill {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     /// DTW refinement failed (an empty alignment region).
     #[error(transparent)]
     Ops(#[from] invar_ops::Error),

@@ -19,7 +19,8 @@ mod search;
 
 pub use cluster::cluster;
 pub use config::{
-    ClusterConfig, Cmvn, LineConfig, LshConfig, RefineConfig, SearchConfig, UtdConfig,
+    ClusterConfig, Cmvn, CmvnOver, LineConfig, LshConfig, RefineConfig, SearchConfig,
+    SilenceConfig, UtdConfig,
 };
 pub use discover::{
     discover, discover_with_progress, Discovery, FragmentPair, FragmentRef, Progress, StageCounts,
@@ -29,6 +30,6 @@ pub use error::{Error, Result};
 pub use invar_io::FrameTiming;
 pub use lsh::{hamming_cosine, max_hamming, Hyperplanes};
 pub use report::{
-    gold_words, load_featureset, summarize, to_classes, write_outputs, GoldScores, GoldWord,
-    Summary,
+    energy_dim_of, gold_words, load_featureset, summarize, to_classes, write_outputs, GoldScores,
+    GoldWord, Summary,
 };

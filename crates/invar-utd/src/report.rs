@@ -82,6 +82,19 @@ pub struct GoldScores {
     pub word_types_repeated: usize,
     /// Fragment-weighted share of each class's fragments that overlap its most common word type.
     pub class_purity: f64,
+    /// Pair precision over the scored pairs whose utterances have different speakers, and their
+    /// number.
+    #[serde(default)]
+    pub cross_speaker_precision: f64,
+    #[serde(default)]
+    pub cross_speaker_pairs_scored: usize,
+    /// Share of class fragments (in aligned utterances) more than half outside every word token:
+    /// pauses and edge silences.
+    #[serde(default)]
+    pub silence_fragments: f64,
+    /// Share of the word tokens (of the input's aligned utterances) that a class fragment overlaps.
+    #[serde(default)]
+    pub word_token_coverage: f64,
 }
 
 /// The JSON summary of a run.
@@ -100,6 +113,12 @@ pub struct Summary {
     pub corpus_s: f64,
     pub coverage_fraction: f64,
     pub mean_pair_score: f64,
+    /// Share of pairs whose two utterances have different speakers, and of classes with fragments
+    /// of at least two speakers (none when the input names no speakers).
+    #[serde(default)]
+    pub cross_speaker_pairs: Option<f64>,
+    #[serde(default)]
+    pub cross_speaker_classes: Option<f64>,
     pub gold: Option<GoldScores>,
 }
 
@@ -185,7 +204,39 @@ pub fn summarize(
                 .sum::<f64>()
                 / pairs as f64
         },
+        cross_speaker_pairs: utterances.iter().any(|u| u.speaker.is_some()).then(|| {
+            let cross = discovery
+                .pairs
+                .iter()
+                .filter(|p| cross_speaker(utterances, p.a.utt, p.b.utt))
+                .count();
+            share(cross, pairs)
+        }),
+        cross_speaker_classes: utterances.iter().any(|u| u.speaker.is_some()).then(|| {
+            let cross = discovery
+                .classes
+                .iter()
+                .filter(|c| c.iter().any(|f| cross_speaker(utterances, c[0].utt, f.utt)))
+                .count();
+            share(cross, classes)
+        }),
         gold: gold.map(|g| score_gold(discovery, utterances, timing, g)),
+    }
+}
+
+fn share(part: usize, whole: usize) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+/// Whether two utterances have known, different speakers.
+fn cross_speaker(utterances: &[UtteranceFeatures], a: usize, b: usize) -> bool {
+    match (&utterances[a].speaker, &utterances[b].speaker) {
+        (Some(x), Some(y)) => x != y,
+        _ => false,
     }
 }
 
@@ -205,6 +256,43 @@ fn score_gold(
         })
         .collect();
     let scored: Vec<&BTreeSet<String>> = judged.iter().flatten().collect();
+    let (mut cross, mut cross_correct) = (0usize, 0usize);
+    for (p, j) in discovery.pairs.iter().zip(&judged) {
+        if let (Some(j), true) = (j, cross_speaker(utterances, p.a.utt, p.b.utt)) {
+            cross += 1;
+            cross_correct += usize::from(!j.is_empty());
+        }
+    }
+    // Fragments mostly outside words, and word tokens some fragment overlaps.
+    let mut by_utt: HashMap<usize, Vec<(f64, f64)>> = HashMap::new();
+    let (mut aligned_fragments, mut silent_fragments) = (0usize, 0usize);
+    for f in discovery.classes.iter().flatten() {
+        let Some(words) = gold.get(&utterances[f.utt].id) else {
+            continue;
+        };
+        let (s, e) = timing.seconds(f.start, f.end);
+        let inside: f64 = words
+            .iter()
+            .map(|w| (e.min(w.end) - s.max(w.start)).max(0.0))
+            .sum();
+        aligned_fragments += 1;
+        silent_fragments += usize::from(2.0 * inside < e - s);
+        by_utt.entry(f.utt).or_default().push((s, e));
+    }
+    let (mut word_tokens, mut tokens_covered) = (0usize, 0usize);
+    for (k, u) in utterances.iter().enumerate() {
+        let Some(words) = gold.get(&u.id) else {
+            continue;
+        };
+        let frags = by_utt.get(&k).map(Vec::as_slice).unwrap_or(&[]);
+        for w in words {
+            word_tokens += 1;
+            tokens_covered += usize::from(frags.iter().any(|&(s, e)| {
+                let inter = e.min(w.end) - s.max(w.start);
+                inter > 0.0 && 2.0 * inter >= (e - s).min(w.end - w.start)
+            }));
+        }
+    }
     let correct = scored.iter().filter(|s| !s.is_empty()).count();
     let covered: BTreeSet<&String> = scored.iter().flat_map(|s| s.iter()).collect();
     let mut tokens: HashMap<&str, usize> = HashMap::new();
@@ -241,7 +329,26 @@ fn score_gold(
         } else {
             pure as f64 / total as f64
         },
+        cross_speaker_precision: share(cross_correct, cross),
+        cross_speaker_pairs_scored: cross,
+        silence_fragments: share(silent_fragments, aligned_fragments),
+        word_token_coverage: share(tokens_covered, word_tokens),
     }
+}
+
+/// The energy gate's dimension for a feature set: 0 when it is invar's MFCC with energy (c0 replaced
+/// by the log energy, the default of `invar features --kind mfcc`), else none (posteriorgrams,
+/// filterbanks, MFCC without energy, sets without a readable config).
+pub fn energy_dim_of(set: &invar_data::FeatureSet) -> Option<usize> {
+    let cfg = set.config().ok()?;
+    let front = cfg.get("frontend").unwrap_or(&cfg);
+    let mfcc = front.get("kind")?.as_str()? == "mfcc";
+    let energy = front
+        .get("mfcc")
+        .and_then(|m| m.get("use_energy"))
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(true);
+    (mfcc && energy).then_some(0)
 }
 
 /// Loads every utterance of a feature set (in manifest order, in parallel).
@@ -251,6 +358,7 @@ pub fn load_featureset(set: &invar_data::FeatureSet) -> Result<Vec<UtteranceFeat
         .map(|e| {
             Ok(UtteranceFeatures {
                 id: e.id.clone(),
+                speaker: Some(e.speaker.clone()).filter(|s| !s.is_empty()),
                 frames: set.load(e)?,
             })
         })

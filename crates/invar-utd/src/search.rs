@@ -3,13 +3,19 @@
 //! in each order, so the search costs `O(P · N log N + P · N · beam)`, not `O(N²)`. Candidates within
 //! the Hamming radius of the threshold are scored exactly (cosine of the unit frames).
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
 use crate::lsh::max_hamming;
-use crate::SearchConfig;
+use crate::{Error, Result, SearchConfig};
 
 /// All frames of a run, unit-normalised and concatenated, with their signatures.
 #[derive(Debug, Clone)]
@@ -22,6 +28,8 @@ pub(crate) struct Frames {
     /// Unit-length frames (zero frames stay zero), `N × dims`.
     pub unit: Vec<f32>,
     pub sigs: Vec<u64>,
+    /// Frames the energy gate called silent (empty: no gate).
+    pub silent: Vec<bool>,
 }
 
 impl Frames {
@@ -31,6 +39,23 @@ impl Frames {
 
     pub fn cosine(&self, a: usize, b: usize) -> f32 {
         dot(self.frame(a), self.frame(b))
+    }
+
+    fn is_silent(&self, g: usize) -> bool {
+        self.silent.get(g).copied().unwrap_or(false)
+    }
+
+    /// Share of a fragment's frames that are silent (0 without a gate).
+    pub fn silent_share(&self, f: &crate::FragmentRef) -> f32 {
+        if self.silent.is_empty() || f.end <= f.start {
+            return 0.0;
+        }
+        let o = self.offsets[f.utt];
+        let s = self.silent[o + f.start..o + f.end]
+            .iter()
+            .filter(|&&x| x)
+            .count();
+        s as f32 / (f.end - f.start) as f32
     }
 }
 
@@ -46,14 +71,52 @@ pub(crate) struct Hit {
     pub sim: f32,
 }
 
+/// Bytes one hit takes in memory and in a spilled run.
+pub(crate) const HIT_BYTES: usize = 12;
+
+/// Runs merged at once; more runs are first merged in groups of this many.
+const FAN_IN: usize = 64;
+
+/// Sort key of a hit: `(utt(a), utt(b), a, b)`, which groups hits by utterance pair.
+type Key = (u32, u32, u32, u32);
+
+/// A run's current hit in the merge heap: its key, the run, the cosine's bits.
+type HeapEntry = Reverse<(Key, usize, u32)>;
+
+fn key(utt: &[u32], h: &Hit) -> Key {
+    (utt[h.a as usize], utt[h.b as usize], h.a, h.b)
+}
+
 /// The sparse similarity matrix: frame pairs across utterances (and within, if asked) whose cosine
-/// is at least `cfg.threshold`, sorted by `(utt(a), utt(b), a, b)` and without repeats.
-pub(crate) fn search(frames: &Frames, bits: usize, cfg: &SearchConfig, seed: u64) -> Vec<Hit> {
+/// is at least `cfg.threshold`, sorted by `(utt(a), utt(b), a, b)` and without repeats, read in
+/// batches of whole utterance pairs with [`SortedHits::fill`].
+///
+/// At most `cfg.hit_buffer` hits (plus one slice of candidates) are held while searching: a full
+/// buffer is sorted, deduplicated and written as a run under `spill` (a temporary folder, removed
+/// when the result is dropped), and the runs are merged as they are read. The hits, and so every
+/// result, are the same whatever the buffer size; only when nothing was spilled do they stay in
+/// memory.
+pub(crate) fn search(
+    frames: &Frames,
+    bits: usize,
+    cfg: &SearchConfig,
+    seed: u64,
+    spill: &Path,
+) -> Result<SortedHits> {
     let n = frames.sigs.len();
     let radius = max_hamming(cfg.threshold, bits);
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x005e_ed0f_b175);
-    let mut hits: Vec<Hit> = Vec::new();
+    let limit = cfg.hit_buffer.max(1);
+    // Frames scanned per slice: each yields at most `beam` hits, so a slice adds at most a quarter
+    // of the buffer.
+    let slice = (limit / (4 * cfg.beam)).max(1);
+    // Reserved once (no doubling past the limit): at most the limit plus one slice, and never
+    // more than the search can find. Pages are only touched as hits arrive.
+    let most = n.saturating_mul(cfg.beam).saturating_mul(cfg.permutations);
+    let mut buffer: Vec<Hit> = Vec::with_capacity(limit.min(most).saturating_add(slice * cfg.beam));
+    let mut runs = Runs::default();
     let mut keys: Vec<(u64, u32)> = Vec::with_capacity(n);
+    let mut produced = 0usize;
     for p in 0..cfg.permutations {
         let mut perm: Vec<usize> = (0..bits).collect();
         perm.shuffle(&mut rng);
@@ -66,35 +129,286 @@ pub(crate) fn search(frames: &Frames, bits: usize, cfg: &SearchConfig, seed: u64
             (key, g as u32)
         }));
         keys.par_sort_unstable();
-        let found: Vec<Hit> = keys
-            .par_chunks(4096)
-            .enumerate()
-            .flat_map_iter(|(c, chunk)| {
-                let base = c * 4096;
-                let keys = &keys;
-                chunk.iter().enumerate().flat_map(move |(o, &(_, ga))| {
-                    let idx = base + o;
-                    let end = (idx + 1 + cfg.beam).min(keys.len());
-                    keys[idx + 1..end].iter().filter_map(move |&(_, gb)| {
-                        candidate(frames, ga as usize, gb as usize, radius, cfg)
-                    })
+        let keys = &keys;
+        let mut found = 0usize;
+        for first in (0..n).step_by(slice) {
+            let last = (first + slice).min(n);
+            if !buffer.is_empty() && buffer.len() + (last - first) * cfg.beam > limit {
+                runs.spill(frames, &mut buffer, spill)?;
+            }
+            let before = buffer.len();
+            buffer.par_extend((first..last).into_par_iter().flat_map_iter(|idx| {
+                let ga = keys[idx].1;
+                let end = (idx + 1 + cfg.beam).min(keys.len());
+                keys[idx + 1..end].iter().filter_map(move |&(_, gb)| {
+                    candidate(frames, ga as usize, gb as usize, radius, cfg)
                 })
-            })
-            .collect();
-        tracing::debug!(permutation = p, candidates = found.len(), "LSH pass");
-        hits.extend(found);
+            }));
+            found += buffer.len() - before;
+        }
+        produced += found;
+        tracing::debug!(permutation = p, candidates = found, "LSH pass");
     }
+    if runs.paths.is_empty() {
+        sort_dedup(frames, &mut buffer);
+        return Ok(SortedHits::Memory(Some(buffer)));
+    }
+    runs.spill(frames, &mut buffer, spill)?;
+    drop(buffer);
+    tracing::info!(
+        hits = produced,
+        runs = runs.paths.len(),
+        "frame pairs spilled to sorted runs"
+    );
+    Ok(SortedHits::Merged(runs.merge(frames, spill)?))
+}
+
+fn sort_dedup(frames: &Frames, hits: &mut Vec<Hit>) {
     let utt = &frames.utt;
-    hits.par_sort_unstable_by(|x, y| {
-        (utt[x.a as usize], utt[x.b as usize], x.a, x.b).cmp(&(
-            utt[y.a as usize],
-            utt[y.b as usize],
-            y.a,
-            y.b,
-        ))
-    });
+    hits.par_sort_unstable_by(|x, y| key(utt, x).cmp(&key(utt, y)));
     hits.dedup_by(|x, y| x.a == y.a && x.b == y.b);
-    hits
+}
+
+/// Hits sorted by [`key`] without repeats, in memory or merged from runs on disk.
+pub(crate) enum SortedHits {
+    /// Everything fitted the buffer (taken by the first `fill`).
+    Memory(Option<Vec<Hit>>),
+    Merged(Merger),
+}
+
+impl SortedHits {
+    /// Replaces `out` with the next whole utterance pairs' hits: at least `limit` of them unless the
+    /// matrix ends first (an utterance pair is never split). Returns `false` when nothing remains
+    /// after this batch; `out` is empty only when nothing remained.
+    pub fn fill(&mut self, frames: &Frames, out: &mut Vec<Hit>, limit: usize) -> Result<bool> {
+        out.clear();
+        match self {
+            SortedHits::Memory(hits) => {
+                if let Some(h) = hits.take() {
+                    *out = h;
+                }
+                Ok(false)
+            }
+            SortedHits::Merged(m) => loop {
+                let Some(h) = m.next(frames)? else {
+                    return Ok(false);
+                };
+                if let Some(last) = out.last() {
+                    let u = &frames.utt;
+                    let same = (u[last.a as usize], u[last.b as usize])
+                        == (u[h.a as usize], u[h.b as usize]);
+                    if out.len() >= limit && !same {
+                        m.peeked = Some(h);
+                        return Ok(true);
+                    }
+                }
+                out.push(h);
+            },
+        }
+    }
+}
+
+/// Sorted runs written so far, in a temporary folder created on the first spill.
+#[derive(Default)]
+struct Runs {
+    dir: Option<tempfile::TempDir>,
+    paths: Vec<(PathBuf, usize)>,
+    /// Files named so far (names are never reused).
+    named: usize,
+}
+
+impl Runs {
+    /// Sorts and deduplicates `buffer`, writes it as the next run and empties it.
+    fn spill(&mut self, frames: &Frames, buffer: &mut Vec<Hit>, parent: &Path) -> Result<()> {
+        sort_dedup(frames, buffer);
+        let path = self.next_path(parent)?;
+        let mut w = RunWriter::create(&path)?;
+        for h in buffer.iter() {
+            w.push(h)?;
+        }
+        let count = w.finish()?;
+        self.paths.push((path, count));
+        buffer.clear();
+        Ok(())
+    }
+
+    fn next_path(&mut self, parent: &Path) -> Result<PathBuf> {
+        if self.dir.is_none() {
+            let dir = tempfile::Builder::new()
+                .prefix(".invar-utd-spill-")
+                .tempdir_in(parent)
+                .map_err(|source| Error::Spill {
+                    path: parent.to_path_buf(),
+                    source,
+                })?;
+            self.dir = Some(dir);
+        }
+        let dir = self.dir.as_ref().map(|d| d.path()).unwrap_or(parent);
+        self.named += 1;
+        Ok(dir.join(format!("run-{:06}.bin", self.named)))
+    }
+
+    /// Merges the runs, first in groups of [`FAN_IN`] into longer runs while there are more.
+    fn merge(mut self, frames: &Frames, parent: &Path) -> Result<Merger> {
+        let mut pending: std::collections::VecDeque<(PathBuf, usize)> =
+            std::mem::take(&mut self.paths).into();
+        while pending.len() > FAN_IN {
+            let group: Vec<(PathBuf, usize)> = pending.drain(..FAN_IN).collect();
+            let path = self.next_path(parent)?;
+            let mut m = Merger::open(frames, &group, None)?;
+            let mut w = RunWriter::create(&path)?;
+            while let Some(h) = m.next(frames)? {
+                w.push(&h)?;
+            }
+            let count = w.finish()?;
+            for (p, _) in &group {
+                std::fs::remove_file(p).map_err(|source| Error::Spill {
+                    path: p.clone(),
+                    source,
+                })?;
+            }
+            pending.push_back((path, count));
+        }
+        let group: Vec<(PathBuf, usize)> = pending.into();
+        Merger::open(frames, &group, self.dir.take())
+    }
+}
+
+struct RunWriter {
+    path: PathBuf,
+    w: BufWriter<File>,
+    count: usize,
+}
+
+impl RunWriter {
+    fn create(path: &Path) -> Result<Self> {
+        let file = File::create(path).map_err(|source| Error::Spill {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            w: BufWriter::with_capacity(1 << 16, file),
+            count: 0,
+        })
+    }
+
+    fn push(&mut self, h: &Hit) -> Result<()> {
+        let mut rec = [0u8; HIT_BYTES];
+        rec[..4].copy_from_slice(&h.a.to_le_bytes());
+        rec[4..8].copy_from_slice(&h.b.to_le_bytes());
+        rec[8..].copy_from_slice(&h.sim.to_bits().to_le_bytes());
+        self.count += 1;
+        self.w.write_all(&rec).map_err(|source| Error::Spill {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    fn finish(mut self) -> Result<usize> {
+        self.w.flush().map_err(|source| Error::Spill {
+            path: self.path.clone(),
+            source,
+        })?;
+        Ok(self.count)
+    }
+}
+
+struct RunReader {
+    path: PathBuf,
+    r: BufReader<File>,
+    left: usize,
+}
+
+impl RunReader {
+    fn next(&mut self) -> Result<Option<Hit>> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        let mut rec = [0u8; HIT_BYTES];
+        self.r.read_exact(&mut rec).map_err(|source| Error::Spill {
+            path: self.path.clone(),
+            source,
+        })?;
+        self.left -= 1;
+        let word = |k: usize| u32::from_le_bytes([rec[k], rec[k + 1], rec[k + 2], rec[k + 3]]);
+        Ok(Some(Hit {
+            a: word(0),
+            b: word(4),
+            sim: f32::from_bits(word(8)),
+        }))
+    }
+}
+
+/// k-way merge of sorted runs, dropping repeats (the same frame pair found by several
+/// permutations or runs has the same cosine).
+pub(crate) struct Merger {
+    readers: Vec<RunReader>,
+    /// Each run's current hit, keyed for a min-heap.
+    heap: BinaryHeap<HeapEntry>,
+    last: Option<(u32, u32)>,
+    peeked: Option<Hit>,
+    /// The runs' folder, removed with the merger.
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Merger {
+    fn open(
+        frames: &Frames,
+        runs: &[(PathBuf, usize)],
+        dir: Option<tempfile::TempDir>,
+    ) -> Result<Self> {
+        let mut readers = Vec::with_capacity(runs.len());
+        for (path, count) in runs {
+            let file = File::open(path).map_err(|source| Error::Spill {
+                path: path.clone(),
+                source,
+            })?;
+            readers.push(RunReader {
+                path: path.clone(),
+                r: BufReader::with_capacity(1 << 16, file),
+                left: *count,
+            });
+        }
+        let mut m = Self {
+            readers,
+            heap: BinaryHeap::new(),
+            last: None,
+            peeked: None,
+            _dir: dir,
+        };
+        for r in 0..m.readers.len() {
+            m.advance(frames, r)?;
+        }
+        Ok(m)
+    }
+
+    fn next(&mut self, frames: &Frames) -> Result<Option<Hit>> {
+        if let Some(h) = self.peeked.take() {
+            return Ok(Some(h));
+        }
+        while let Some(Reverse((k, r, sim))) = self.heap.pop() {
+            self.advance(frames, r)?;
+            if self.last == Some((k.2, k.3)) {
+                continue;
+            }
+            self.last = Some((k.2, k.3));
+            return Ok(Some(Hit {
+                a: k.2,
+                b: k.3,
+                sim: f32::from_bits(sim),
+            }));
+        }
+        Ok(None)
+    }
+
+    fn advance(&mut self, frames: &Frames, r: usize) -> Result<()> {
+        if let Some(h) = self.readers[r].next()? {
+            self.heap
+                .push(Reverse((key(&frames.utt, &h), r, h.sim.to_bits())));
+        }
+        Ok(())
+    }
 }
 
 fn candidate(
@@ -108,6 +422,9 @@ fn candidate(
     if frames.utt[a] == frames.utt[b] && (!cfg.within || b - a < cfg.min_gap) {
         return None;
     }
+    if frames.is_silent(a) || frames.is_silent(b) {
+        return None;
+    }
     if (frames.sigs[a] ^ frames.sigs[b]).count_ones() > radius {
         return None;
     }
@@ -117,4 +434,119 @@ fn candidate(
         b: b as u32,
         sim,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lsh::Hyperplanes;
+    use proptest::prelude::*;
+    use rand::Rng;
+
+    /// Random unit frames in few dimensions (so many pairs pass the threshold), `lens[u]` frames
+    /// for utterance `u`.
+    fn random_frames(seed: u64, lens: &[usize], dims: usize) -> Frames {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut offsets = vec![0usize];
+        let mut utt = Vec::new();
+        for (u, &l) in lens.iter().enumerate() {
+            offsets.push(offsets[u] + l);
+            utt.extend(std::iter::repeat_n(u as u32, l));
+        }
+        let n = offsets[lens.len()];
+        let mut unit: Vec<f32> = (0..n * dims).map(|_| rng.random_range(-1.0..1.0)).collect();
+        for f in unit.chunks_mut(dims) {
+            let norm = dot(f, f).sqrt().max(1e-6);
+            f.iter_mut().for_each(|x| *x /= norm);
+        }
+        let planes = Hyperplanes::new(dims, 64, seed);
+        let sigs = unit.chunks(dims).map(|f| planes.signature(f)).collect();
+        Frames {
+            dims,
+            offsets,
+            utt,
+            unit,
+            sigs,
+            silent: Vec::new(),
+        }
+    }
+
+    /// All batches of a search, each checked to hold whole utterance pairs.
+    fn batches(frames: &Frames, cfg: &SearchConfig, dir: &Path, limit: usize) -> Vec<Vec<Hit>> {
+        let mut sorted = search(frames, 64, cfg, 3, dir).unwrap();
+        let mut out = Vec::new();
+        let mut batch = Vec::new();
+        loop {
+            let more = sorted.fill(frames, &mut batch, limit).unwrap();
+            out.push(batch.clone());
+            if !more {
+                break;
+            }
+            assert!(batch.len() >= limit, "a batch before the last is short");
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        // A tiny hit buffer spills many sorted runs (more than one merge fan-in with a buffer of 1)
+        // and merges them; the matrix is the all-in-memory one, hit for hit, and each batch holds
+        // whole utterance pairs.
+        #[test]
+        fn spilled_runs_merge_to_the_in_memory_matrix(
+            seed in 0u64..1000,
+            lens in proptest::collection::vec(1usize..40, 2..7),
+            buffer in prop_oneof![Just(1usize), 2usize..50],
+            limit in 1usize..40,
+            within in any::<bool>(),
+        ) {
+            let frames = random_frames(seed, &lens, 3);
+            let mut cfg = SearchConfig {
+                permutations: 3,
+                beam: 5,
+                within,
+                min_gap: 3,
+                ..SearchConfig::default()
+            };
+            let dir = tempfile::tempdir().unwrap();
+            let reference = batches(&frames, &cfg, dir.path(), usize::MAX);
+            prop_assert_eq!(reference.len(), 1);
+            let reference = &reference[0];
+            cfg.hit_buffer = buffer;
+            let spilled = batches(&frames, &cfg, dir.path(), limit);
+            let flat: Vec<Hit> = spilled.iter().flatten().copied().collect();
+            prop_assert_eq!(&flat, reference);
+            let group = |h: &Hit| (frames.utt[h.a as usize], frames.utt[h.b as usize]);
+            for w in spilled.windows(2) {
+                if let (Some(x), Some(y)) = (w[0].last(), w[1].first()) {
+                    prop_assert!(group(x) != group(y), "an utterance pair split across batches");
+                }
+            }
+            // The spilled runs' folder is gone once the search is dropped.
+            prop_assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        }
+    }
+
+    #[test]
+    fn a_small_buffer_spills_and_a_large_one_does_not() {
+        let frames = random_frames(5, &[60, 70, 80], 3);
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = SearchConfig::default();
+        let big = search(&frames, 64, &cfg, 0, dir.path()).unwrap();
+        assert!(matches!(big, SortedHits::Memory(_)));
+        cfg.hit_buffer = 10;
+        let small = search(&frames, 64, &cfg, 0, dir.path()).unwrap();
+        let SortedHits::Merged(m) = &small else {
+            panic!("a buffer of 10 hits should spill");
+        };
+        // At most FAN_IN runs are open at once.
+        assert!(m.readers.len() <= FAN_IN && m.readers.len() > 1);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        drop(small);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        // A folder that cannot be written names itself.
+        let missing = dir.path().join("missing");
+        let err = search(&frames, 64, &cfg, 0, &missing).err().unwrap();
+        assert!(err.to_string().contains("missing"), "{err}");
+    }
 }

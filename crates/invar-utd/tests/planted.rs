@@ -30,6 +30,7 @@ fn noise(rng: &mut ChaCha8Rng, len: usize, rho: f32) -> Vec<f32> {
 fn utt(id: &str, data: Vec<f32>) -> UtteranceFeatures {
     UtteranceFeatures {
         id: id.to_string(),
+        speaker: None,
         frames: invar_io::Matrix {
             rows: data.len() / DIMS,
             cols: DIMS,
@@ -132,7 +133,9 @@ fn classes_round_trip_through_the_class_file_reader() {
     for k in 0..4 {
         let mut x = noise(&mut rng, 140, 0.3);
         plant(&mut rng, &mut x, &word, 10 + 20 * k, 0.2);
-        utts.push(utt(&format!("s{k}"), x));
+        let mut u = utt(&format!("s{k}"), x);
+        u.speaker = Some(if k < 2 { "A" } else { "B" }.to_string());
+        utts.push(u);
     }
     let cfg = UtdConfig::default();
     let d = discover(&utts, &cfg).unwrap();
@@ -175,5 +178,99 @@ fn classes_round_trip_through_the_class_file_reader() {
     assert_eq!(s.fragments, 4);
     // Coverage: four fragments of about 40 frames = about 1.6 s.
     assert!((s.coverage_s - 1.6).abs() < 0.15, "{}", s.coverage_s);
+    // Speakers A (s0, s1) and B (s2, s3): one class across both; pairs across are those between.
+    let across = d
+        .pairs
+        .iter()
+        .filter(|p| (p.a.utt < 2) != (p.b.utt < 2))
+        .count();
+    assert!(across >= 1);
+    assert_eq!(
+        s.cross_speaker_pairs,
+        Some(across as f64 / d.pairs.len() as f64)
+    );
+    assert_eq!(s.cross_speaker_classes, Some(1.0));
+    assert_eq!(
+        (g.cross_speaker_precision, g.cross_speaker_pairs_scored),
+        (1.0, across)
+    );
+    // The four "w" tokens are covered, the four "pre" ones not; no fragment is outside words.
+    assert_eq!(g.word_token_coverage, 0.5);
+    assert_eq!(g.silence_fragments, 0.0);
+    // With only the "pre" words aligned, every fragment lies in what the alignment calls pause.
+    let pauses = gold
+        .iter()
+        .map(|(id, w): (&String, &Vec<GoldWord>)| (id.clone(), w[..1].to_vec()))
+        .collect();
+    let g = summarize(&d, &utts, &cfg.timing, Some(&pauses))
+        .gold
+        .unwrap();
+    assert_eq!((g.silence_fragments, g.word_token_coverage), (1.0, 0.0));
     let _: &FragmentRef = &d.classes[0][0];
+}
+
+#[test]
+fn a_tiny_hit_buffer_gives_the_same_discovery() {
+    // 8 frame pairs in memory: the matrix is spilled as hundreds of sorted runs, merged in two
+    // levels, and lines are found over batches of a few utterance pairs; nothing may change.
+    let utts = planted(1);
+    let reference = discover(&utts, &UtdConfig::default()).unwrap();
+    assert_eq!(reference.pairs.len(), 1);
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = UtdConfig::default();
+    cfg.search.hit_buffer = 8;
+    cfg.spill_dir = Some(dir.path().to_path_buf());
+    let spilled = discover(&utts, &cfg).unwrap();
+    assert_eq!(spilled, reference);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+/// Utterances whose dimension 0 is a log energy (speech about 10, pause about 0), with one shared
+/// 40-frame stretch planted in utterances a and b: as speech, or as pause.
+fn energy_utts(seed: u64, pause: bool) -> Vec<UtteranceFeatures> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let stretch = noise(&mut rng, 40, 0.3);
+    let mut utts = Vec::new();
+    for k in 0..8 {
+        let mut x = noise(&mut rng, 150, 0.3);
+        // Speech energy varies little (an energy range under silence.min_range without pauses).
+        for t in 0..150 {
+            x[t * DIMS] = 10.0 + 0.3 * x[t * DIMS];
+        }
+        if k < 2 {
+            let at = 30 + 50 * k;
+            plant(&mut rng, &mut x, &stretch, at, 0.25);
+            for t in at..at + 40 {
+                x[t * DIMS] = if pause { 0.0 } else { 10.0 } + 0.3 * x[t * DIMS];
+            }
+        }
+        utts.push(utt(&format!("u{k}"), x));
+    }
+    utts
+}
+
+#[test]
+fn the_energy_gate_keeps_pauses_from_matching() {
+    // The same stretch in two utterances is found as a pair whether or not it is quiet; with the
+    // gate on dimension 0 the quiet one (a shared pause) seeds nothing, the loud one still pairs.
+    let mut gated = UtdConfig::default();
+    gated.silence.energy_dim = Some(0);
+    for seed in 0..2 {
+        let quiet = energy_utts(seed, true);
+        assert_eq!(
+            discover(&quiet, &UtdConfig::default()).unwrap().pairs.len(),
+            1
+        );
+        let d = discover(&quiet, &gated).unwrap();
+        assert!(d.pairs.is_empty(), "seed {seed}: {:?}", d.pairs);
+        // 5th–95th percentile cut at 0.2: the 80 quiet frames of 1200, nothing else.
+        assert_eq!(d.counts.silent_frames, 80);
+        let loud = energy_utts(seed, false);
+        let d = discover(&loud, &gated).unwrap();
+        assert_eq!(d.pairs.len(), 1, "seed {seed}");
+        assert_eq!(d.counts.silent_frames, 0);
+    }
+    gated.silence.energy_dim = Some(DIMS);
+    let err = discover(&energy_utts(0, true), &gated).unwrap_err();
+    assert!(err.to_string().contains("silence.energy_dim"), "{err}");
 }

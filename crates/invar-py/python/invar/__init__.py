@@ -335,8 +335,10 @@ def utd(features: Union[Mapping[str, np.ndarray], PathLike], **config: Any) -> D
     """Unsupervised term discovery as ``invar utd`` runs it: class id → fragments.
 
     ``features`` is a dict of utterance id → frames × dims array, or a feature-set folder (whose
-    config gives the frame timing). ``config`` overrides invar's UTD settings (``search``,
-    ``refine``, ``cmvn``, ``seed``, … as in ``invar utd --config``).
+    config gives the frame timing and, for MFCC with energy, the energy gate on c0, as ``invar utd``
+    does). ``config`` overrides invar's UTD settings (``search``, ``refine``, ``cmvn``,
+    ``silence``, ``seed``, … as in ``invar utd --config``); arrays get no energy gate unless
+    ``silence={"energy_dim": 0}``.
     """
     if isinstance(features, Mapping):
         source: Any = {str(k): _f32(v, 2, f"features[{k!r}]") for k, v in features.items()}
