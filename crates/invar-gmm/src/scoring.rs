@@ -303,7 +303,7 @@ impl Wccn {
         let d = x.cols;
         let mut w = within_scatter(x, labels, &means, &counts, true);
         cholesky(&mut w, d, "WCCN within-class covariance")?;
-        let mut b = cholesky_inverse(&w, d);
+        let mut b = cholesky_inverse(&w, d)?;
         cholesky(&mut b, d, "inverse within-class covariance")?;
         Ok(Wccn {
             projection: b,
