@@ -8,12 +8,9 @@ use anyhow::{bail, Context};
 use crate::out_dir::{opt, paths};
 use crate::progress::Progress;
 use clap::{Args, Subcommand};
-use invar_data::{
-    FeatureEntry, FeatureFormat, FeatureSet, FeatureSetWriter, Shard, Split, SupervectorSet,
-};
+use invar_data::{FeatureFormat, FeatureSet, Shard, Split, SupervectorSet};
 use invar_gmm::{DiagGmm, EmConfig, FrameSource, GmmMeta, InitMethod, MapConfig};
 use invar_io::Matrix;
-use rayon::prelude::*;
 use serde::Serialize;
 
 /// UBM training, frame posteriorgrams and MAP supervectors.
@@ -416,8 +413,8 @@ impl StageSummary {
     }
 }
 
-/// Runs `f` on every utterance of `shard` in parallel, writing each result through a
-/// [`FeatureSetWriter`] into `out`; merges shard manifests when the last shard finishes.
+/// Runs `f` on every utterance of `shard` in parallel through `invar_data::map_feature_set` into
+/// `out` (see there), with a progress bar.
 /// Returns (utterances, frames in, output dims, manifest complete).
 pub(crate) fn per_utterance(
     set: &FeatureSet,
@@ -440,55 +437,21 @@ pub(crate) fn per_utterance_as(
     what: &'static str,
     f: &(dyn Fn(&Matrix) -> anyhow::Result<Matrix> + Sync),
 ) -> anyhow::Result<(usize, usize, usize, bool)> {
-    let writer = FeatureSetWriter::create_as(out, config, &set.origin(), shard, format)?;
-    let mine: Vec<&FeatureEntry> = set
-        .entries()
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| shard.contains(*i))
-        .map(|(_, e)| e)
-        .collect();
-    let progress = Progress::new(mine.len() as u64, what);
-    let dims = mine
-        .par_iter()
-        .map(|e| -> anyhow::Result<usize> {
-            let x = set.load(e)?;
-            let y = f(&x).with_context(|| format!("utterance {}", e.id))?;
-            writer.write(&e.id, &e.speaker, e.split, &y)?;
-            progress.inc();
-            Ok(y.cols)
-        })
-        .try_reduce(|| 0, |a, b| Ok(a.max(b)))?;
+    let mine = (0..set.entries().len())
+        .filter(|&i| shard.contains(i))
+        .count();
+    let progress = Progress::new(mine as u64, what);
+    let done = invar_data::map_feature_set(
+        set,
+        out,
+        config,
+        shard,
+        format,
+        &|| progress.inc(),
+        &|e, x| f(x).with_context(|| format!("utterance {}", e.id)),
+    )?;
     progress.finish();
-    writer.finish()?;
-    let complete = if shard.count == 1 {
-        true
-    } else {
-        invar_data::merge_shards(out, shard.count)?.is_some()
-    };
-    let frames = mine.iter().map(|e| e.frames).sum();
-    Ok((mine.len(), frames, dims, complete))
-}
-
-/// Stacks a complete per-utterance set of 1×D rows into `name`.npy + speakers.txt + ids.txt.
-pub(crate) fn stack_rows(out: &Path, name: &str) -> anyhow::Result<SupervectorSet> {
-    let set = FeatureSet::open(out)?;
-    let rows = set
-        .entries()
-        .iter()
-        .map(|e| set.load(e))
-        .collect::<Result<Vec<_>, _>>()?;
-    let matrix = Matrix::vstack(&rows)?;
-    let names: Vec<String> = set.entries().iter().map(|e| e.speaker.clone()).collect();
-    let sv = SupervectorSet::from_names(matrix, &names, &out.join("manifest.tsv"))?;
-    sv.save(&out.join(format!("{name}.npy")), &out.join("speakers.txt"))?;
-    let ids: String = set
-        .entries()
-        .iter()
-        .map(|e| format!("{}\n", e.id))
-        .collect();
-    invar_io::write_text(out.join("ids.txt"), &ids)?;
-    Ok(sv)
+    Ok((done.utterances, done.frames, done.dims, done.complete))
 }
 
 fn posteriors(args: PosteriorsArgs) -> anyhow::Result<()> {
@@ -564,7 +527,7 @@ fn supervectors(args: SupervectorsArgs) -> anyhow::Result<()> {
             Ok(Matrix::new(1, sv.len(), sv)?)
         })?;
     if complete {
-        let sv = stack_rows(&args.out, "supervectors")?;
+        let sv = SupervectorSet::stack_feature_set(&args.out, "supervectors")?;
         tracing::info!(
             "{} supervectors of {} speakers stacked into {}",
             sv.vectors.rows,
@@ -605,9 +568,12 @@ pub(crate) mod tests {
             timing: Some(invar_io::FrameTiming::default()),
             frontend: None,
         };
-        let writer =
-            FeatureSetWriter::create(dir, &serde_json::json!({"synthetic": true}), &origin)
-                .unwrap();
+        let writer = invar_data::FeatureSetWriter::create(
+            dir,
+            &serde_json::json!({"synthetic": true}),
+            &origin,
+        )
+        .unwrap();
         for s in 0..speakers {
             let shift: Vec<f32> = (0..4).map(|_| uniform() * 2.0 - 1.0).collect();
             for u in 0..4 {

@@ -5,12 +5,11 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use invar_data::{FeatureSet, Split};
-use invar_gmm::{baum_welch, FrameSource, IvectorConfig, IvectorExtractor, Lda, Wccn};
-use invar_io::Matrix;
+use invar_gmm::{baum_welch, FrameSource, IvectorConfig, IvectorExtractor, Projection};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::gmm::{load_ubm, per_utterance, stack_rows, StageSummary};
+use crate::gmm::{load_ubm, per_utterance, StageSummary};
 use crate::out_dir::paths;
 use crate::progress::Progress;
 
@@ -382,14 +381,6 @@ fn update(args: UpdateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The fitted projections, written as projection.json.
-#[derive(Debug, Serialize)]
-struct Projection {
-    fitted_on: &'static str,
-    lda: Option<Lda>,
-    wccn: Option<Wccn>,
-}
-
 fn extract(args: ExtractArgs) -> anyhow::Result<()> {
     let ubm = load_ubm(&args.ubm)?;
     let model = IvectorExtractor::load(&args.extractor, &ubm)
@@ -424,7 +415,7 @@ fn extract(args: ExtractArgs) -> anyhow::Result<()> {
             Ok(model.utterance_ivector(&ubm, x, length_norm)?)
         })?;
     if complete {
-        let stacked = stack_rows(&args.out, "ivectors")?;
+        let stacked = invar_data::SupervectorSet::stack_feature_set(&args.out, "ivectors")?;
         if args.lda.is_some() || args.wccn {
             project(&args, &stacked)?;
         }
@@ -464,45 +455,19 @@ fn project(args: &ExtractArgs, stacked: &invar_data::SupervectorSet) -> anyhow::
     } else {
         (train_rows, "train")
     };
-    let cols = stacked.vectors.cols;
-    let fit_x = Matrix::new(
-        rows.len(),
-        cols,
-        rows.iter()
-            .flat_map(|&r| stacked.vectors.row(r).iter().copied())
-            .collect(),
+    let (projection, all) = Projection::fit_transform(
+        &stacked.vectors,
+        &stacked.labels,
+        &rows,
+        fitted_on,
+        args.lda,
+        args.wccn,
     )?;
-    let fit_labels: Vec<usize> = rows.iter().map(|&r| stacked.labels[r]).collect();
-    let mut all = stacked.vectors.clone();
-    let mut fit = fit_x;
-    let lda = match args.lda {
-        Some(dims) => {
-            let lda = Lda::fit(&fit, &fit_labels, dims)?;
-            all = lda.transform(&all)?;
-            fit = lda.transform(&fit)?;
-            Some(lda)
-        }
-        None => None,
-    };
-    let wccn = if args.wccn {
-        let w = Wccn::fit(&fit, &fit_labels)?;
-        all = w.transform(&all)?;
-        Some(w)
-    } else {
-        None
-    };
     invar_io::write_npy(args.out.join("ivectors.projected.npy"), &all)?;
-    invar_io::write_json(
-        args.out.join("projection.json"),
-        &Projection {
-            fitted_on,
-            lda,
-            wccn,
-        },
-    )?;
+    invar_io::write_json(args.out.join("projection.json"), &projection)?;
     tracing::info!(
         "projected i-vectors ({} → {} dims, fitted on {fitted_on}) written",
-        cols,
+        stacked.vectors.cols,
         all.cols
     );
     Ok(())

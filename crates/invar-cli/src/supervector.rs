@@ -57,37 +57,15 @@ impl InputArgs {
     }
 
     pub(crate) fn load(&self) -> anyhow::Result<(SupervectorSet, Vec<String>)> {
-        let (set, ids_file) = match (&self.supervectors, &self.matrix, &self.labels) {
-            (Some(dir), _, _) => (
-                SupervectorSet::load(
-                    &dir.join("supervectors.npy"),
-                    None,
-                    &dir.join("speakers.txt"),
-                )?,
-                self.ids.clone().or_else(|| {
-                    let p = dir.join("ids.txt");
-                    p.is_file().then_some(p)
-                }),
-            ),
-            (None, Some(m), Some(l)) => (
-                SupervectorSet::load(m, self.tensor.as_deref(), l)?,
-                self.ids.clone(),
-            ),
+        let (set, folder_ids) = match (&self.supervectors, &self.matrix, &self.labels) {
+            (Some(dir), _, _) => SupervectorSet::open_folder(dir, "supervectors")?,
+            (None, Some(m), Some(l)) => (SupervectorSet::load(m, self.tensor.as_deref(), l)?, None),
             _ => anyhow::bail!("give --supervectors DIR, or --matrix FILE with --labels FILE"),
         };
-        let ids = match ids_file {
-            Some(p) => {
-                let ids = invar_data::read_labels(&p)?;
-                anyhow::ensure!(
-                    ids.len() == set.vectors.rows,
-                    "{}: {} ids for {} supervector rows",
-                    p.display(),
-                    ids.len(),
-                    set.vectors.rows
-                );
-                ids
-            }
-            None => (0..set.vectors.rows).map(|i| i.to_string()).collect(),
+        let ids = match (&self.ids, folder_ids) {
+            (Some(p), _) => invar_data::read_ids(p, set.vectors.rows)?,
+            (None, Some(ids)) => ids,
+            (None, None) => (0..set.vectors.rows).map(|i| i.to_string()).collect(),
         };
         Ok((set, ids))
     }
@@ -228,21 +206,19 @@ pub fn run(args: SupervectorArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Codes plus the ids and speakers of their rows.
+/// Codes plus the ids and speakers of their rows: the vector folder `codes.npy`.
 fn write_codes(
     out: &Path,
     codes: &invar_io::Matrix,
     ids: &[String],
     set: &SupervectorSet,
 ) -> anyhow::Result<()> {
-    invar_io::write_npy(out.join("codes.npy"), codes)?;
-    invar_io::write_text(out.join("ids.txt"), &(ids.join("\n") + "\n"))?;
     let speakers: Vec<&str> = set
         .labels
         .iter()
         .map(|&l| set.speakers[l].as_str())
         .collect();
-    invar_io::write_text(out.join("speakers.txt"), &(speakers.join("\n") + "\n"))?;
+    invar_data::write_vector_folder(out, "codes", codes, &speakers, ids)?;
     Ok(())
 }
 

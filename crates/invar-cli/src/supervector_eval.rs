@@ -117,7 +117,7 @@ fn load_ivectors(
     let (npy, ids_file) = if path.is_dir() {
         let ids = ids_file
             .map(Path::to_path_buf)
-            .or_else(|| Some(path.join("ids.txt")).filter(|p| p.is_file()));
+            .or_else(|| Some(path.join(invar_data::IDS_FILE)).filter(|p| p.is_file()));
         (path.join("ivectors.npy"), ids)
     } else {
         (path.to_path_buf(), ids_file.map(Path::to_path_buf))
@@ -187,7 +187,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             .input
             .supervectors
             .as_ref()
-            .is_some_and(|d| d.join("ids.txt").is_file());
+            .is_some_and(|d| d.join(invar_data::IDS_FILE).is_file());
     invar_supervector::resolve_sizes(&mut config, set.vectors.cols)?;
     config.validate()?;
     eval.validate()?;

@@ -32,6 +32,7 @@ mod supervectors;
 mod text;
 mod timit;
 mod utterance;
+mod vectors;
 mod voxceleb;
 mod zerospeech;
 
@@ -61,6 +62,9 @@ pub use timit::read_timit;
 pub use utterance::{
     check_id, sanitize_id, Corpus, Layout, ParseLayoutError, ParseSplitError, Segment, Sex, Split,
     Utterance,
+};
+pub use vectors::{
+    map_feature_set, read_ids, write_vector_folder, MapSummary, IDS_FILE, SPEAKERS_FILE,
 };
 pub use voxceleb::{read_voxceleb, read_voxceleb_trials, voxceleb_id, VoxTrial};
 pub use zerospeech::{list_feature_files, parse_fea, read_features, write_fea, FeatureFile};

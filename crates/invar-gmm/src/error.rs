@@ -29,6 +29,9 @@ pub enum Error {
         component: usize,
         reason: String,
     },
+    /// A matrix product was asked of operands too short for their shapes (a bug in invar-gmm).
+    #[error(transparent)]
+    Gemm(#[from] invar_ops::gemm::GemmError),
     /// There is nothing to learn from.
     #[error("no data: {0}")]
     Empty(&'static str),

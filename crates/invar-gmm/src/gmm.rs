@@ -175,7 +175,12 @@ impl DiagGmm {
     /// Joint log-likelihoods `log w_c + log N(x_t; μ_c, σ²_c)` of a block of `b` frames into
     /// `out` (`b×M`). `sc` is per-thread scratch; it is left holding the block's offset `o` and
     /// `[x − o, (x − o)²]`. One GEMM for all components; the per-block constants cost `3·M·D`.
-    pub(crate) fn block_log_joint(&self, x: &[f32], sc: &mut Scratch, out: &mut [f32]) {
+    pub(crate) fn block_log_joint(
+        &self,
+        x: &[f32],
+        sc: &mut Scratch,
+        out: &mut [f32],
+    ) -> Result<()> {
         let (m, d) = (self.components(), self.dims());
         let b = x.len() / d;
         // o = the block's mean frame.
@@ -231,12 +236,13 @@ impl DiagGmm {
             out,
             false,
             false,
-        );
+        )?;
         for row in out[..b * m].chunks_exact_mut(m) {
             for (o, &g) in row.iter_mut().zip(&sc.gconsts) {
                 *o += g;
             }
         }
+        Ok(())
     }
 
     /// Turns each row of joint log-likelihoods into posteriors in place; returns the sum over
@@ -261,17 +267,18 @@ impl DiagGmm {
         let mut out = vec![0.0f32; x.rows];
         out.par_chunks_mut(BLOCK)
             .zip(x.data.par_chunks(BLOCK * d))
-            .for_each_init(
+            .try_for_each_init(
                 || (Scratch::default(), vec![0.0f32; BLOCK * m]),
-                |(sc, ll), (o, xb)| {
+                |(sc, ll), (o, xb)| -> Result<()> {
                     let b = o.len();
-                    self.block_log_joint(xb, sc, ll);
+                    self.block_log_joint(xb, sc, ll)?;
                     for (t, row) in ll[..b * m].chunks_exact_mut(m).enumerate() {
                         let (max, sum) = exp_shifted(row);
                         o[t] = max + sum.ln();
                     }
+                    Ok(())
                 },
-            );
+            )?;
         Ok(out)
     }
 
@@ -300,18 +307,19 @@ impl DiagGmm {
         let mut out = vec![0.0f32; x.rows * m];
         out.par_chunks_mut(BLOCK * m)
             .zip(x.data.par_chunks(BLOCK * d))
-            .for_each_init(
+            .try_for_each_init(
                 || (Scratch::default(), Vec::<usize>::new()),
-                |(sc, idx), (o, xb)| {
-                    self.block_log_joint(xb, sc, o);
+                |(sc, idx), (o, xb)| -> Result<()> {
+                    self.block_log_joint(xb, sc, o)?;
                     Self::rows_to_posteriors(o, m);
                     if let Some(k) = top_k.filter(|&k| k < m) {
                         for row in o.chunks_exact_mut(m) {
                             prune_top_k(row, k, idx);
                         }
                     }
+                    Ok(())
                 },
-            );
+            )?;
         Ok(Matrix::new(x.rows, m, out)?)
     }
 
@@ -335,7 +343,7 @@ impl DiagGmm {
                 let mut acc = BlockAcc::new(m, d, order);
                 let end = ((i + 1) * leaf_len).min(x.data.len());
                 for xb in x.data[i * leaf_len..end].chunks(BLOCK * d) {
-                    acc.add_block(self, xb);
+                    acc.add_block(self, xb)?;
                 }
                 Ok(acc.into_stats(m, d, order))
             },
@@ -539,11 +547,11 @@ impl BlockAcc {
         }
     }
 
-    fn add_block(&mut self, gmm: &DiagGmm, xb: &[f32]) {
+    fn add_block(&mut self, gmm: &DiagGmm, xb: &[f32]) -> Result<()> {
         let (m, d) = (gmm.components(), gmm.dims());
         let b = xb.len() / d;
         let post = &mut self.post[..b * m];
-        gmm.block_log_joint(xb, &mut self.sc, post);
+        gmm.block_log_joint(xb, &mut self.sc, post)?;
         self.ll += DiagGmm::rows_to_posteriors(post, m);
         self.frames += b as u64;
         self.n_blk.fill(0.0);
@@ -570,7 +578,7 @@ impl BlockAcc {
                 &mut self.fs_blk,
                 false,
                 false,
-            );
+            )?;
             let offset = &self.sc.offset;
             for (c, row) in self.fs_blk.chunks_exact(2 * d).enumerate() {
                 let n = self.n_blk[c] as f64;
@@ -593,11 +601,12 @@ impl BlockAcc {
                 &mut self.fs_blk,
                 false,
                 false,
-            );
+            )?;
             for (f, &v) in self.f.iter_mut().zip(&self.fs_blk) {
                 *f += v as f64;
             }
         }
+        Ok(())
     }
 
     fn into_stats(self, m: usize, d: usize, order: StatsOrder) -> GmmStats {

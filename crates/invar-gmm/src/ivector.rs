@@ -289,36 +289,39 @@ impl IvectorExtractor {
                 z * cfg.init_scale
             })
             .collect();
-        Ok(Self::from_t(ubm.components(), ubm.dims(), cfg.rank, t))
+        Self::from_t(ubm.components(), ubm.dims(), cfg.rank, t)
     }
 
-    fn from_t(components: usize, dims: usize, rank: usize, t: Vec<f64>) -> Self {
+    fn from_t(components: usize, dims: usize, rank: usize, t: Vec<f64>) -> Result<Self> {
         let p = packed_len(rank);
         let mut tt = vec![0.0; components * p];
-        tt.par_chunks_mut(p).enumerate().for_each(|(c, out)| {
-            let tc = &t[c * dims * rank..(c + 1) * dims * rank];
-            let mut full = vec![0.0; rank * rank];
-            gemm(
-                rank,
-                rank,
-                dims,
-                tc,
-                Op::T,
-                tc,
-                Op::N,
-                &mut full,
-                false,
-                false,
-            );
-            pack_lower(&full, rank, out);
-        });
-        IvectorExtractor {
+        tt.par_chunks_mut(p)
+            .enumerate()
+            .try_for_each(|(c, out)| -> Result<()> {
+                let tc = &t[c * dims * rank..(c + 1) * dims * rank];
+                let mut full = vec![0.0; rank * rank];
+                gemm(
+                    rank,
+                    rank,
+                    dims,
+                    tc,
+                    Op::T,
+                    tc,
+                    Op::N,
+                    &mut full,
+                    false,
+                    false,
+                )?;
+                pack_lower(&full, rank, out);
+                Ok(())
+            })?;
+        Ok(IvectorExtractor {
             components,
             dims,
             rank,
             t,
             tt,
-        }
+        })
     }
 
     /// i-vector dimension `R`.
@@ -373,7 +376,7 @@ impl IvectorExtractor {
             &mut bmat,
             false,
             true,
-        );
+        )?;
         let mut lmat = vec![0.0; u * p];
         gemm(
             u,
@@ -386,7 +389,7 @@ impl IvectorExtractor {
             &mut lmat,
             false,
             true,
-        );
+        )?;
         type Posterior = (Vec<f64>, Vec<f64>, Vec<f64>);
         let results: Vec<Result<Posterior>> = lmat
             .par_chunks(p)
@@ -402,7 +405,7 @@ impl IvectorExtractor {
                 forward_solve(&l, r, &mut w);
                 backward_solve(&l, r, &mut w);
                 let cov = if with_cov {
-                    cholesky_inverse(&l, r)
+                    cholesky_inverse(&l, r)?
                 } else {
                     Vec::new()
                 };
@@ -501,8 +504,8 @@ impl IvectorExtractor {
             }
             acc.utterances += u as u64;
             // A (C×P) += Nᵀ (C×U) · vech E[wwᵀ] (U×P); C (CF×R) += Fᵀ (CF×U) · W (U×R).
-            gemm(c, p, u, &nmat, Op::T, &wwp, Op::N, &mut acc.a, true, true);
-            gemm(cf, r, u, &fmat, Op::T, &wmat, Op::N, &mut acc.c, true, true);
+            gemm(c, p, u, &nmat, Op::T, &wwp, Op::N, &mut acc.a, true, true)?;
+            gemm(cf, r, u, &fmat, Op::T, &wmat, Op::N, &mut acc.c, true, true)?;
         }
         Ok(acc)
     }
@@ -535,10 +538,10 @@ impl IvectorExtractor {
             let mut k: Vec<f64> = acc.hh.iter().map(|v| v / u).collect();
             cholesky(&mut k, r, "i-vector second moment (minimum divergence)")?;
             let mut out = vec![0.0; c * d * r];
-            gemm(c * d, r, r, &t, Op::N, &k, Op::N, &mut out, false, true);
+            gemm(c * d, r, r, &t, Op::N, &k, Op::N, &mut out, false, true)?;
             t = out;
         }
-        Ok(Self::from_t(c, d, r, t))
+        Self::from_t(c, d, r, t)
     }
 
     /// Writes T as safetensors (`t`, `[C·F, R]`, f64) and `meta` as JSON beside it, atomically.
@@ -583,7 +586,7 @@ impl IvectorExtractor {
                 ),
             });
         }
-        Ok(Self::from_t(ubm.components(), ubm.dims(), shape[1], t))
+        Self::from_t(ubm.components(), ubm.dims(), shape[1], t)
     }
 }
 

@@ -36,7 +36,7 @@ pub use lnorm::LengthNorm;
 pub use map::{map_means, supervector, supervector_from_stats, supervectors, MapConfig};
 pub use pca::Pca;
 pub use plda::{Plda, PldaConfig, PldaStats};
-pub use scoring::{Lda, Wccn};
+pub use scoring::{Lda, Projection, Wccn};
 pub use stats::{GmmStats, StatsOrder};
 pub use train::{
     accumulate_source, m_step, sample_frames, split, train, train_from, train_resumable,

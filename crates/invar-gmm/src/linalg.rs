@@ -1,50 +1,18 @@
-//! Dense linear algebra the GMM and i-vector code needs: GEMM through the `gemm` crate (the
-//! kernel candle uses on CPU) behind a bounds-checked safe wrapper, Cholesky factorisation and
-//! solves, and a Jacobi symmetric eigensolver for LDA.
+//! Dense linear algebra the GMM and i-vector code needs: row-major GEMM through invar-ops' one
+//! bounds-checked wrapper of the `gemm` crate, Cholesky factorisation and solves, and a Jacobi
+//! symmetric eigensolver for LDA.
 
 use crate::{Error, Result};
 
-/// Element types the GEMM wrapper accepts (`gemm` panics on any other type, so this is sealed).
-pub trait Scalar: Copy + Send + Sync + 'static + sealed::Sealed {
-    /// The additive identity.
-    const ZERO: Self;
-    /// The multiplicative identity.
-    const ONE: Self;
-}
-impl Scalar for f32 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-}
-impl Scalar for f64 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-}
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for f32 {}
-    impl Sealed for f64 {}
-}
+pub use invar_ops::gemm::Op;
 
-/// Whether an operand is used as stored (row-major) or transposed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    /// Use the row-major matrix as stored.
-    N,
-    /// Use its transpose.
-    T,
-}
-
-/// `C (m×n) = A·B` (or `C += A·B` when `accumulate`), all row-major and contiguous.
-///
-/// `a` is stored `m×k` (`Op::N`) or `k×m` (`Op::T`); `b` is stored `k×n` (`Op::N`) or `n×k`
-/// (`Op::T`). `parallel` lets `gemm` split the product over the rayon pool; leave it off when the
-/// caller already runs in parallel over blocks.
-///
-/// # Panics
-/// Panics if a slice is shorter than its shape requires (a programming error, never user input:
-/// every caller derives the shapes from the slices it passes).
+/// `C (m×n) = A·B` (or `C += A·B` when `accumulate`), all row-major and contiguous: invar-ops'
+/// [`gemm_rows`](invar_ops::gemm::gemm_rows), the workspace's one GEMM wrapper. `a` is stored
+/// `m×k` (`Op::N`) or `k×m` (`Op::T`); `b` is stored `k×n` (`Op::N`) or `n×k` (`Op::T`). An
+/// operand shorter than its shape is an error (a programming error: every caller derives the
+/// shapes from the slices it passes).
 #[allow(clippy::too_many_arguments)]
-pub fn gemm<T: Scalar>(
+pub fn gemm<T: invar_ops::gemm::GemmElem>(
     m: usize,
     n: usize,
     k: usize,
@@ -55,60 +23,17 @@ pub fn gemm<T: Scalar>(
     c: &mut [T],
     accumulate: bool,
     parallel: bool,
-) {
-    assert!(a.len() >= m * k, "gemm: lhs has {} < {m}×{k}", a.len());
-    assert!(b.len() >= k * n, "gemm: rhs has {} < {k}×{n}", b.len());
-    assert!(c.len() >= m * n, "gemm: dst has {} < {m}×{n}", c.len());
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        if !accumulate {
-            c[..m * n].fill(T::ZERO);
-        }
-        return;
-    }
-    // (row stride, column stride) of each operand as the product reads it.
-    let (a_rs, a_cs) = match op_a {
-        Op::N => (k as isize, 1),
-        Op::T => (1, m as isize),
-    };
-    let (b_rs, b_cs) = match op_b {
-        Op::N => (n as isize, 1),
-        Op::T => (1, k as isize),
-    };
-    let parallelism = if parallel && m * n * k >= 1 << 18 {
-        gemm::Parallelism::Rayon(0)
-    } else {
-        gemm::Parallelism::None
-    };
-    // SAFETY: the asserts above guarantee that every index the strides can reach —
-    // at most (m-1)·rs + (k-1)·cs for A, likewise for B and C — lies inside its slice;
-    // `c` is borrowed mutably so it cannot alias `a` or `b`; T is f32 or f64 (sealed).
-    #[allow(unsafe_code)]
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            n as isize,
-            accumulate,
-            a.as_ptr(),
-            a_cs,
-            a_rs,
-            b.as_ptr(),
-            b_cs,
-            b_rs,
-            T::ONE,
-            T::ONE,
-            false,
-            false,
-            false,
-            parallelism,
-        );
-    }
+) -> Result<()> {
+    Ok(invar_ops::gemm::gemm_rows(
+        (m, n, k),
+        a,
+        op_a,
+        b,
+        op_b,
+        c,
+        accumulate,
+        parallel,
+    )?)
 }
 
 /// In-place lower Cholesky factor of the symmetric positive definite `n×n` matrix `a` (row-major;
@@ -168,7 +93,7 @@ pub fn backward_solve(l: &[f64], n: usize, b: &mut [f64]) {
 
 /// `A⁻¹` from the Cholesky factor `L` of `A` (full symmetric `n×n`): `L⁻¹` by forward
 /// substitution on the unit vectors (skipping the known zeros, n³/6 flops), then `L⁻ᵀ L⁻¹` by GEMM.
-pub fn cholesky_inverse(l: &[f64], n: usize) -> Vec<f64> {
+pub fn cholesky_inverse(l: &[f64], n: usize) -> Result<Vec<f64>> {
     // Column j of L⁻¹ is zero above row j; build it in row-major `linv`.
     let mut linv = vec![0.0; n * n];
     let mut col = vec![0.0; n];
@@ -184,8 +109,8 @@ pub fn cholesky_inverse(l: &[f64], n: usize) -> Vec<f64> {
         }
     }
     let mut inv = vec![0.0; n * n];
-    gemm(n, n, n, &linv, Op::T, &linv, Op::N, &mut inv, false, false);
-    inv
+    gemm(n, n, n, &linv, Op::T, &linv, Op::N, &mut inv, false, false)?;
+    Ok(inv)
 }
 
 /// `log det A` from the Cholesky factor `L` of `A`.
@@ -276,38 +201,6 @@ mod tests {
         c
     }
 
-    fn transpose(x: &[f64], r: usize, c: usize) -> Vec<f64> {
-        let mut t = vec![0.0; r * c];
-        for i in 0..r {
-            for j in 0..c {
-                t[j * r + i] = x[i * c + j];
-            }
-        }
-        t
-    }
-
-    #[test]
-    fn gemm_matches_naive_product_for_every_layout() {
-        let (m, n, k) = (7, 5, 11);
-        let a: Vec<f64> = (0..m * k).map(|i| ((i * 37 % 17) as f64) - 8.0).collect();
-        let b: Vec<f64> = (0..k * n)
-            .map(|i| ((i * 13 % 11) as f64) * 0.5 - 2.0)
-            .collect();
-        let want = naive(m, n, k, &a, &b);
-        let at = transpose(&a, m, k);
-        let bt = transpose(&b, k, n);
-        for (aa, oa) in [(&a, Op::N), (&at, Op::T)] {
-            for (bb, ob) in [(&b, Op::N), (&bt, Op::T)] {
-                let mut c = vec![1.0; m * n];
-                gemm(m, n, k, aa, oa, bb, ob, &mut c, false, false);
-                assert_eq!(c, want, "{oa:?}{ob:?}");
-                gemm(m, n, k, aa, oa, bb, ob, &mut c, true, true);
-                let twice: Vec<f64> = want.iter().map(|x| 2.0 * x).collect();
-                assert_eq!(c, twice, "accumulate {oa:?}{ob:?}");
-            }
-        }
-    }
-
     #[test]
     fn cholesky_solves_and_inverts() {
         // A = [[4, 2, 0.4], [2, 5, 1], [0.4, 1, 3]]: hand-checkable SPD matrix.
@@ -315,7 +208,7 @@ mod tests {
         let mut l = a.clone();
         cholesky(&mut l, 3, "test").unwrap();
         assert!((l[0] - 2.0).abs() < 1e-12 && (l[3] - 1.0).abs() < 1e-12 && l[1] == 0.0);
-        let inv = cholesky_inverse(&l, 3);
+        let inv = cholesky_inverse(&l, 3).unwrap();
         let prod = naive(3, 3, 3, &a, &inv);
         for i in 0..3 {
             for j in 0..3 {

@@ -54,7 +54,7 @@ impl Pca {
         let (vals, dirs): (Vec<f64>, Vec<Vec<f64>>) = if d <= n {
             // Covariance Zᵀ Z / (n − 1), d×d.
             let mut cov = vec![0.0; d * d];
-            gemm(d, d, n, &z, Op::T, &z, Op::N, &mut cov, false, false);
+            gemm(d, d, n, &z, Op::T, &z, Op::N, &mut cov, false, false)?;
             cov.iter_mut().for_each(|c| *c /= denom);
             let (vals, vecs) = symmetric_eigen(&cov, d);
             let dirs = (0..d)
@@ -64,19 +64,19 @@ impl Pca {
         } else {
             // Gram Z Zᵀ / (n − 1), n×n; direction o = Zᵀ u_o / sqrt((n − 1) λ_o).
             let mut gram = vec![0.0; n * n];
-            gemm(n, n, d, &z, Op::N, &z, Op::T, &mut gram, false, false);
+            gemm(n, n, d, &z, Op::N, &z, Op::T, &mut gram, false, false)?;
             gram.iter_mut().for_each(|c| *c /= denom);
             let (vals, vecs) = symmetric_eigen(&gram, n);
             let dirs = (0..n)
-                .map(|o| {
+                .map(|o| -> Result<Vec<f64>> {
                     let s = (denom * vals[o].max(f64::MIN_POSITIVE)).sqrt();
                     let u: Vec<f64> = (0..n).map(|r| vecs[r * n + o]).collect();
                     let mut v = vec![0.0; d];
-                    gemm(d, 1, n, &z, Op::T, &u, Op::N, &mut v, false, false);
+                    gemm(d, 1, n, &z, Op::T, &u, Op::N, &mut v, false, false)?;
                     v.iter_mut().for_each(|a| *a /= s);
-                    v
+                    Ok(v)
                 })
-                .collect();
+                .collect::<Result<_>>()?;
             (vals, dirs)
         };
         let top = vals.first().copied().unwrap_or(0.0);
@@ -133,7 +133,7 @@ impl Pca {
             &mut out,
             false,
             false,
-        );
+        )?;
         Ok(Matrix::new(
             x.rows,
             k,

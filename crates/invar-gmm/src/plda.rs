@@ -149,7 +149,7 @@ impl PldaStats {
 fn inverse_logdet(a: &[f64], d: usize, what: &'static str) -> Result<(Vec<f64>, f64)> {
     let mut l = a.to_vec();
     cholesky(&mut l, d, what)?;
-    Ok((cholesky_inverse(&l, d), cholesky_log_det(&l, d)))
+    Ok((cholesky_inverse(&l, d)?, cholesky_log_det(&l, d)))
 }
 
 fn mat_vec(a: &[f64], x: &[f64], d: usize) -> Vec<f64> {

@@ -303,7 +303,7 @@ impl Wccn {
         let d = x.cols;
         let mut w = within_scatter(x, labels, &means, &counts, true);
         cholesky(&mut w, d, "WCCN within-class covariance")?;
-        let mut b = cholesky_inverse(&w, d);
+        let mut b = cholesky_inverse(&w, d)?;
         cholesky(&mut b, d, "inverse within-class covariance")?;
         Ok(Wccn {
             projection: b,
@@ -314,6 +314,91 @@ impl Wccn {
     /// Projects rows of `x`.
     pub fn transform(&self, x: &Matrix) -> Result<Matrix> {
         project(x, &vec![0.0; self.dims], &self.projection, self.dims)
+    }
+}
+
+/// The i-vector post-processing `ivector extract --lda N --wccn` applies: LDA to `N` dimensions,
+/// then WCCN, each fitted on the rows given to [`Projection::fit`] (the training split) and applied
+/// to every row. Written beside the vectors as `projection.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Projection {
+    /// Which rows the projection was fitted on (`"train"`, or `"all"` when there is no training split).
+    pub fitted_on: String,
+    /// LDA, first when present.
+    pub lda: Option<Lda>,
+    /// WCCN, fitted on the LDA output when both are present.
+    pub wccn: Option<Wccn>,
+}
+
+impl Projection {
+    /// Fits LDA to `lda_dims` (if given) and then WCCN (if `wccn`) on the rows `fit_rows` of `x`,
+    /// labelled `labels` (one per row of `x`), and projects every row of `x`.
+    pub fn fit_transform(
+        x: &Matrix,
+        labels: &[usize],
+        fit_rows: &[usize],
+        fitted_on: &str,
+        lda_dims: Option<usize>,
+        wccn: bool,
+    ) -> Result<(Self, Matrix)> {
+        if labels.len() != x.rows {
+            return Err(Error::Dim {
+                what: "projection labels",
+                expected: x.rows,
+                found: labels.len(),
+            });
+        }
+        if let Some(&r) = fit_rows.iter().find(|&&r| r >= x.rows) {
+            return Err(Error::Dim {
+                what: "projection training row",
+                expected: x.rows,
+                found: r,
+            });
+        }
+        let mut fit = Matrix::new(
+            fit_rows.len(),
+            x.cols,
+            fit_rows
+                .iter()
+                .flat_map(|&r| x.row(r).iter().copied())
+                .collect(),
+        )?;
+        let fit_labels: Vec<usize> = fit_rows.iter().map(|&r| labels[r]).collect();
+        let mut all = x.clone();
+        let lda = match lda_dims {
+            Some(dims) => {
+                let lda = Lda::fit(&fit, &fit_labels, dims)?;
+                all = lda.transform(&all)?;
+                fit = lda.transform(&fit)?;
+                Some(lda)
+            }
+            None => None,
+        };
+        let wccn = if wccn {
+            let w = Wccn::fit(&fit, &fit_labels)?;
+            all = w.transform(&all)?;
+            Some(w)
+        } else {
+            None
+        };
+        let projection = Projection {
+            fitted_on: fitted_on.to_string(),
+            lda,
+            wccn,
+        };
+        Ok((projection, all))
+    }
+
+    /// Applies the fitted projection to `x`.
+    pub fn transform(&self, x: &Matrix) -> Result<Matrix> {
+        let mut y = x.clone();
+        if let Some(lda) = &self.lda {
+            y = lda.transform(&y)?;
+        }
+        if let Some(w) = &self.wccn {
+            y = w.transform(&y)?;
+        }
+        Ok(y)
     }
 }
 
@@ -412,5 +497,44 @@ mod tests {
                 assert!((w[a * 2 + b] - want).abs() < 1e-3, "{w:?}");
             }
         }
+    }
+
+    #[test]
+    fn projection_fits_on_its_rows_only_and_transform_repeats_it() {
+        // Three classes in 4-d; rows 9.. are far outliers that must not influence the fit.
+        let mut data = Vec::new();
+        let mut labels = Vec::new();
+        for i in 0..12usize {
+            let c = i % 3;
+            let f = i as f32;
+            let row = if i < 9 {
+                [
+                    c as f32 * 3.0 + 0.1 * f,
+                    0.3 * f.sin(),
+                    c as f32 - 0.2 * f.cos(),
+                    0.05 * f,
+                ]
+            } else {
+                [100.0 + f, -50.0, 30.0 * f, 7.0]
+            };
+            data.extend_from_slice(&row);
+            labels.push(c);
+        }
+        let x = Matrix::new(12, 4, data).unwrap();
+        let fit_rows: Vec<usize> = (0..9).collect();
+        let (p, all) =
+            Projection::fit_transform(&x, &labels, &fit_rows, "train", Some(2), true).unwrap();
+        assert_eq!(all.shape(), (12, 2));
+        assert_eq!(p.fitted_on, "train");
+        // The same as fitting LDA then WCCN by hand on the first nine rows.
+        let fit = x.slice_rows(0, 9);
+        let lda = Lda::fit(&fit, &labels[..9], 2).unwrap();
+        let w = Wccn::fit(&lda.transform(&fit).unwrap(), &labels[..9]).unwrap();
+        assert_eq!(p.lda.as_ref(), Some(&lda));
+        assert_eq!(p.wccn.as_ref(), Some(&w));
+        assert_eq!(all, w.transform(&lda.transform(&x).unwrap()).unwrap());
+        assert_eq!(p.transform(&x).unwrap(), all);
+        // A row index past the end is an error, not a panic.
+        assert!(Projection::fit_transform(&x, &labels, &[12], "train", None, true).is_err());
     }
 }

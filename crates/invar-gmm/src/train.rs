@@ -631,16 +631,23 @@ fn mean_var(x: &Matrix) -> (Vec<f64>, Vec<f64>) {
 
 /// Squared Euclidean distances of a block of points to all centres, by one GEMM:
 /// `‖x‖² − 2 x·c + ‖c‖²` into `out` (`b×k`).
-fn block_sq_dists(xb: &[f32], centres: &[f32], c_norms: &[f32], d: usize, out: &mut [f32]) {
+fn block_sq_dists(
+    xb: &[f32],
+    centres: &[f32],
+    c_norms: &[f32],
+    d: usize,
+    out: &mut [f32],
+) -> Result<()> {
     let k = c_norms.len();
     let b = xb.len() / d;
-    gemm(b, k, d, xb, Op::N, centres, Op::T, out, false, false);
+    gemm(b, k, d, xb, Op::N, centres, Op::T, out, false, false)?;
     for (row, x) in out[..b * k].chunks_exact_mut(k).zip(xb.chunks_exact(d)) {
         let xn: f32 = x.iter().map(|v| v * v).sum();
         for (o, cn) in row.iter_mut().zip(c_norms) {
             *o = (xn - 2.0 * *o + cn).max(0.0);
         }
     }
+    Ok(())
 }
 
 /// k-means++ seeding (D² sampling), Lloyd iterations, then a GMM from the hard clusters.
@@ -704,15 +711,16 @@ fn kmeans_init(sample: &Matrix, cfg: &EmConfig, rng: &mut ChaCha8Rng) -> Result<
         assign
             .par_chunks_mut(BLOCK)
             .zip(x.par_chunks(BLOCK * d))
-            .for_each_init(
+            .try_for_each_init(
                 || vec![0.0f32; BLOCK * k],
-                |dist, (a, xb)| {
-                    block_sq_dists(xb, &centres, &c_norms, d, dist);
+                |dist, (a, xb)| -> Result<()> {
+                    block_sq_dists(xb, &centres, &c_norms, d, dist)?;
                     for (t, row) in dist.chunks_exact(k).take(a.len()).enumerate() {
                         a[t] = argmin(row);
                     }
+                    Ok(())
                 },
-            );
+            )?;
         let mut sums = vec![0.0f64; k * d];
         let mut counts = vec![0usize; k];
         for (r, &a) in sample.iter_rows().zip(&assign) {

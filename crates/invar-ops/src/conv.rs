@@ -83,7 +83,15 @@ fn gemm<T: Float>(
     dst_rs: usize,
     accumulate: bool,
 ) -> candle_core::Result<()> {
-    crate::gemm::gemm((m, n, k), a, b, dst, (dst_rs, 1), accumulate, false)
+    Ok(crate::gemm::gemm(
+        (m, n, k),
+        a,
+        b,
+        dst,
+        (dst_rs, 1),
+        accumulate,
+        false,
+    )?)
 }
 
 /// `dst = a · b` with `dst` of any (row, column) strides (`dst` written, not accumulated).
@@ -96,7 +104,15 @@ fn gemm_to<T: Float>(
     dst: &mut [T],
     dst_strides: (usize, usize),
 ) -> candle_core::Result<()> {
-    crate::gemm::gemm((m, n, k), a, b, dst, dst_strides, false, false)
+    Ok(crate::gemm::gemm(
+        (m, n, k),
+        a,
+        b,
+        dst,
+        dst_strides,
+        false,
+        false,
+    )?)
 }
 
 /// The contiguous slice of a CPU tensor's storage, or an error naming `what`.

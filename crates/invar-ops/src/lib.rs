@@ -1,7 +1,8 @@
 //! The numerical core that invar's three methods and its evaluation share: divergences and distances
 //! between probability vectors and feature frames, as plain `&[f32]` functions ([`dist`]) for
 //! evaluation code and as batched differentiable candle ops ([`batch`]) for training; dynamic time
-//! warping under any frame distance ([`dtw`]); log-sum-exp; device selection.
+//! warping under any frame distance ([`dtw`]); log-sum-exp; device selection; and the workspace's
+//! one bounds-checked wrapper of the `gemm` crate ([`gemm`]).
 //!
 //! invar-ops does no I/O and knows nothing of audio, corpora or files.
 
@@ -12,7 +13,7 @@ pub mod dist;
 pub mod dtw;
 mod error;
 mod frame;
-mod gemm;
+pub mod gemm;
 mod linear;
 mod numerics;
 

@@ -188,7 +188,7 @@ fn gemm_into<T: Elem>(
             dst.len()
         )));
     }
-    crate::gemm::gemm(
+    Ok(crate::gemm::gemm(
         (m, n, k),
         a.operand(),
         b.operand(),
@@ -196,7 +196,7 @@ fn gemm_into<T: Elem>(
         (n, 1),
         accumulate,
         m * n * k >= PARALLEL_MIN_FLOPS,
-    )
+    )?)
 }
 
 impl Activation {

@@ -1,0 +1,250 @@
+//! The folder form of a set of per-utterance vectors (supervectors, i-vectors, AE codes), the
+//! contract between `invar gmm supervectors` / `ivector extract` / `supervector embed` and every
+//! reader of their output: `NAME.npy` (one row per utterance), [`SPEAKERS_FILE`] (the row's
+//! speaker, one per line) and [`IDS_FILE`] (the row's utterance id, one per line), written
+//! atomically. Also [`map_feature_set`], the sharded per-utterance map that produces such folders
+//! (and posteriorgram sets) from a feature set.
+
+use std::io::Write;
+use std::path::Path;
+
+use invar_io::Matrix;
+use rayon::prelude::*;
+
+use crate::{
+    Error, FeatureEntry, FeatureFormat, FeatureSet, FeatureSetWriter, Result, Shard, SupervectorSet,
+};
+
+/// The speaker of each row, one name per line.
+pub const SPEAKERS_FILE: &str = "speakers.txt";
+/// The utterance id of each row, one per line.
+pub const IDS_FILE: &str = "ids.txt";
+
+/// Writes `dir/NAME.npy`, [`SPEAKERS_FILE`] and [`IDS_FILE`]: row `r` of `vectors` belongs to
+/// `speakers[r]` and utterance `ids[r]`. Each file is written atomically.
+pub fn write_vector_folder(
+    dir: &Path,
+    name: &str,
+    vectors: &Matrix,
+    speakers: &[&str],
+    ids: &[String],
+) -> Result<()> {
+    for (what, len) in [("speakers", speakers.len()), ("ids", ids.len())] {
+        if len != vectors.rows {
+            return Err(Error::Mismatch {
+                path: dir.to_path_buf(),
+                what,
+                expected: format!("{} (one per row)", vectors.rows),
+                found: len.to_string(),
+            });
+        }
+    }
+    for id in speakers
+        .iter()
+        .copied()
+        .chain(ids.iter().map(String::as_str))
+    {
+        if id.is_empty() || id.contains(['\n', '\r']) || id.trim() != id {
+            return Err(Error::BadId { id: id.to_string() });
+        }
+    }
+    invar_io::write_npy(dir.join(format!("{name}.npy")), vectors)?;
+    write_lines(&dir.join(SPEAKERS_FILE), speakers.iter().copied())?;
+    write_lines(&dir.join(IDS_FILE), ids.iter().map(String::as_str))?;
+    Ok(())
+}
+
+/// Writes one item per line, atomically.
+fn write_lines<'a>(path: &Path, items: impl Iterator<Item = &'a str>) -> Result<()> {
+    invar_io::atomic_write(path, |w: &mut dyn Write| {
+        for s in items {
+            writeln!(w, "{s}")?;
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+/// Reads the ids file `path` of a set of `rows` vectors: one id per row, or an error naming the
+/// file and both counts.
+pub fn read_ids(path: &Path, rows: usize) -> Result<Vec<String>> {
+    let ids = crate::read_labels(path)?;
+    if ids.len() != rows {
+        return Err(Error::Mismatch {
+            path: path.to_path_buf(),
+            what: "utterance ids",
+            expected: format!("{rows} (one per row)"),
+            found: ids.len().to_string(),
+        });
+    }
+    Ok(ids)
+}
+
+impl SupervectorSet {
+    /// Reads a vector folder: `dir/NAME.npy` and its [`SPEAKERS_FILE`]; the ids from
+    /// [`IDS_FILE`] when the folder has one (checked: one per row), `None` otherwise.
+    pub fn open_folder(dir: &Path, name: &str) -> Result<(Self, Option<Vec<String>>)> {
+        let set = Self::load(
+            &dir.join(format!("{name}.npy")),
+            None,
+            &dir.join(SPEAKERS_FILE),
+        )?;
+        let ids_path = dir.join(IDS_FILE);
+        let ids = if ids_path.is_file() {
+            Some(read_ids(&ids_path, set.vectors.rows)?)
+        } else {
+            None
+        };
+        Ok((set, ids))
+    }
+
+    /// Writes the set as a vector folder (`dir/NAME.npy`, speakers, `ids`).
+    pub fn save_folder(&self, dir: &Path, name: &str, ids: &[String]) -> Result<()> {
+        let speakers: Vec<&str> = self
+            .labels
+            .iter()
+            .map(|&l| self.speakers[l].as_str())
+            .collect();
+        write_vector_folder(dir, name, &self.vectors, &speakers, ids)
+    }
+
+    /// Stacks the complete feature set in `dir` whose utterances are each one 1×D row (what
+    /// [`map_feature_set`] writes for supervectors and i-vectors) into the vector folder
+    /// `dir/NAME.npy` + speakers + ids, in the set's order.
+    pub fn stack_feature_set(dir: &Path, name: &str) -> Result<Self> {
+        let set = FeatureSet::open(dir)?;
+        let rows = set
+            .entries()
+            .iter()
+            .map(|e| {
+                let m = set.load(e)?;
+                if m.rows != 1 {
+                    return Err(Error::Mismatch {
+                        path: dir.join(&e.path),
+                        what: "rows of a per-utterance vector",
+                        expected: "1".into(),
+                        found: m.rows.to_string(),
+                    });
+                }
+                Ok(m)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let matrix = Matrix::vstack(&rows)?;
+        let names: Vec<String> = set.entries().iter().map(|e| e.speaker.clone()).collect();
+        let sv = SupervectorSet::from_names(matrix, &names, &dir.join(crate::MANIFEST))?;
+        let ids: Vec<String> = set.entries().iter().map(|e| e.id.clone()).collect();
+        sv.save_folder(dir, name, &ids)?;
+        Ok(sv)
+    }
+}
+
+/// What one run of [`map_feature_set`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MapSummary {
+    /// Utterances of this shard.
+    pub utterances: usize,
+    /// Frames read.
+    pub frames: usize,
+    /// Columns of the output matrices (the widest).
+    pub dims: usize,
+    /// Whether the output's manifest covers every shard now.
+    pub complete: bool,
+}
+
+/// Runs `f` on every utterance of `shard` of `set` in parallel, writing each result through a
+/// [`FeatureSetWriter`] into `out` (stored as `format`, with `config` as its `config.json`), and
+/// merges the shard manifests when the last shard finishes. Memory holds one utterance per worker.
+/// `on_done` is called once per utterance, from worker threads (progress). The first error
+/// stops the map; what was written stays.
+pub fn map_feature_set<E>(
+    set: &FeatureSet,
+    out: &Path,
+    config: &serde_json::Value,
+    shard: Shard,
+    format: FeatureFormat,
+    on_done: &(dyn Fn() + Sync),
+    f: &(dyn Fn(&FeatureEntry, &Matrix) -> std::result::Result<Matrix, E> + Sync),
+) -> std::result::Result<MapSummary, E>
+where
+    E: From<Error> + Send,
+{
+    let writer = FeatureSetWriter::create_as(out, config, &set.origin(), shard, format)?;
+    let mine: Vec<&FeatureEntry> = set
+        .entries()
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| shard.contains(*i))
+        .map(|(_, e)| e)
+        .collect();
+    let dims = mine
+        .par_iter()
+        .map(|e| -> std::result::Result<usize, E> {
+            let x = set.load(e)?;
+            let y = f(e, &x)?;
+            writer.write(&e.id, &e.speaker, e.split, &y)?;
+            on_done();
+            Ok(y.cols)
+        })
+        .try_reduce(|| 0, |a, b| Ok(a.max(b)))?;
+    writer.finish()?;
+    let complete = shard.count == 1 || crate::merge_shards(out, shard.count)?.is_some();
+    Ok(MapSummary {
+        utterances: mine.len(),
+        frames: mine.iter().map(|e| e.frames).sum(),
+        dims,
+        complete,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> tempfile::TempDir {
+        tempfile::Builder::new().prefix(name).tempdir().unwrap()
+    }
+
+    #[test]
+    fn a_vector_folder_round_trips_and_checks_its_counts() {
+        let dir = scratch("vecfolder");
+        let m = Matrix::new(3, 2, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+        let ids = vec!["u1".to_string(), "u2".into(), "u3".into()];
+        write_vector_folder(dir.path(), "codes", &m, &["b", "a", "b"], &ids).unwrap();
+        let (set, got_ids) = SupervectorSet::open_folder(dir.path(), "codes").unwrap();
+        assert_eq!(set.vectors, m);
+        assert_eq!(set.speakers, ["a", "b"]);
+        assert_eq!(set.labels, [1, 0, 1]);
+        assert_eq!(got_ids.as_deref(), Some(&ids[..]));
+        // Saving the set again gives the same files.
+        let again = scratch("vecfolder2");
+        set.save_folder(again.path(), "codes", &ids).unwrap();
+        for f in ["codes.npy", SPEAKERS_FILE, IDS_FILE] {
+            assert_eq!(
+                std::fs::read(dir.path().join(f)).unwrap(),
+                std::fs::read(again.path().join(f)).unwrap(),
+                "{f}"
+            );
+        }
+        // An ids file with a row too few is refused, naming it.
+        std::fs::write(dir.path().join(IDS_FILE), "u1\nu2\n").unwrap();
+        let err = SupervectorSet::open_folder(dir.path(), "codes").unwrap_err();
+        assert!(err.to_string().contains(IDS_FILE), "{err}");
+        // Count and id checks on writing.
+        let short = write_vector_folder(dir.path(), "x", &m, &["a", "b"], &ids);
+        assert!(matches!(
+            short,
+            Err(Error::Mismatch {
+                what: "speakers",
+                ..
+            })
+        ));
+        let bad = write_vector_folder(
+            dir.path(),
+            "x",
+            &m,
+            &["a", "b", "c"],
+            &["u1".into(), "two words\n".into(), "u3".into()],
+        );
+        assert!(matches!(bad, Err(Error::BadId { .. })));
+    }
+}
