@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 use invar_data::{corpus_stats, read_corpus_with, Corpus, CorpusOptions, Layout};
 
-use crate::progress::Progress;
+use invar_train::ItemProgress;
 
 /// Inspect a corpus.
 #[derive(Debug, Args)]
@@ -50,7 +50,7 @@ pub fn read(layout: Layout, path: &Path, allow_pipes: bool) -> anyhow::Result<Co
 
 fn info(args: InfoArgs) -> anyhow::Result<()> {
     let corpus = read(args.layout, &args.path, args.allow_pipes)?;
-    let progress = Progress::new(corpus.utterances.len() as u64, "probing");
+    let progress = ItemProgress::new(corpus.utterances.len() as u64, "probing");
     let stats = corpus_stats(&corpus, &|| progress.inc());
     progress.finish();
 

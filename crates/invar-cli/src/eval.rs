@@ -13,7 +13,7 @@ use invar_ops::FrameDistance;
 use serde::Serialize;
 
 use crate::out_dir::opt;
-use crate::progress::Progress;
+use invar_train::ItemProgress;
 
 /// ABX discriminability, speaker verification, speaker identification.
 #[derive(Debug, Args)]
@@ -283,7 +283,7 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
             max_x_across: args.max_x_across,
             seed: args.seed,
         };
-        let progress = Progress::new(abx::work_units(&ds, &config).len() as u64, "ABX units");
+        let progress = ItemProgress::new(abx::work_units(&ds, &config).len() as u64, "ABX units");
         let r = abx::evaluate(&ds, &config, &|| progress.inc())?;
         progress.finish();
         results.push(r);

@@ -2,10 +2,10 @@
 
 use std::path::PathBuf;
 
-use crate::progress::Progress;
 use clap::Args;
 use invar_audio::{ChannelSelect, FeatureKind, FrontendConfig, ReadOptions};
 use invar_data::{extract_features, FeatureFormat, FeatureJob, Layout, Shard};
+use invar_train::ItemProgress;
 
 /// Compute features for every utterance of a corpus into OUT (one .npy each + manifest.tsv).
 #[derive(Debug, Args)]
@@ -173,7 +173,7 @@ pub fn run(args: FeaturesArgs) -> anyhow::Result<()> {
         args.layout,
         args.out.display()
     );
-    let progress = Progress::new(mine as u64, "features");
+    let progress = ItemProgress::new(mine as u64, "features");
     let summary = extract_features(&corpus.utterances, &job, &args.out, shard, &|_| {
         progress.inc()
     })?;

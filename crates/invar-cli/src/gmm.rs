@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 
 use crate::out_dir::{opt, paths};
-use crate::progress::Progress;
 use clap::{Args, Subcommand};
 use invar_data::{FeatureFormat, FeatureSet, Shard, Split, SupervectorSet};
 use invar_gmm::{DiagGmm, EmConfig, FrameSource, GmmMeta, InitMethod, MapConfig};
 use invar_io::Matrix;
+use invar_train::ItemProgress;
 use serde::Serialize;
 
 /// UBM training, frame posteriorgrams and MAP supervectors.
@@ -241,7 +241,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     };
     // Written once the resume is accepted, so that a refused one leaves the folder as it was.
     invar_io::write_json(args.out.join("config.json"), &cfg)?;
-    let progress = Progress::new(cfg.max_iters as u64, "EM iterations");
+    let progress = ItemProgress::new(cfg.max_iters as u64, "EM iterations");
     let resumed = resumed.map(|(_, state)| {
         if let invar_gmm::EmStage::Full { done } = state.stage {
             (0..done).for_each(|_| progress.inc());
@@ -440,7 +440,7 @@ pub(crate) fn per_utterance_as(
     let mine = (0..set.entries().len())
         .filter(|&i| shard.contains(i))
         .count();
-    let progress = Progress::new(mine as u64, what);
+    let progress = ItemProgress::new(mine as u64, what);
     let done = invar_data::map_feature_set(
         set,
         out,

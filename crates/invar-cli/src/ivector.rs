@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::gmm::{load_ubm, per_utterance, StageSummary};
 use crate::out_dir::paths;
-use crate::progress::Progress;
+use invar_train::ItemProgress;
 
 /// Train the total-variability matrix, extract i-vectors.
 #[derive(Debug, Args)]
@@ -226,7 +226,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     invar_io::write_json(args.out.join("config.json"), &cfg)?;
 
     // Recomputed on resume: each utterance's statistics are a fixed-order sum, the same bits.
-    let progress = Progress::new(source.len() as u64, "Baum-Welch statistics");
+    let progress = ItemProgress::new(source.len() as u64, "Baum-Welch statistics");
     let stats = (0..source.len())
         .into_par_iter()
         .map(|i| -> anyhow::Result<_> {
@@ -238,7 +238,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     progress.finish();
 
-    let progress = Progress::new(cfg.iters as u64, "T-matrix EM iterations");
+    let progress = ItemProgress::new(cfg.iters as u64, "T-matrix EM iterations");
     if let Some((_, history)) = &resumed {
         history.iter().for_each(|_| progress.inc());
     }
@@ -286,7 +286,7 @@ fn accumulate(args: AccumulateArgs) -> anyhow::Result<()> {
     let shard = invar_data::Shard::parse_or_all(args.shard.as_deref())?;
     let source = set.frames_of(args.split)?;
     let mine: Vec<usize> = (0..source.len()).filter(|&i| shard.contains(i)).collect();
-    let progress = Progress::new(mine.len() as u64, "Baum-Welch statistics");
+    let progress = ItemProgress::new(mine.len() as u64, "Baum-Welch statistics");
     let stats = mine
         .par_iter()
         .map(|&i| -> anyhow::Result<_> {

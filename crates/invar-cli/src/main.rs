@@ -15,7 +15,6 @@ mod gmm;
 mod ivector;
 mod out_dir;
 mod partition;
-mod progress;
 mod speaker;
 mod supervector;
 mod supervector_eval;

@@ -7,7 +7,7 @@ use clap::Args;
 use invar_synth::{generate_with_progress, Layout, Split, SynthConfig};
 use serde::Serialize;
 
-use crate::progress::Progress;
+use invar_train::ItemProgress;
 
 /// Generate a phone-labelled multi-speaker corpus.
 #[derive(Debug, Args)]
@@ -78,7 +78,7 @@ pub fn run(args: SynthArgs) -> anyhow::Result<()> {
     cfg.validate()?;
     let _out = crate::out_dir::claim(&args.out, "synth", args.force, false, &[])?;
     let started = std::time::Instant::now();
-    let progress = Progress::new((cfg.speakers * cfg.utterances) as u64, "synthesising");
+    let progress = ItemProgress::new((cfg.speakers * cfg.utterances) as u64, "synthesising");
     let manifest = generate_with_progress(&cfg, &args.out, args.layout, &|_, _| progress.inc())?;
     progress.finish();
 

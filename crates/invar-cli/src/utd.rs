@@ -10,7 +10,7 @@ use invar_data::{FeatureSet, Layout};
 use invar_utd::{Cmvn, UtdConfig};
 
 use crate::out_dir::opt;
-use crate::progress::Progress;
+use invar_train::ItemProgress;
 
 /// Find repeated words and phrases (ZRTools-style LSH + segmental DTW) and write their classes.
 #[derive(Debug, Args)]
@@ -248,10 +248,10 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
     )?;
     let utts = invar_utd::load_featureset(&set)?;
     let started = std::time::Instant::now();
-    let bar: OnceLock<Progress> = OnceLock::new();
+    let bar: OnceLock<ItemProgress> = OnceLock::new();
     let discovery = invar_utd::discover_with_progress(&utts, &cfg, &|stage, _done, total| {
         if stage == "lines" {
-            bar.get_or_init(|| Progress::new(total as u64, "utd: lines, by first utterance"))
+            bar.get_or_init(|| ItemProgress::new(total as u64, "utd: lines, by first utterance"))
                 .inc();
         } else {
             tracing::info!("utd: {stage}");

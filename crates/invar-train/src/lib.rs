@@ -35,6 +35,7 @@ pub use optim::{
 };
 pub use order::ShuffledOrder;
 pub use plot::plot_curves;
+pub use progress::ItemProgress;
 pub use trainer::{
     collapse, divergence, resume_differences, BatchSource, Collapse, Divergence, StepContext,
     StepOutput, TrainStep, TrainSummary, Trainer, CHANCE_FACTOR, DIVERGENCE_FACTOR, KEPT_FRACTION,

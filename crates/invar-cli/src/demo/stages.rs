@@ -2,7 +2,6 @@
 //! this binary with its output kept in a log file, so the demo is exactly what a user can run by hand.
 
 use std::fs::File;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -95,7 +94,7 @@ pub struct Runner {
     logs: PathBuf,
     total: usize,
     done: usize,
-    bar: Option<indicatif::ProgressBar>,
+    progress: invar_train::ItemProgress,
     pub records: Vec<StageRecord>,
 }
 
@@ -105,26 +104,15 @@ impl Runner {
         let exe = std::env::current_exe().context("cannot find the running `invar` binary")?;
         std::fs::create_dir_all(logs)
             .with_context(|| format!("cannot create the log folder {}", logs.display()))?;
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = indicatif::ProgressBar::new(total as u64);
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{elapsed_precise} [{bar:30}] {pos}/{len} {msg}",
-                )
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-                .progress_chars("=> "),
-            );
-            // A steady tick: the clock keeps moving through a long stage, so it never looks hung.
-            bar.enable_steady_tick(std::time::Duration::from_millis(500));
-            bar
-        });
+        // A steady tick: the clock keeps moving through a long stage, so it never looks hung.
+        let progress = invar_train::ItemProgress::stages(total as u64);
         Ok(Self {
             exe,
             cwd: cwd.to_owned(),
             logs: logs.to_owned(),
             total,
             done: 0,
-            bar,
+            progress,
             records: Vec::new(),
         })
     }
@@ -137,9 +125,9 @@ impl Runner {
             self.done,
             stage.name.replace(' ', "-")
         ));
-        match &self.bar {
-            Some(bar) => bar.set_message(stage.name.clone()),
-            None => tracing::info!(
+        match self.progress.is_bar() {
+            true => self.progress.set_message(&stage.name),
+            false => tracing::info!(
                 "[{}/{}] {}: {}",
                 self.done,
                 self.total,
@@ -169,9 +157,7 @@ impl Runner {
             log: log.clone(),
             ok: status.success(),
         });
-        if let Some(bar) = &self.bar {
-            bar.inc(1);
-        }
+        self.progress.inc();
         if !status.success() {
             let tail = log_tail(&log, 15);
             anyhow::bail!(
@@ -181,7 +167,7 @@ impl Runner {
                 log.display()
             );
         }
-        if self.bar.is_none() {
+        if !self.progress.is_bar() {
             tracing::info!(
                 "[{}/{}] {} done in {seconds:.1} s",
                 self.done,
@@ -206,15 +192,13 @@ impl Runner {
     /// Counts a stage that will not run (its section was skipped), keeping the progress total true.
     pub fn skip(&mut self, n: usize) {
         self.done += n;
-        if let Some(bar) = &self.bar {
-            bar.inc(n as u64);
+        for _ in 0..n {
+            self.progress.inc();
         }
     }
 
     pub fn finish(&self) {
-        if let Some(bar) = &self.bar {
-            bar.finish_and_clear();
-        }
+        self.progress.finish();
     }
 }
 
