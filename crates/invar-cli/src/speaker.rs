@@ -491,7 +491,12 @@ fn robustness(args: RobustnessArgs) -> anyhow::Result<()> {
         "chunk accuracy (%) of `{}`, mean (min–max) over seeds {:?}:\n{table}",
         cfg.name, grid.seeds
     );
-    write_outputs(&args.out, &report, &table)?;
+    let speakers = train
+        .iter()
+        .map(|a| a.speaker.as_str())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    write_outputs(&args.out, &report, &table, speakers)?;
     Ok(())
 }
 
@@ -499,13 +504,14 @@ fn write_outputs(
     out: &Path,
     report: &invar_speaker_cnn::RobustnessReport,
     table: &str,
+    speakers: usize,
 ) -> anyhow::Result<()> {
     invar_io::write_json(out.join("robustness.json"), report)?;
     invar_io::write_text(out.join("robustness.md"), table)?;
     crate::eval::plot_or_warn(
         "robustness plot",
-        invar_speaker_cnn::plot_robustness(report, &out.join("robustness.svg")),
+        invar_speaker_cnn::plot_robustness(report, speakers, &out.join("robustness")),
     );
-    println!("results: {}/robustness.{{json,md,svg}}", out.display());
+    println!("results: {}/robustness.{{json,md,svg,png}}", out.display());
     Ok(())
 }

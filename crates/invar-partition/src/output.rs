@@ -81,6 +81,7 @@ pub fn plot_heatmap(partition: &Partition, path: &Path) -> Result<()> {
         values,
         scale: invar_plot::Scale::Fraction,
         bar_desc: "weight W[input, output]",
+        empty_desc: "",
     };
     invar_plot::save(&map, &path.with_extension("")).map_err(|e| Error::Plot {
         path: path.to_path_buf(),

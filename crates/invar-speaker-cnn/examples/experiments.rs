@@ -209,7 +209,12 @@ fn robustness_stage(out: &Path, seeds: &[u64]) -> Result<()> {
     println!("chunk accuracy %, mean (min–max) over seeds {seeds:?}:\n{t}");
     invar_io::write_json(out.join("robustness.json"), &report)?;
     invar_io::write_text(out.join("robustness.md"), &t)?;
-    plot_robustness(&report, &out.join("robustness.svg"))?;
+    let speakers = train
+        .iter()
+        .map(|a| a.speaker.as_str())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    plot_robustness(&report, speakers, &out.join("robustness"))?;
     Ok(())
 }
 

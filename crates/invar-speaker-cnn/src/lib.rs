@@ -19,6 +19,7 @@ mod method;
 mod model;
 mod pipeline;
 mod robustness;
+mod robustness_plot;
 mod train;
 
 pub use apply::ChunkOutputs;
@@ -45,7 +46,7 @@ pub use pipeline::{
     LabeledAudio, ModelMeta, TrainedCnn, META_FILE,
 };
 pub use robustness::{
-    plot_robustness, robustness, DivergedRun, RobustnessConfig, RobustnessReport, RobustnessRow,
-    SummaryRow,
+    robustness, DivergedRun, RobustnessConfig, RobustnessReport, RobustnessRow, SummaryRow,
 };
+pub use robustness_plot::{plot_robustness, robustness_figure};
 pub use train::{new_model, ChunkBatch, ChunkBatches, ChunkScores, CnnStep};
