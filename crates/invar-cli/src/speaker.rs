@@ -27,7 +27,7 @@ pub enum SpeakerCommand {
     /// chunk and utterance accuracy, chunk misclassification, CNN and baselines (table, cv.json).
     Cv(CvArgs),
     /// Train none/scale/offset/gain-regularised models with and without unit-L2 scaling, over
-    /// seeds, and tabulate their accuracy under gain changes (table, JSON, SVG plot).
+    /// seeds, and tabulate their accuracy under gain changes (table, JSON, SVG and PNG plot).
     Robustness(RobustnessArgs),
 }
 

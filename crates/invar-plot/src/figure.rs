@@ -517,4 +517,56 @@ mod tests {
         let err = save(&map, &dir.path().join("missing/m")).unwrap_err();
         assert!(err.to_string().contains("missing/m.svg"), "{err}");
     }
+
+    /// An empty cell is grey and a 0 is pale yellow (before, both were near-white), the grey is
+    /// named under the colour bar, and the PNG is the figure's size with both colours in it.
+    #[test]
+    fn empty_cells_are_grey_and_zero_is_not() {
+        assert_ne!(EMPTY, heat(0.0));
+        let dir = tempfile::tempdir().unwrap();
+        let labels: Vec<String> = ["aa", "iy", "sh"].iter().map(|s| s.to_string()).collect();
+        let map = Heatmap {
+            title: "ABX error by phone pair: MFCC",
+            x_desc: "B phone",
+            y_desc: "A / X phone",
+            row_labels: &labels,
+            col_labels: &labels,
+            values: vec![f64::NAN, 0.0, 0.5, 0.0, f64::NAN, 1.0, 0.25, 0.0, f64::NAN],
+            scale: Scale::Percent,
+            bar_desc: "ABX error (%)",
+            empty_desc: "no triplets",
+        };
+        let paths = save(&map, &dir.path().join("abx")).unwrap();
+        let svg = std::fs::read_to_string(&paths[0]).unwrap();
+        let text = |t: &str| svg.lines().any(|l| l.trim() == t);
+        assert!(text("no triplets") && text("ABX error (%)"));
+        assert!(svg.contains("ABX error by phone pair: MFCC"));
+        let grey = format!("#{:02X}{:02X}{:02X}", EMPTY.0, EMPTY.1, EMPTY.2);
+        assert!(svg.contains(&grey), "no grey cell ({grey}) in the SVG");
+        let png = std::fs::read(&paths[1]).unwrap();
+        let w = u32::from_be_bytes(png[16..20].try_into().unwrap());
+        let h = u32::from_be_bytes(png[20..24].try_into().unwrap());
+        assert_eq!((w, h), map.size());
+    }
+
+    /// W's rows: with nothing empty, no "empty" swatch is drawn.
+    #[test]
+    fn no_swatch_without_empty_cells() {
+        let dir = tempfile::tempdir().unwrap();
+        let labels: Vec<String> = ["0", "1"].iter().map(|s| s.to_string()).collect();
+        let map = Heatmap {
+            title: "W",
+            x_desc: "output class",
+            y_desc: "input class",
+            row_labels: &labels,
+            col_labels: &labels,
+            values: vec![1.0, 0.0, 0.0, 1.0],
+            scale: Scale::Fraction,
+            bar_desc: "weight",
+            empty_desc: "no value",
+        };
+        let paths = save(&map, &dir.path().join("w")).unwrap();
+        let svg = std::fs::read_to_string(&paths[0]).unwrap();
+        assert!(!svg.contains("no value"));
+    }
 }

@@ -256,3 +256,116 @@ fn draw_panel<DB: DrawingBackend>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::style::colour;
+
+    fn plot() -> LinePlot {
+        let series = |label: &str, i: usize, dash: Dash| Series {
+            label: label.into(),
+            points: (1..=5).map(|e| (e as f64, 10.0 * e as f64)).collect(),
+            line: Line {
+                colour: colour(i),
+                dash,
+                marker: Marker::Circle,
+            },
+        };
+        let panel = Panel {
+            title: String::new(),
+            x: KeyAxis::integers(1, 5),
+            x_desc: "epoch".into(),
+            y_desc: "accuracy (%)".into(),
+            y_range: Some((0.0, 100.0)),
+            series: vec![
+                series("training", 0, Dash::Solid),
+                series("validation", 1, Dash::Dashed),
+            ],
+            references: vec![Reference {
+                y: 6.25,
+                label: "chance".into(),
+            }],
+            markers: true,
+        };
+        LinePlot::new("t", vec![panel.clone(), panel])
+    }
+
+    /// Epoch axes tick whole numbers only, at most eight, without decimals.
+    #[test]
+    fn integer_axes_have_whole_ticks() {
+        let a = KeyAxis::integers(1, 4);
+        assert_eq!(a.labels, ["1", "2", "3", "4"]);
+        let a = KeyAxis::integers(1, 100);
+        assert!(a.keys.len() <= 8, "{:?}", a.labels);
+        assert!(a.keys.iter().all(|k| k.fract() == 0.0));
+        assert_eq!(KeyAxis::linear(0.0, 1.0).labels[1], "0.2");
+    }
+
+    /// Labels shared by panels appear once in the legend, which sits in its own strip (the figure
+    /// is taller than its panels by the legend's height); the SVG has the axis descriptions, the
+    /// reference line's name and whole-percent ticks; the PNG has the figure's size and ink on it.
+    #[test]
+    fn legend_once_outside_the_panels_and_files_written() {
+        crate::register_fonts().unwrap();
+        let p = plot();
+        assert_eq!(
+            p.legend()
+                .iter()
+                .map(|e| e.label.as_str())
+                .collect::<Vec<_>>(),
+            ["training", "validation"]
+        );
+        let (w, h) = p.size();
+        assert_eq!(w, COLUMN_PX);
+        assert!(
+            h > p.title_height() + 2 * p.panel_height,
+            "no room for the legend"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let paths = crate::save(&p, &dir.path().join("l")).unwrap();
+        let svg = std::fs::read_to_string(&paths[0]).unwrap();
+        let text = |t: &str| svg.lines().filter(|l| l.trim() == t).count();
+        assert_eq!(text("validation"), 1);
+        assert_eq!(text("accuracy (%)"), 2);
+        assert_eq!(text("chance"), 2);
+        assert!(
+            text("100") >= 2 && text("100.0") == 0,
+            "y ticks not whole percent"
+        );
+        let png = std::fs::read(&paths[1]).unwrap();
+        let size = (
+            u32::from_be_bytes(png[16..20].try_into().unwrap()),
+            u32::from_be_bytes(png[20..24].try_into().unwrap()),
+        );
+        assert_eq!(size, (w, h));
+    }
+
+    /// A dashed line leaves gaps: fewer pixels inked than the same line solid.
+    #[test]
+    fn dashes_break_the_stroke() {
+        let ink = |dash: Dash| {
+            let mut buf = vec![255u8; 400 * 20 * 3];
+            {
+                let root = BitMapBackend::with_buffer(&mut buf, (400, 20)).into_drawing_area();
+                let line = Line {
+                    colour: RGBColor(0, 0, 0),
+                    dash,
+                    marker: Marker::None,
+                };
+                draw_polyline(&root, &[(10, 10), (200, 10), (390, 10)], &line, false).unwrap();
+                root.present().unwrap();
+            }
+            buf.chunks_exact(3).filter(|p| p[0] < 128).count()
+        };
+        let (solid, dashed, dotted) = (ink(Dash::Solid), ink(Dash::Dashed), ink(Dash::Dotted));
+        assert!(solid > 0);
+        assert!(
+            dashed < solid * 3 / 4 && dashed > solid / 3,
+            "{dashed} of {solid}"
+        );
+        assert!(dotted < solid * 3 / 4 && dotted > 0, "{dotted} of {solid}");
+    }
+}
