@@ -45,6 +45,12 @@ fn plots_write_svg_and_png() -> anyhow::Result<()> {
             assert!(text.starts_with("<svg") && text.trim_end().ends_with("</svg>"));
         }
     }
+    // The DET legend gives each curve's EER, and the note says what the markers are.
+    let svg = std::fs::read_to_string(dir.path().join("det.svg"))?;
+    let text = |t: &str| svg.lines().any(|l| l.trim() == t);
+    assert!(text("system (EER 33.33 %)"), "no EER in the DET legend");
+    assert!(svg.contains("its EER (miss = false alarm)"));
+    assert!(text("false alarm probability (%)") && text("miss probability (%)"));
     // The confusion plot prints its row-normalised percentages (3 of 4 = 75).
     let svg = std::fs::read_to_string(dir.path().join("confusion.svg"))?;
     assert!(

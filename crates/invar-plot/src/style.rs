@@ -256,7 +256,7 @@ pub fn draw_legend<DB: DrawingBackend>(
     let cols = legend_columns(entries, w);
     let cell = (w.saturating_sub(20)) / cols as u32;
     let font = (FAMILY, LEGEND_PX).into_font().color(&BLACK);
-    let style = TextStyle::from(font).pos(plotters::style::text_anchor::Pos::new(
+    let style = font.pos(plotters::style::text_anchor::Pos::new(
         plotters::style::text_anchor::HPos::Left,
         plotters::style::text_anchor::VPos::Center,
     ));

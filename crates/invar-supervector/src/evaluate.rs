@@ -206,73 +206,6 @@ pub fn format_table(rows: &[ComparisonRow]) -> String {
     s
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn split_is_disjoint_covering_and_respects_the_protocols() {
-        let labels: Vec<usize> = (0..100).map(|i| i % 10).collect(); // 10 speakers × 10
-        let cfg = ProtocolConfig::default(); // 20 % speakers open, 25 % utterances closed
-        let s = ProtocolSplit::new(&labels, &cfg).unwrap();
-        let mut all: Vec<usize> = [&s.train[..], &s.closed_test, &s.open_test].concat();
-        all.sort_unstable();
-        assert_eq!(all, (0..100).collect::<Vec<_>>());
-        let spk = |rows: &[usize]| -> std::collections::BTreeSet<usize> {
-            rows.iter().map(|&r| labels[r]).collect()
-        };
-        assert_eq!(spk(&s.open_test).len(), 2);
-        assert!(spk(&s.open_test).is_disjoint(&spk(&s.train)));
-        assert_eq!(spk(&s.closed_test), spk(&s.train));
-        assert_eq!(s.closed_test.len(), 8 * 3); // round(0.25 · 10) = 3 per training speaker
-        assert_eq!(s, ProtocolSplit::new(&labels, &cfg).unwrap(), "seeded");
-        let other = ProtocolConfig { seed: 9, ..cfg };
-        assert_ne!(s, ProtocolSplit::new(&labels, &other).unwrap());
-    }
-
-    #[test]
-    fn comparison_matches_hand_computed_threshold_and_eer() {
-        // 1-D embeddings: speaker 0 at 0.0, 0.1; speaker 1 at 1.0, 1.3. Euclidean distances:
-        // same pairs 0.1, 0.3 → threshold 0.3; different pairs 1.0, 1.3, 0.9, 1.2 → none below → 0.
-        // Perfect separation → EER 0.
-        let m = Matrix::new(4, 1, vec![0.0, 0.1, 1.0, 1.3]).unwrap();
-        let labels = [0, 0, 1, 1];
-        let rows = compare_rows(
-            Protocol::Closed,
-            "raw",
-            &m,
-            &labels,
-            &[0, 1, 2, 3],
-            &[PairMetric::Euclidean],
-            &[0.01],
-        )
-        .unwrap();
-        assert_eq!(rows.len(), 1);
-        let r = &rows[0];
-        assert_eq!((r.target_trials, r.nontarget_trials), (2, 4));
-        assert!((r.threshold - 0.3).abs() < 1e-6);
-        assert_eq!(r.threshold_count, 0);
-        assert_eq!(r.eer, 0.0);
-        // Move speaker 1's second point to 0.35: same distances 0.1, 0.65 → threshold 0.65;
-        // different 1.0, 0.35, 0.9, 0.25 → 0.35 and 0.25 below: count 2, rate 0.5.
-        let m = Matrix::new(4, 1, vec![0.0, 0.1, 1.0, 0.35]).unwrap();
-        let r = &compare_rows(
-            Protocol::Open,
-            "raw",
-            &m,
-            &labels,
-            &[0, 1, 2, 3],
-            &[PairMetric::Euclidean],
-            &[0.01],
-        )
-        .unwrap()[0];
-        assert!((r.threshold - 0.65).abs() < 1e-6);
-        assert_eq!(r.threshold_count, 2);
-        assert!((r.threshold_rate - 0.5).abs() < 1e-12);
-        assert!(format_table(std::slice::from_ref(r)).contains("open"));
-    }
-}
-
 /// A representation's name in plots: `raw` → "raw supervectors", `ivector` → "i-vectors",
 /// `ae` → "autoencoder code"; others as they are.
 pub fn representation_name(representation: &str) -> &str {
@@ -338,4 +271,113 @@ pub fn plot_det(
         first.nontarget_trials
     );
     Ok(invar_eval::plot::det_plot(stem, &title, &curves)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_is_disjoint_covering_and_respects_the_protocols() {
+        let labels: Vec<usize> = (0..100).map(|i| i % 10).collect(); // 10 speakers × 10
+        let cfg = ProtocolConfig::default(); // 20 % speakers open, 25 % utterances closed
+        let s = ProtocolSplit::new(&labels, &cfg).unwrap();
+        let mut all: Vec<usize> = [&s.train[..], &s.closed_test, &s.open_test].concat();
+        all.sort_unstable();
+        assert_eq!(all, (0..100).collect::<Vec<_>>());
+        let spk = |rows: &[usize]| -> std::collections::BTreeSet<usize> {
+            rows.iter().map(|&r| labels[r]).collect()
+        };
+        assert_eq!(spk(&s.open_test).len(), 2);
+        assert!(spk(&s.open_test).is_disjoint(&spk(&s.train)));
+        assert_eq!(spk(&s.closed_test), spk(&s.train));
+        assert_eq!(s.closed_test.len(), 8 * 3); // round(0.25 · 10) = 3 per training speaker
+        assert_eq!(s, ProtocolSplit::new(&labels, &cfg).unwrap(), "seeded");
+        let other = ProtocolConfig { seed: 9, ..cfg };
+        assert_ne!(s, ProtocolSplit::new(&labels, &other).unwrap());
+    }
+
+    #[test]
+    fn comparison_matches_hand_computed_threshold_and_eer() {
+        // 1-D embeddings: speaker 0 at 0.0, 0.1; speaker 1 at 1.0, 1.3. Euclidean distances:
+        // same pairs 0.1, 0.3 → threshold 0.3; different pairs 1.0, 1.3, 0.9, 1.2 → none below → 0.
+        // Perfect separation → EER 0.
+        let m = Matrix::new(4, 1, vec![0.0, 0.1, 1.0, 1.3]).unwrap();
+        let labels = [0, 0, 1, 1];
+        let rows = compare_rows(
+            Protocol::Closed,
+            "raw",
+            &m,
+            &labels,
+            &[0, 1, 2, 3],
+            &[PairMetric::Euclidean],
+            &[0.01],
+        )
+        .unwrap();
+        assert_eq!(rows.len(), 1);
+        let r = &rows[0];
+        assert_eq!((r.target_trials, r.nontarget_trials), (2, 4));
+        assert!((r.threshold - 0.3).abs() < 1e-6);
+        assert_eq!(r.threshold_count, 0);
+        assert_eq!(r.eer, 0.0);
+        // Move speaker 1's second point to 0.35: same distances 0.1, 0.65 → threshold 0.65;
+        // different 1.0, 0.35, 0.9, 0.25 → 0.35 and 0.25 below: count 2, rate 0.5.
+        let m = Matrix::new(4, 1, vec![0.0, 0.1, 1.0, 0.35]).unwrap();
+        let r = &compare_rows(
+            Protocol::Open,
+            "raw",
+            &m,
+            &labels,
+            &[0, 1, 2, 3],
+            &[PairMetric::Euclidean],
+            &[0.01],
+        )
+        .unwrap()[0];
+        assert!((r.threshold - 0.65).abs() < 1e-6);
+        assert_eq!(r.threshold_count, 2);
+        assert!((r.threshold_rate - 0.5).abs() < 1e-12);
+        assert!(format_table(std::slice::from_ref(r)).contains("open"));
+    }
+
+    /// The 002 DET: one curve per (representation, distance) of the protocol, named in full with
+    /// its EER; nothing is drawn for a protocol without rows.
+    #[test]
+    fn det_plot_names_each_representation_and_its_eer() {
+        let labels: Vec<usize> = (0..8).map(|i| i / 2).collect();
+        let m = Matrix::new(
+            8,
+            2,
+            (0..16)
+                .map(|i| ((i * 7) % 5) as f32 + 0.1 * i as f32)
+                .collect(),
+        )
+        .unwrap();
+        let rows: Vec<usize> = (0..8).collect();
+        let table = compare_rows(
+            Protocol::Open,
+            "ae",
+            &m,
+            &labels,
+            &rows,
+            &[PairMetric::Angular, PairMetric::Euclidean],
+            &[0.01],
+        )
+        .unwrap();
+        assert!(table.iter().all(|r| !r.det.is_empty()));
+        let dir = tempfile::tempdir().unwrap();
+        assert!(plot_det(&table, Protocol::Closed, &dir.path().join("c"))
+            .unwrap()
+            .is_empty());
+        let paths = plot_det(&table, Protocol::Open, &dir.path().join("o")).unwrap();
+        assert_eq!(paths.len(), 2);
+        let svg = std::fs::read_to_string(&paths[0]).unwrap();
+        for r in &table {
+            let label = format!(
+                "autoencoder code, {} (EER {:.2} %)",
+                r.metric,
+                100.0 * r.eer
+            );
+            assert!(svg.lines().any(|l| l.trim() == label), "no {label}");
+        }
+    }
 }

@@ -113,7 +113,7 @@ fn figure(history: &[EpochRecord], title: &str) -> LinePlot {
     let last = history.iter().map(|r| r.epoch).max().unwrap_or(1) as i64;
     let markers = last - first < 40;
     // The loss first, then the other metrics by name.
-    let mut ordered: Vec<(&String, &BTreeMap<String, Vec<(f64, f64)>>)> = groups.iter().collect();
+    let mut ordered: Vec<_> = groups.iter().collect();
     ordered.sort_by_key(|(metric, _)| metric.as_str() != "loss");
     let panels = ordered
         .into_iter()
