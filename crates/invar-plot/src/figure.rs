@@ -248,11 +248,27 @@ const EMPTY_SWATCH: u32 = 90;
 pub const EMPTY: RGBColor = RGBColor(200, 200, 200);
 
 impl Heatmap<'_> {
-    /// Pixels per cell: 36 up to 40 rows or columns, then smaller to keep the figure under
-    /// 2400 pixels.
+    /// Pixels per (square) cell: 36 up to 55 rows or columns, smaller past that to keep the
+    /// cells within 2000 pixels; wider when the column labels need it (speaker names), up to 90.
     fn cell(&self) -> u32 {
         let n = self.row_labels.len().max(self.col_labels.len()).max(1) as u32;
-        (2000 / n).clamp(6, 36)
+        let base = (2000 / n).clamp(6, 36);
+        if !Self::labelled(self.col_labels.len()) || base < 36 {
+            return base;
+        }
+        let widest = self
+            .col_labels
+            .iter()
+            .map(|l| style::text_width(l, style::TICK_PX - 4))
+            .max()
+            .unwrap_or(0);
+        (widest + 12).clamp(base, 90)
+    }
+
+    /// Height of the colour bar: the cells' height, or enough for its caption.
+    fn bar_h(&self) -> u32 {
+        let cells = self.cell() * self.row_labels.len().max(1) as u32;
+        cells.max(style::text_width(self.bar_desc, style::LABEL_PX - 4) + 40)
     }
 
     /// Whether tick labels are drawn (past 80 they overlap into a smudge).
@@ -296,7 +312,8 @@ impl Figure for Heatmap<'_> {
         let width = (self.y_area() + cell * nc.max(1) + 40 + BAR)
             .max(title)
             .max(style::COLUMN_PX);
-        let height = (style::TITLE_PX + 40 + cell * nr.max(1) + self.x_area() + 24).max(700);
+        let below = (cell * nr.max(1) + self.x_area()).max(self.bar_h() + EMPTY_SWATCH);
+        let height = style::TITLE_PX + 40 + below + 24;
         (width, height)
     }
     fn draw<DB: DrawingBackend>(
@@ -406,7 +423,7 @@ impl Figure for Heatmap<'_> {
                 .map_err(|x| e(&x))?;
         }
         let has_empty = self.values.iter().any(|v| v.is_nan());
-        self.colour_bar(&bar, has_empty).map_err(|x| e(&x))
+        self.colour_bar(&bar, top, has_empty).map_err(|x| e(&x))
     }
 }
 
@@ -416,16 +433,17 @@ impl Heatmap<'_> {
     fn colour_bar<DB: DrawingBackend>(
         &self,
         area: &DrawingArea<DB, Shift>,
+        top: u32,
         has_empty: bool,
     ) -> std::result::Result<(), String> {
         let e = |e: &dyn std::fmt::Display| e.to_string();
         let ticks = [0.0, 0.25, 0.5, 0.75, 1.0];
         let labels = ticks.iter().map(|&t| self.scale.format(t)).collect();
-        let (_, h) = area.dim_in_pixel();
-        let (bar_area, swatch) = area.split_vertically(h.saturating_sub(EMPTY_SWATCH));
+        // The bar spans the cells' rows (from `top`), the grey swatch sits under it.
+        let (bar_area, swatch) = area.split_vertically(top + self.bar_h());
         let mut chart = ChartBuilder::on(&bar_area)
-            .margin_top(style::TITLE_PX + 60)
-            .margin_bottom(40)
+            .margin_top(top)
+            .margin_bottom(0)
             .margin_right(60)
             .y_label_area_size(style::TICK_PX * 2 + style::LABEL_PX + 12)
             .build_cartesian_2d(
@@ -458,7 +476,7 @@ impl Heatmap<'_> {
             let s = style::TICK_PX as i32;
             swatch
                 .draw(&Rectangle::new(
-                    [(10, 10), (10 + s, 10 + s)],
+                    [(10, 30), (10 + s, 30 + s)],
                     EMPTY.filled(),
                 ))
                 .map_err(|x| e(&x))?;
@@ -466,7 +484,7 @@ impl Heatmap<'_> {
                 .draw_text(
                     self.empty_desc,
                     &TextStyle::from((style::FAMILY, style::TICK_PX - 4).into_font()),
-                    (18 + s, 12),
+                    (18 + s, 32),
                 )
                 .map_err(|x| e(&x))?;
         }
