@@ -391,7 +391,7 @@ fn report_tables(report: &str) -> String {
 /// Issue 23, README drift: the README's quick-demo section holds the tables of this run's
 /// report.md, and every figure it shows from the quick demo is this run's figure, byte for byte
 /// (the demo is deterministic: same numbers, same drawing). A change that moves a number or a
-/// figure fails here until the README is updated: `UPDATE_README=1 cargo test -p invar-cli
+/// figure fails here until the README is updated: `UPDATE_README=1 cargo test --workspace
 /// --test e2e demo_quick` rewrites the section and the figures (review the diff).
 fn readme_matches_the_quick_demo(out: &Path) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
