@@ -177,7 +177,8 @@ fn plan(cfg: &DemoConfig, out: &Path) -> Plan {
         ),
     ];
 
-    let abx = |name: &str, features: &PathBuf, distance: &str| {
+    // `title`: the representation's name in the plots' titles, as the results table names it.
+    let abx = |name: &str, features: &PathBuf, distance: &str, title: &str| {
         Stage::new(
             &format!("abx {name}"),
             &[
@@ -191,6 +192,8 @@ fn plan(cfg: &DemoConfig, out: &Path) -> Plan {
                 &out.join("abx").join(name),
                 &"--distance",
                 &distance,
+                &"--name",
+                &title,
             ],
         )
     };
@@ -211,8 +214,8 @@ fn plan(cfg: &DemoConfig, out: &Path) -> Plan {
                 &post,
             ],
         ),
-        abx("mfcc", &mfcc, "angular"),
-        abx("posteriors", &post, "symmetric-kl"),
+        abx("mfcc", &mfcc, "angular", "MFCC+Δ+ΔΔ (CMVN)"),
+        abx("posteriors", &post, "symmetric-kl", "UBM posteriorgram"),
         match cfg.partition_classes {
             // Gold mode: classes from the corpus's word alignments (a topline).
             ClassSource::Gold => Stage::new(
@@ -282,8 +285,8 @@ fn plan(cfg: &DemoConfig, out: &Path) -> Plan {
                 &"--hard",
             ],
         ),
-        abx("soft", &soft, "symmetric-kl"),
-        abx("binary", &binary, "symmetric-kl"),
+        abx("soft", &soft, "symmetric-kl", "partition, soft"),
+        abx("binary", &binary, "symmetric-kl", "partition, binary"),
     ];
 
     if cfg.partition_classes == ClassSource::Utd {

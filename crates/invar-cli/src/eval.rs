@@ -89,6 +89,9 @@ pub struct AbxArgs {
     /// Seed of the --max-size-group and --max-x-across draws (same seed, same triplets).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// The representation's name in the plots' titles [default: the --features folder's name]
+    #[arg(long)]
+    pub name: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -320,11 +323,17 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
         );
     }
     write_results(&args.out, args.json.as_deref(), &results)?;
+    let name = args.name.clone().unwrap_or_else(|| {
+        args.features
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| args.features.display().to_string())
+    });
     for r in &results {
         let mode = r.mode;
         plot_or_warn(
             &format!("ABX plot abx-{mode}"),
-            abx::plot_pairs(&args.out.join(format!("abx-{mode}")), r),
+            abx::plot_pairs(&args.out.join(format!("abx-{mode}")), r, &name),
         );
     }
     Ok(())
@@ -403,7 +412,12 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
             ..VerifyConfig::default()
         };
         let r = invar_eval::verify(&distances, &trials, &config)?;
-        curves.push((metric.to_string(), r.det.clone()));
+        curves.push(invar_eval::plot::DetCurve::nth(
+            curves.len(),
+            metric.to_string(),
+            r.det.clone(),
+            r.eer,
+        ));
         reports.push(r);
     }
     let dcf_heads: String = args
@@ -439,7 +453,11 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
     write_results(&args.out, args.json.as_deref(), &output)?;
     plot_or_warn(
         "DET plot",
-        invar_eval::plot::det_plot(&args.out.join("det"), &curves),
+        invar_eval::plot::det_plot(
+            &args.out.join("det"),
+            &format!("DET: {} embeddings, {} trials", emb.rows, trials.len()),
+            &curves,
+        ),
     );
     Ok(())
 }
@@ -500,7 +518,19 @@ fn run_score_file(args: &VerifyArgs, scores: &Path) -> anyhow::Result<()> {
         "DET plot",
         invar_eval::plot::det_plot(
             &args.out.join("det"),
-            &[("scores".to_string(), r.det.clone())],
+            &format!(
+                "DET: {}",
+                scores
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            ),
+            &[invar_eval::plot::DetCurve::nth(
+                0,
+                "scores",
+                r.det.clone(),
+                r.eer,
+            )],
         ),
     );
     Ok(())

@@ -30,7 +30,7 @@ pub enum SpeakerCommand {
     /// Train none/scale/offset/gain-regularised models with and without unit-L2 scaling (or, with
     /// --treatments, regularisers vs gain augmentation vs mean normalisations), over seeds, and
     /// tabulate their accuracy under gain changes, beside the GMM baseline with --gmm (table,
-    /// JSON, SVG plot).
+    /// JSON, SVG and PNG plot).
     Robustness(RobustnessArgs),
     /// Merge the robustness.json of `speaker robustness` runs made separately (one per seed or
     /// treatment, in parallel or on other machines) into one table, JSON and plot.
@@ -568,12 +568,14 @@ fn write_outputs(
     report: &invar_speaker_cnn::RobustnessReport,
     table: &str,
 ) -> anyhow::Result<()> {
+    // The chance line needs the number of speakers (0: none, for merged runs that disagree).
+    let speakers = report.speakers.unwrap_or(0);
     invar_io::write_json(out.join("robustness.json"), report)?;
     invar_io::write_text(out.join("robustness.md"), table)?;
     crate::eval::plot_or_warn(
         "robustness plot",
-        invar_speaker_cnn::plot_robustness(report, &out.join("robustness.svg")),
+        invar_speaker_cnn::plot_robustness(report, speakers, &out.join("robustness")),
     );
-    println!("results: {}/robustness.{{json,md,svg}}", out.display());
+    println!("results: {}/robustness.{{json,md,svg,png}}", out.display());
     Ok(())
 }

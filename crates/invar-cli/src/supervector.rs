@@ -343,6 +343,19 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     print!("{}", format_table(&report.table));
     invar_io::write_json(&json, &results)?;
     println!("results: {}", json.display());
+    for protocol in [
+        invar_supervector::Protocol::Closed,
+        invar_supervector::Protocol::Open,
+    ] {
+        crate::eval::plot_or_warn(
+            &format!("{protocol}-set DET plot"),
+            invar_supervector::plot_det(
+                &report.table,
+                protocol,
+                &args.out.join(format!("det-{protocol}")),
+            ),
+        );
+    }
     Ok(())
 }
 

@@ -1,13 +1,14 @@
-//! Plots with plotters, each written as SVG and PNG: DET curves, confusion matrices, ABX error by phone
-//! pair, training curves. Files are written atomically (SVG through invar-io, PNG to a temporary
-//! sibling then renamed).
+//! Plots, each written as SVG and PNG through invar-plot (atomically, in its one style): DET curves
+//! with their EER marked, confusion matrices, ABX error by phone pair, and curves.
 
 use std::path::{Path, PathBuf};
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use invar_plot::{Figure, Heatmap, KeyAxis, Scale};
+use invar_plot::style::{self, LegendEntry};
+pub use invar_plot::{Dash, Line, Marker};
+use invar_plot::{Figure, Heatmap, KeyAxis, LinePlot, Panel, Scale, Series};
 
 use crate::verify::DetPoint;
 use crate::{Error, Result};
@@ -73,17 +74,58 @@ pub fn probit(p: f64) -> f64 {
     }
 }
 
-const DET_TICKS: [f64; 11] = [
-    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8,
-];
+const DET_TICKS: [f64; 10] = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8];
+
+/// One system's DET curve, its EER (marked on the curve and given in the legend) and its look.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DetCurve {
+    pub label: String,
+    pub points: Vec<DetPoint>,
+    /// The EER in `[0, 1]` (Kaldi's, as [`crate::verify`] reports it).
+    pub eer: f64,
+    pub line: Line,
+}
+
+impl DetCurve {
+    /// The `i`-th curve of a plot, in [`Line::nth`]'s look.
+    pub fn nth(i: usize, label: impl Into<String>, points: Vec<DetPoint>, eer: f64) -> Self {
+        DetCurve {
+            label: label.into(),
+            points,
+            eer,
+            line: Line::nth(i),
+        }
+    }
+
+    /// The legend's text: the label and the EER in percent.
+    pub fn legend_label(&self) -> String {
+        format!("{} (EER {:.2} %)", self.label, 100.0 * self.eer)
+    }
+}
 
 struct Det<'a> {
-    curves: &'a [(String, Vec<DetPoint>)],
+    title: &'a str,
+    curves: &'a [DetCurve],
+}
+
+impl Det<'_> {
+    fn legend(&self) -> Vec<LegendEntry> {
+        self.curves
+            .iter()
+            .map(|c| LegendEntry {
+                label: c.legend_label(),
+                line: c.line,
+                marker: true,
+            })
+            .collect()
+    }
 }
 
 impl Figure for Det<'_> {
     fn size(&self) -> (u32, u32) {
-        (640, 640)
+        let w = style::COLUMN_PX;
+        let legend = style::legend_height(&self.legend(), w) + style::LEGEND_PX + 16;
+        (w, w + style::TITLE_PX + 24 + legend)
     }
     fn draw<DB: DrawingBackend>(
         &self,
@@ -91,6 +133,14 @@ impl Figure for Det<'_> {
     ) -> std::result::Result<(), String> {
         let e = |e: &dyn std::fmt::Display| e.to_string();
         root.fill(&WHITE).map_err(|x| e(&x))?;
+        let (w, h) = root.dim_in_pixel();
+        let legend = self.legend();
+        let (top, rest) = root.split_vertically(style::TITLE_PX + 24);
+        let size = style::fitting_size(self.title, w.saturating_sub(40), style::TITLE_PX);
+        top.titled(self.title, (style::FAMILY, size))
+            .map_err(|x| e(&x))?;
+        let strip_h = style::legend_height(&legend, w) + style::LEGEND_PX + 16;
+        let (body, strip) = rest.split_vertically(h - style::TITLE_PX - 24 - strip_h);
         let (lo, hi) = (probit(0.0005), probit(0.9));
         let axis = KeyAxis {
             from: lo,
@@ -98,47 +148,66 @@ impl Figure for Det<'_> {
             keys: DET_TICKS.iter().map(|&t| probit(t)).collect(),
             labels: DET_TICKS.iter().map(|t| format!("{}", t * 100.0)).collect(),
         };
-        let mut chart = ChartBuilder::on(root)
-            .caption("DET", ("sans-serif", 22))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(50)
+        let mut chart = ChartBuilder::on(&body)
+            .margin(16)
+            .margin_right(36)
+            .x_label_area_size(style::TICK_PX + style::LABEL_PX + 34)
+            .y_label_area_size(style::TICK_PX * 3 + style::LABEL_PX + 20)
             .build_cartesian_2d(axis.clone(), axis)
             .map_err(|x| e(&x))?;
         chart
             .configure_mesh()
+            .light_line_style(WHITE)
+            .bold_line_style(RGBColor(225, 225, 225))
             .x_desc("false alarm probability (%)")
             .y_desc("miss probability (%)")
+            .x_label_style((style::FAMILY, style::TICK_PX))
+            .y_label_style((style::FAMILY, style::TICK_PX))
+            .axis_desc_style((style::FAMILY, style::LABEL_PX))
             .draw()
             .map_err(|x| e(&x))?;
-        for (i, (name, points)) in self.curves.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            let pts: Vec<(f64, f64)> = points
+        let diagonal = [
+            chart.backend_coord(&(lo, lo)),
+            chart.backend_coord(&(hi, hi)),
+        ];
+        let grey = Line {
+            colour: style::REFERENCE,
+            dash: Dash::Dotted,
+            marker: Marker::None,
+        };
+        style::draw_polyline(root, &diagonal, &grey, false)?;
+        let z = |p: f64| probit(p).clamp(lo, hi);
+        for c in self.curves {
+            let pts: Vec<(i32, i32)> = c
+                .points
                 .iter()
-                .map(|p| (probit(p.p_fa).clamp(lo, hi), probit(p.p_miss).clamp(lo, hi)))
+                .map(|p| chart.backend_coord(&(z(p.p_fa), z(p.p_miss))))
                 .collect();
-            chart
-                .draw_series(LineSeries::new(pts, color.stroke_width(2)))
-                .map_err(|x| e(&x))?
-                .label(name.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+            style::draw_polyline(root, &pts, &c.line, false)?;
         }
-        chart
-            .draw_series(LineSeries::new(vec![(lo, lo), (hi, hi)], BLACK.mix(0.3)))
-            .map_err(|x| e(&x))?;
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|x| e(&x))?;
-        Ok(())
+        // EER points last, so no curve hides one; each has a white ring to stand out.
+        for c in self.curves.iter().filter(|c| c.eer.is_finite()) {
+            let at = chart.backend_coord(&(z(c.eer), z(c.eer)));
+            root.draw(&Circle::new(at, 13, WHITE.filled()))
+                .map_err(|x| e(&x))?;
+            style::draw_polyline(root, &[at], &c.line, true)?;
+        }
+        let (note, entries) = strip.split_vertically(style::LEGEND_PX + 16);
+        note.draw_text(
+            "each curve's marker: its EER (miss = false alarm), on the dotted diagonal",
+            &TextStyle::from((style::FAMILY, style::LEGEND_PX).into_font())
+                .color(&style::REFERENCE),
+            (10, 8),
+        )
+        .map_err(|x| e(&x))?;
+        style::draw_legend(&entries, &legend)
     }
 }
 
-/// Draws DET curves (one per named system) on normal-deviate axes; writes `stem.svg` and `stem.png`.
-pub fn det_plot(stem: &Path, curves: &[(String, Vec<DetPoint>)]) -> Result<Vec<PathBuf>> {
-    save(&Det { curves }, stem)
+/// Draws DET curves (one per system, each with its EER marked where the curve meets the
+/// diagonal) on normal-deviate axes; writes `stem.svg` and `stem.png`.
+pub fn det_plot(stem: &Path, title: &str, curves: &[DetCurve]) -> Result<Vec<PathBuf>> {
+    save(&Det { title, curves }, stem)
 }
 
 /// Draws a confusion matrix, each row normalised by its total (so a perfect system is a dark diagonal).
@@ -160,19 +229,21 @@ pub fn confusion_plot(
     save(
         &Heatmap {
             title: "speaker identification: confusion (row-normalised)",
-            x_desc: "predicted",
-            y_desc: "reference",
+            x_desc: "predicted speaker",
+            y_desc: "reference speaker",
             row_labels: labels,
             col_labels: labels,
             values,
             scale: Scale::Percent,
             bar_desc: "share of the reference speaker's utterances (%)",
+            empty_desc: "no test utterance",
         },
         stem,
     )
 }
 
-/// Draws ABX error by ordered phone pair (rows: A/X phone, columns: B phone; white = no cell).
+/// Draws ABX error by ordered phone pair (rows: A/X phone, columns: B phone; grey = no cell,
+/// which 0 % never looks like).
 pub fn abx_pair_plot(
     stem: &Path,
     pairs: &[crate::abx::PairError],
@@ -202,77 +273,10 @@ pub fn abx_pair_plot(
             values,
             scale: Scale::Percent,
             bar_desc: "ABX error (%)",
+            empty_desc: "no triplets",
         },
         stem,
     )
-}
-
-struct Curves<'a> {
-    title: &'a str,
-    x_desc: &'a str,
-    y_desc: &'a str,
-    series: &'a [(String, Vec<(f64, f64)>)],
-}
-
-impl Figure for Curves<'_> {
-    fn size(&self) -> (u32, u32) {
-        (800, 500)
-    }
-    fn draw<DB: DrawingBackend>(
-        &self,
-        root: &DrawingArea<DB, Shift>,
-    ) -> std::result::Result<(), String> {
-        let e = |e: &dyn std::fmt::Display| e.to_string();
-        root.fill(&WHITE).map_err(|x| e(&x))?;
-        let pts = self
-            .series
-            .iter()
-            .flat_map(|(_, p)| p.iter())
-            .filter(|p| p.0.is_finite() && p.1.is_finite());
-        let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
-        for &(x, y) in pts {
-            x0 = x0.min(x);
-            x1 = x1.max(x);
-            y0 = y0.min(y);
-            y1 = y1.max(y);
-        }
-        if x0 > x1 {
-            (x0, x1, y0, y1) = (0.0, 1.0, 0.0, 1.0);
-        }
-        let pad = |a: f64, b: f64| if b > a { (b - a) * 0.05 } else { 0.5 };
-        let (px, py) = (pad(x0, x1), pad(y0, y1));
-        let mut chart = ChartBuilder::on(root)
-            .caption(self.title, ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(x0 - px..x1 + px, y0 - py..y1 + py)
-            .map_err(|x| e(&x))?;
-        chart
-            .configure_mesh()
-            .x_desc(self.x_desc)
-            .y_desc(self.y_desc)
-            .draw()
-            .map_err(|x| e(&x))?;
-        for (i, (name, points)) in self.series.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(
-                    points.iter().copied(),
-                    color.stroke_width(2),
-                ))
-                .map_err(|x| e(&x))?
-                .label(name.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|x| e(&x))?;
-        Ok(())
-    }
 }
 
 /// Draws named (x, y) series as lines, e.g. training and validation loss per epoch.
@@ -283,15 +287,34 @@ pub fn curves_plot(
     y_desc: &str,
     series: &[(String, Vec<(f64, f64)>)],
 ) -> Result<Vec<PathBuf>> {
-    save(
-        &Curves {
-            title,
-            x_desc,
-            y_desc,
-            series,
-        },
-        stem,
-    )
+    let xs = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|q| q.0))
+        .filter(|x| x.is_finite());
+    let (x0, x1) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+        (a.min(x), b.max(x))
+    });
+    let (x0, x1) = if x0 > x1 { (0.0, 1.0) } else { (x0, x1) };
+    let pad = if x1 > x0 { 0.03 * (x1 - x0) } else { 0.5 };
+    let panel = Panel {
+        title: String::new(),
+        x: KeyAxis::linear(x0 - pad, x1 + pad),
+        x_desc: x_desc.to_string(),
+        y_desc: y_desc.to_string(),
+        y_range: None,
+        series: series
+            .iter()
+            .enumerate()
+            .map(|(i, (label, points))| Series {
+                label: label.clone(),
+                points: points.clone(),
+                line: Line::nth(i),
+            })
+            .collect(),
+        references: Vec::new(),
+        markers: series.iter().all(|(_, p)| p.len() <= 40),
+    };
+    save(&LinePlot::new(title, vec![panel]), stem)
 }
 
 #[cfg(test)]

@@ -1,14 +1,18 @@
 //! Every plot writes a parseable SVG and a PNG, atomically (no temporary file left behind).
 
 use invar_eval::abx::PairError;
-use invar_eval::plot::{abx_pair_plot, confusion_plot, curves_plot, det_plot};
+use invar_eval::plot::{abx_pair_plot, confusion_plot, curves_plot, det_plot, DetCurve};
 use invar_eval::verify::det_curve;
 
 #[test]
 fn plots_write_svg_and_png() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let det = det_curve(&[1.0, 2.0, 3.0, 4.0], &[0.5, 2.5, 0.0], 100);
-    let mut written = det_plot(&dir.path().join("det"), &[("system".to_string(), det)])?;
+    let mut written = det_plot(
+        &dir.path().join("det"),
+        "DET",
+        &[DetCurve::nth(0, "system", det, 1.0 / 3.0)],
+    )?;
     let labels: Vec<String> = ["a", "b"].iter().map(|s| s.to_string()).collect();
     written.extend(confusion_plot(
         &dir.path().join("confusion"),
@@ -41,6 +45,12 @@ fn plots_write_svg_and_png() -> anyhow::Result<()> {
             assert!(text.starts_with("<svg") && text.trim_end().ends_with("</svg>"));
         }
     }
+    // The DET legend gives each curve's EER, and the note says what the markers are.
+    let svg = std::fs::read_to_string(dir.path().join("det.svg"))?;
+    let text = |t: &str| svg.lines().any(|l| l.trim() == t);
+    assert!(text("system (EER 33.33 %)"), "no EER in the DET legend");
+    assert!(svg.contains("its EER (miss = false alarm)"));
+    assert!(text("false alarm probability (%)") && text("miss probability (%)"));
     // The confusion plot prints its row-normalised percentages (3 of 4 = 75).
     let svg = std::fs::read_to_string(dir.path().join("confusion.svg"))?;
     assert!(

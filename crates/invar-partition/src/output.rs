@@ -53,18 +53,7 @@ pub fn read_model(dir: &Path) -> Result<Partition> {
 /// blocks; outputs across; a colour bar of the weight).
 pub fn plot_heatmap(partition: &Partition, path: &Path) -> Result<()> {
     let (m, d) = (partition.inputs(), partition.outputs());
-    let assignment = partition.assignment();
-    let mut rows: Vec<usize> = (0..m).collect();
-    rows.sort_by(|&a, &b| {
-        let (wa, wb) = (
-            partition.w.row(a)[assignment[a]],
-            partition.w.row(b)[assignment[b]],
-        );
-        assignment[a]
-            .cmp(&assignment[b])
-            .then(wb.total_cmp(&wa))
-            .then(a.cmp(&b))
-    });
+    let rows = row_order(partition);
     let row_labels: Vec<String> = rows.iter().map(|i| i.to_string()).collect();
     let col_labels: Vec<String> = (0..d).map(|k| k.to_string()).collect();
     let values = rows
@@ -81,12 +70,31 @@ pub fn plot_heatmap(partition: &Partition, path: &Path) -> Result<()> {
         values,
         scale: invar_plot::Scale::Fraction,
         bar_desc: "weight W[input, output]",
+        empty_desc: "",
     };
     invar_plot::save(&map, &path.with_extension("")).map_err(|e| Error::Plot {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
     Ok(())
+}
+
+/// The heat map's row order: inputs grouped by the output class they map to (in output order),
+/// within a group by their weight there (largest first), ties by input index.
+pub fn row_order(partition: &Partition) -> Vec<usize> {
+    let assignment = partition.assignment();
+    let mut rows: Vec<usize> = (0..partition.inputs()).collect();
+    rows.sort_by(|&a, &b| {
+        let (wa, wb) = (
+            partition.w.row(a)[assignment[a]],
+            partition.w.row(b)[assignment[b]],
+        );
+        assignment[a]
+            .cmp(&assignment[b])
+            .then(wb.total_cmp(&wa))
+            .then(a.cmp(&b))
+    });
+    rows
 }
 
 /// Maps every utterance of `input` through the partition (`hard`: through its binary form) into a new
@@ -130,4 +138,38 @@ pub fn model_files(dir: &Path) -> Vec<PathBuf> {
         .iter()
         .map(|f| dir.join(f))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// Rows go by output class, then by weight: input 2 (→ 0, 0.9) before input 0 (→ 0, 0.6),
+    /// then input 3 (→ 1, 1.0), then input 1 (→ 2). Both files are written, the SVG with the
+    /// colour bar's caption.
+    #[test]
+    fn rows_are_grouped_by_output_class() {
+        let w = Matrix::new(
+            4,
+            3,
+            vec![
+                0.6, 0.4, 0.0, //
+                0.0, 0.1, 0.9, //
+                0.9, 0.0, 0.1, //
+                0.0, 1.0, 0.0,
+            ],
+        )
+        .unwrap();
+        let p = Partition::new(w).unwrap();
+        assert_eq!(row_order(&p), [2, 0, 3, 1]);
+        let dir = tempfile::tempdir().unwrap();
+        plot_heatmap(&p, &dir.path().join(HEATMAP_FILE)).unwrap();
+        assert!(dir.path().join(HEATMAP_PNG).is_file());
+        let svg = std::fs::read_to_string(dir.path().join(HEATMAP_FILE)).unwrap();
+        let lines: Vec<&str> = svg.lines().map(str::trim).collect();
+        assert!(lines.contains(&"weight W[input, output]"));
+        assert!(lines.contains(&"input class (grouped by output)"));
+    }
 }

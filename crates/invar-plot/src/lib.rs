@@ -5,9 +5,12 @@
 //!
 //! Every crate that draws calls [`register_fonts`] before drawing; it does the work once per process.
 //! [`Figure`] and [`save`] are the one way figures are drawn and written (SVG and PNG), and
-//! [`Heatmap`] the one matrix plot.
+//! [`Heatmap`] the one matrix plot, [`LinePlot`] the one plot of lines; [`style`] holds the sizes,
+//! fonts, palette, line styles and legend every figure shares.
 
 mod figure;
+mod lines;
+pub mod style;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -15,6 +18,8 @@ use std::sync::OnceLock;
 use plotters::style::{register_font, FontStyle};
 
 pub use figure::{heat, save, Figure, Heatmap, KeyAxis, Scale};
+pub use lines::{LinePlot, Panel, Reference, Series};
+pub use style::{Dash, LegendEntry, Line, Marker};
 
 /// DejaVu Sans 2.37, subset to Latin, IPA, Greek and the signs plots use (`fonts/make-subset.sh`);
 /// licence in `fonts/LICENSE-DejaVu.txt`.

@@ -205,12 +205,18 @@ fn robustness_stage(out: &Path, seeds: &[u64]) -> Result<()> {
         rows,
         diverged,
         baselines: Vec::new(),
+        speakers: None,
     };
     let t = report.markdown();
     println!("chunk accuracy %, mean (min–max) over seeds {seeds:?}:\n{t}");
     invar_io::write_json(out.join("robustness.json"), &report)?;
     invar_io::write_text(out.join("robustness.md"), &t)?;
-    plot_robustness(&report, &out.join("robustness.svg"))?;
+    let speakers = train
+        .iter()
+        .map(|a| a.speaker.as_str())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    plot_robustness(&report, speakers, &out.join("robustness"))?;
     Ok(())
 }
 

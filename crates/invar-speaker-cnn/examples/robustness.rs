@@ -99,6 +99,6 @@ fn main() -> Result<()> {
     println!("{table}");
     invar_io::write_json(out.join("robustness.json"), &report)?;
     invar_io::write_text(out.join("robustness.md"), &table)?;
-    plot_robustness(&report, &out.join("robustness.svg"))?;
+    plot_robustness(&report, speakers, &out.join("robustness"))?;
     Ok(())
 }

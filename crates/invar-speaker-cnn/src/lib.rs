@@ -20,6 +20,7 @@ mod method;
 mod model;
 mod pipeline;
 mod robustness;
+mod robustness_plot;
 mod train;
 
 pub use apply::ChunkOutputs;
@@ -50,7 +51,8 @@ pub use pipeline::{
     Evaluation, LabeledAudio, ModelMeta, TrainedCnn, META_FILE,
 };
 pub use robustness::{
-    comparison_treatments, plot_robustness, robustness, BaselineRow, DivergedRun, RobustnessConfig,
+    comparison_treatments, robustness, BaselineRow, DivergedRun, RobustnessConfig,
     RobustnessReport, RobustnessRow, SummaryRow, Treatment, TreatmentNorm, GMM_BASELINE,
 };
+pub use robustness_plot::{plot_robustness, robustness_figure};
 pub use train::{new_model, ChunkBatch, ChunkBatches, ChunkScores, CnnStep};

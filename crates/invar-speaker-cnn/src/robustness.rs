@@ -1,10 +1,10 @@
 //! Robustness grid: models trained with each regulariser, with and without unit-L2 scaling, over
-//! seeds, evaluated under waveform gains, gain ramps and log-domain offsets; a table and a plot.
+//! seeds, evaluated under waveform gains, gain ramps and log-domain offsets; a table (the plot is
+//! `robustness_plot.rs`).
 
 use std::path::Path;
 
 use candle_core::Device;
-use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -350,6 +350,10 @@ pub struct RobustnessReport {
     /// The GMM baseline under the same conditions, per seed (when asked for).
     #[serde(default)]
     pub baselines: Vec<BaselineRow>,
+    /// Speakers the models choose among (chance is one in this many); absent in reports
+    /// written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speakers: Option<usize>,
 }
 
 impl RobustnessReport {
@@ -377,6 +381,12 @@ impl RobustnessReport {
         let mut rows: Vec<RobustnessRow> = Vec::new();
         let mut diverged = Vec::new();
         let mut baselines: Vec<BaselineRow> = Vec::new();
+        // The chance level is kept only when every part recorded the same number of speakers.
+        let speakers = parts
+            .iter()
+            .map(|p| p.speakers)
+            .reduce(|a, b| if a == b { a } else { None })
+            .flatten();
         for p in parts {
             rows.extend(p.rows);
             diverged.extend(p.diverged);
@@ -434,6 +444,7 @@ impl RobustnessReport {
             rows,
             diverged,
             baselines,
+            speakers,
         })
     }
 
@@ -712,117 +723,22 @@ pub fn robustness(
             on_run(&format!("gmm-baseline-seed{seed}"), done, total);
         }
     }
+    let speakers = train
+        .iter()
+        .map(|a| a.speaker.as_str())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
     Ok(RobustnessReport {
         config: base.name.clone(),
         rows,
         diverged,
         baselines,
+        speakers: Some(speakers),
     })
 }
 
 /// The GMM baseline's name in robustness tables.
 pub const GMM_BASELINE: &str = "GMM baseline (MFCC + CMN)";
-
-/// Chunk accuracy against constant waveform gain (dB), one line per (regulariser, unit-L2), mean
-/// over seeds; written as SVG, atomically.
-pub fn plot_robustness(report: &RobustnessReport, path: &Path) -> Result<()> {
-    let perr = |e: String| Error::Plot {
-        path: path.to_path_buf(),
-        reason: e,
-    };
-    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
-    for s in report.summary() {
-        let rows: Vec<&RobustnessRow> = report
-            .rows
-            .iter()
-            .filter(|r| r.model() == s.model && r.unit_norm == s.unit_norm)
-            .collect();
-        let Some(first) = rows.first() else { continue };
-        let key = format!(
-            "{} (unit-L2 {})",
-            first.model(),
-            if first.unit_norm { "on" } else { "off" }
-        );
-        if series.iter().any(|(k, _)| *k == key) {
-            continue;
-        }
-        let mut points: Vec<(f64, f64)> = Vec::new();
-        let mut dbs: Vec<f64> = rows
-            .iter()
-            .filter_map(|r| match r.condition {
-                Condition::Clean => Some(0.0),
-                Condition::Gain { db } => Some(f64::from(db)),
-                _ => None,
-            })
-            .collect();
-        dbs.sort_by(f64::total_cmp);
-        dbs.dedup();
-        for db in dbs {
-            let accs: Vec<f64> = rows
-                .iter()
-                .filter(|r| match r.condition {
-                    Condition::Clean => db == 0.0,
-                    Condition::Gain { db: d } => f64::from(d) == db,
-                    _ => false,
-                })
-                .map(|r| r.chunk_accuracy)
-                .collect();
-            points.push((db, accs.iter().sum::<f64>() / accs.len().max(1) as f64));
-        }
-        series.push((key, points));
-    }
-    let (lo, hi) = series
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|q| q.0))
-        .fold((0f64, 0f64), |(a, b), x| (a.min(x), b.max(x)));
-    invar_plot::register_fonts().map_err(|e| perr(e.to_string()))?;
-    let mut svg = String::new();
-    let root = SVGBackend::with_string(&mut svg, (800, 500)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| perr(e.to_string()))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!(
-                "speaker CNN `{}`: chunk accuracy under waveform gain",
-                report.config
-            ),
-            ("sans-serif", 18),
-        )
-        .margin(10)
-        .x_label_area_size(40)
-        .y_label_area_size(50)
-        .build_cartesian_2d((lo - 1.0)..(hi + 1.0), 0f64..1.0)
-        .map_err(|e| perr(e.to_string()))?;
-    chart
-        .configure_mesh()
-        .x_desc("gain (dB)")
-        .y_desc("chunk accuracy")
-        .draw()
-        .map_err(|e| perr(e.to_string()))?;
-    for (i, (name, points)) in series.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        let style = if name.contains("off") {
-            color.stroke_width(2)
-        } else {
-            color.stroke_width(1)
-        };
-        chart
-            .draw_series(LineSeries::new(points.iter().copied(), style))
-            .map_err(|e| perr(e.to_string()))?
-            .label(name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| perr(e.to_string()))?;
-    root.present().map_err(|e| perr(e.to_string()))?;
-    drop(chart);
-    drop(root);
-    invar_io::write_text(path, &svg)?;
-    Ok(())
-}
 
 #[cfg(test)]
 mod tests {
@@ -913,6 +829,7 @@ mod tests {
                     utterance_accuracy: 1.0,
                 },
             ],
+            speakers: Some(10),
         };
         let md = report.markdown();
         let lines: Vec<&str> = md.lines().collect();
@@ -949,6 +866,7 @@ mod tests {
                 } else {
                     vec![]
                 },
+                speakers: report.speakers,
             }
         };
         let utt = |r: &RobustnessRow| r.model() == "utt-cmn";
@@ -960,6 +878,11 @@ mod tests {
         .unwrap();
         // Models in order of first appearance: utt-cmn (seed 1) comes first here too.
         assert_eq!(merged.markdown(), md);
+        assert_eq!(
+            merged.speakers,
+            Some(10),
+            "the chance level survives a merge"
+        );
         assert!(
             RobustnessReport::merge(vec![part(&utt, false, false), part(&utt, false, false)])
                 .is_err()

@@ -112,6 +112,9 @@ pub struct ComparisonRow {
     pub eer: f64,
     /// minDCF at each configured prior, in order.
     pub min_dcf: Vec<(f64, f64)>,
+    /// The DET curve (for plots; not written to results files).
+    #[serde(skip)]
+    pub det: Vec<invar_eval::verify::DetPoint>,
 }
 
 /// Verification metrics of `rows` of `embeddings` (speakers `labels[row]`), every pair a trial,
@@ -166,6 +169,7 @@ pub fn compare_rows(
             threshold_rate: r.threshold_count.rate,
             eer: r.eer,
             min_dcf: r.min_dcf.iter().map(|m| (m.p_target, m.min_dcf)).collect(),
+            det: r.det,
         });
     }
     Ok(out)
@@ -200,6 +204,73 @@ pub fn format_table(rows: &[ComparisonRow]) -> String {
         ));
     }
     s
+}
+
+/// A representation's name in plots: `raw` → "raw supervectors", `ivector` → "i-vectors",
+/// `ae` → "autoencoder code"; others as they are.
+pub fn representation_name(representation: &str) -> &str {
+    match representation {
+        "raw" => "raw supervectors",
+        "ivector" => "i-vectors",
+        "ae" => "autoencoder code",
+        other => other,
+    }
+}
+
+/// Draws the DET curves of `protocol`'s rows of `table` as `stem.svg` and `stem.png`: colour and
+/// marker per representation, solid for the angular distance and dashed for the Euclidean, each
+/// curve's EER marked and given in the legend. Returns the written paths (none when the table has
+/// no row of that protocol).
+pub fn plot_det(
+    table: &[ComparisonRow],
+    protocol: Protocol,
+    stem: &std::path::Path,
+) -> Result<Vec<std::path::PathBuf>> {
+    use invar_eval::plot::{Dash, DetCurve, Line};
+    let rows: Vec<&ComparisonRow> = table.iter().filter(|r| r.protocol == protocol).collect();
+    let Some(first) = rows.first() else {
+        return Ok(Vec::new());
+    };
+    let mut reps: Vec<&str> = Vec::new();
+    for r in &rows {
+        if !reps.contains(&r.representation.as_str()) {
+            reps.push(&r.representation);
+        }
+    }
+    let curves: Vec<DetCurve> = rows
+        .iter()
+        .map(|r| {
+            let i = reps
+                .iter()
+                .position(|x| *x == r.representation)
+                .unwrap_or(0);
+            let base = Line::nth(i);
+            DetCurve {
+                label: format!("{}, {}", representation_name(&r.representation), r.metric),
+                points: r.det.clone(),
+                eer: r.eer,
+                line: Line {
+                    dash: if r.metric == PairMetric::Angular {
+                        Dash::Solid
+                    } else {
+                        Dash::Dashed
+                    },
+                    ..base
+                },
+            }
+        })
+        .collect();
+    let title = format!(
+        "002 DET, {} set ({}): {} target / {} non-target trials",
+        protocol,
+        match protocol {
+            Protocol::Closed => "seen speakers",
+            Protocol::Open => "unseen speakers",
+        },
+        first.target_trials,
+        first.nontarget_trials
+    );
+    Ok(invar_eval::plot::det_plot(stem, &title, &curves)?)
 }
 
 #[cfg(test)]
@@ -266,5 +337,47 @@ mod tests {
         assert_eq!(r.threshold_count, 2);
         assert!((r.threshold_rate - 0.5).abs() < 1e-12);
         assert!(format_table(std::slice::from_ref(r)).contains("open"));
+    }
+
+    /// The 002 DET: one curve per (representation, distance) of the protocol, named in full with
+    /// its EER; nothing is drawn for a protocol without rows.
+    #[test]
+    fn det_plot_names_each_representation_and_its_eer() {
+        let labels: Vec<usize> = (0..8).map(|i| i / 2).collect();
+        let m = Matrix::new(
+            8,
+            2,
+            (0..16)
+                .map(|i| ((i * 7) % 5) as f32 + 0.1 * i as f32)
+                .collect(),
+        )
+        .unwrap();
+        let rows: Vec<usize> = (0..8).collect();
+        let table = compare_rows(
+            Protocol::Open,
+            "ae",
+            &m,
+            &labels,
+            &rows,
+            &[PairMetric::Angular, PairMetric::Euclidean],
+            &[0.01],
+        )
+        .unwrap();
+        assert!(table.iter().all(|r| !r.det.is_empty()));
+        let dir = tempfile::tempdir().unwrap();
+        assert!(plot_det(&table, Protocol::Closed, &dir.path().join("c"))
+            .unwrap()
+            .is_empty());
+        let paths = plot_det(&table, Protocol::Open, &dir.path().join("o")).unwrap();
+        assert_eq!(paths.len(), 2);
+        let svg = std::fs::read_to_string(&paths[0]).unwrap();
+        for r in &table {
+            let label = format!(
+                "autoencoder code, {} (EER {:.2} %)",
+                r.metric,
+                100.0 * r.eer
+            );
+            assert!(svg.lines().any(|l| l.trim() == label), "no {label}");
+        }
     }
 }

@@ -18,7 +18,10 @@ mod train;
 
 pub use config::{Activation, ModelConfig, PairConfig, ProtocolConfig, SupervectorConfig};
 pub use error::{Error, Result};
-pub use evaluate::{compare_rows, format_table, ComparisonRow, Protocol, ProtocolSplit};
+pub use evaluate::{
+    compare_rows, format_table, plot_det, representation_name, ComparisonRow, Protocol,
+    ProtocolSplit,
+};
 pub use model::TiedAutoencoder;
 pub use pairs::{Normalizer, PairBatch, PairBatches, PairSampler};
 pub use pipeline::{run_method, MethodReport, SplitCounts, METRICS};

@@ -1,156 +1,223 @@
 //! Training curves: one panel per metric (training and validation values of the same metric share a
-//! panel), drawn with plotters to SVG and PNG.
+//! panel: training solid, validation dashed), drawn with invar-plot's [`LinePlot`] to SVG and PNG.
+//! A metric equal to the loss at every epoch (the autoencoder's `mse` when the loss is its MSE) is
+//! drawn once, in the loss panel.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use plotters::prelude::*;
+use invar_plot::{Dash, KeyAxis, Line, LinePlot, Marker, Panel, Series};
 
 use crate::log::EpochRecord;
 use crate::{Error, Result};
 
+/// `(split, metric)` → points; `split` is `train`, `val` or `""` for a metric without a prefix.
+type Groups = BTreeMap<String, BTreeMap<String, Vec<(f64, f64)>>>;
+
 /// Series grouped by panel: `loss` holds `train_loss` and `val_loss`; other keys stand alone.
-fn panels(history: &[EpochRecord]) -> BTreeMap<String, BTreeMap<String, Vec<(f64, f64)>>> {
-    let mut out: BTreeMap<String, BTreeMap<String, Vec<(f64, f64)>>> = BTreeMap::new();
+/// A panel whose every series equals the loss panel's at every epoch is dropped (its name is
+/// returned beside the groups, to say so on the loss panel).
+fn panels(history: &[EpochRecord]) -> (Groups, Vec<String>) {
+    let mut out: Groups = BTreeMap::new();
     for r in history {
         for (k, &v) in &r.metrics {
             if matches!(k.as_str(), "seconds" | "samples_per_s" | "lr") || !v.is_finite() {
                 continue;
             }
-            let panel = k
-                .strip_prefix("train_")
-                .or_else(|| k.strip_prefix("val_"))
-                .unwrap_or(k)
-                .to_string();
-            out.entry(panel)
+            let (split, panel) = if let Some(p) = k.strip_prefix("train_") {
+                ("train", p)
+            } else if let Some(p) = k.strip_prefix("val_") {
+                ("val", p)
+            } else {
+                ("", k.as_str())
+            };
+            out.entry(panel.to_string())
                 .or_default()
-                .entry(k.clone())
+                .entry(split.to_string())
                 .or_default()
                 .push((r.epoch as f64, v));
         }
     }
-    out
-}
-
-fn draw<DB: DrawingBackend>(
-    root: DrawingArea<DB, plotters::coord::Shift>,
-    history: &[EpochRecord],
-) -> Result<()>
-where
-    DB::ErrorType: 'static,
-{
-    let err = |e: &dyn std::fmt::Display| Error::file("curves", format!("plotting failed: {e}"));
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let panels = panels(history);
-    if panels.is_empty() {
-        return root.present().map_err(|e| err(&e));
-    }
-    let areas = root.split_evenly((panels.len(), 1));
-    let last_epoch = history.iter().map(|r| r.epoch).max().unwrap_or(1).max(2) as f64;
-    let first_epoch = history.iter().map(|r| r.epoch).min().unwrap_or(1) as f64;
-    for (area, (panel, series)) in areas.iter().zip(&panels) {
-        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-        for pts in series.values() {
-            for &(_, y) in pts {
-                lo = lo.min(y);
-                hi = hi.max(y);
-            }
-        }
-        let pad = if hi > lo {
-            0.05 * (hi - lo)
-        } else {
-            0.5 * lo.abs().max(1e-3)
+    let mut same = Vec::new();
+    if let Some(loss) = out.get("loss").cloned() {
+        let equal = |a: &[(f64, f64)], b: &[(f64, f64)]| {
+            a.len() == b.len()
+                && a.iter().zip(b).all(|(p, q)| {
+                    p.0 == q.0 && (p.1 - q.1).abs() <= 1e-9 * p.1.abs().max(q.1.abs()).max(1.0)
+                })
         };
-        let mut chart = ChartBuilder::on(area)
-            .caption(panel, ("sans-serif", 18))
-            .margin(8)
-            .x_label_area_size(28)
-            .y_label_area_size(56)
-            .build_cartesian_2d(first_epoch..last_epoch, (lo - pad)..(hi + pad))
-            .map_err(|e| err(&e))?;
-        chart
-            .configure_mesh()
-            .x_desc("epoch")
-            .draw()
-            .map_err(|e| err(&e))?;
-        for (i, (name, pts)) in series.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
-                .map_err(|e| err(&e))?
-                .label(name.as_str())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-                });
-        }
-        chart
-            .configure_series_labels()
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.8))
-            .draw()
-            .map_err(|e| err(&e))?;
+        out.retain(|name, series| {
+            let duplicate = name != "loss"
+                && series.len() == loss.len()
+                && series
+                    .iter()
+                    .all(|(split, pts)| loss.get(split).is_some_and(|l| equal(l, pts)));
+            if duplicate {
+                same.push(name.clone());
+            }
+            !duplicate
+        });
     }
-    root.present().map_err(|e| err(&e))
+    (out, same)
 }
 
-/// Writes the curves of `history` to `svg` (always) and `png` (if given).
-pub fn plot_curves(history: &[EpochRecord], svg: &Path, png: Option<&Path>) -> Result<()> {
-    invar_plot::register_fonts().map_err(|e| Error::file(svg, e))?;
-    let height = 260 * panels(history).len().max(1) as u32;
-    let mut text = String::new();
-    draw(
-        SVGBackend::with_string(&mut text, (800, height)).into_drawing_area(),
-        history,
-    )?;
-    invar_io::write_text(svg, &text)?;
-    if let Some(png) = png {
-        // The bitmap backend encodes straight to a file: draw to a hidden sibling, then rename.
-        // (The encoder picks the format from the extension, so the temporary name keeps `.png`.)
-        let tmp = png.with_file_name(format!(
-            ".{}.tmp-{}.png",
-            png.file_stem()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            std::process::id()
-        ));
-        let drawn = draw(
-            BitMapBackend::new(&tmp, (800, height)).into_drawing_area(),
-            history,
-        )
-        .and_then(|()| std::fs::rename(&tmp, png).map_err(|e| Error::file(png, e)));
-        if drawn.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        drawn?;
+/// What a metric's axis says it measures.
+fn describe(metric: &str) -> String {
+    match metric {
+        "loss" => "loss".into(),
+        "acc" => "accuracy".into(),
+        "mse" => "mean squared error".into(),
+        "grad_norm" => "gradient norm".into(),
+        "different" => "different-speaker hinge".into(),
+        "same_sqrt_js" => "√JS, same-class pairs".into(),
+        "diff_sqrt_js" => "√JS, different-class pairs".into(),
+        "entropy" => "entropy of W's rows".into(),
+        other => other.replace('_', " "),
     }
-    Ok(())
+}
+
+/// The look of a split's line: training solid blue circles, validation dashed vermillion squares.
+fn line_of(split: &str) -> (String, Line) {
+    match split {
+        "train" => (
+            "training".into(),
+            Line {
+                colour: invar_plot::style::colour(0),
+                dash: Dash::Solid,
+                marker: Marker::Circle,
+            },
+        ),
+        "val" => (
+            "validation".into(),
+            Line {
+                colour: invar_plot::style::colour(1),
+                dash: Dash::Dashed,
+                marker: Marker::Square,
+            },
+        ),
+        _ => (
+            "per epoch".into(),
+            Line {
+                colour: invar_plot::style::colour(2),
+                dash: Dash::Solid,
+                marker: Marker::Triangle,
+            },
+        ),
+    }
+}
+
+/// The figure of `history`: one panel per metric over integer epoch ticks.
+fn figure(history: &[EpochRecord], title: &str) -> LinePlot {
+    let (groups, same) = panels(history);
+    let first = history.iter().map(|r| r.epoch).min().unwrap_or(1) as i64;
+    let last = history.iter().map(|r| r.epoch).max().unwrap_or(1) as i64;
+    let markers = last - first < 40;
+    // The loss first, then the other metrics by name.
+    let mut ordered: Vec<_> = groups.iter().collect();
+    ordered.sort_by_key(|(metric, _)| metric.as_str() != "loss");
+    let panels = ordered
+        .into_iter()
+        .map(|(metric, series)| {
+            let mut y_desc = describe(metric);
+            if metric == "loss" && !same.is_empty() {
+                let names: Vec<String> = same.iter().map(|m| describe(m)).collect();
+                y_desc = format!("loss (= {})", names.join(", "));
+            }
+            Panel {
+                title: String::new(),
+                x: KeyAxis::integers(first, last),
+                x_desc: "epoch".into(),
+                y_desc,
+                y_range: None,
+                series: series
+                    .iter()
+                    .map(|(split, pts)| {
+                        let (label, line) = line_of(split);
+                        Series {
+                            label,
+                            points: pts.clone(),
+                            line,
+                        }
+                    })
+                    .collect(),
+                references: Vec::new(),
+                markers,
+            }
+        })
+        .collect();
+    let mut plot = LinePlot::new(title, panels).two_columns_when_many();
+    plot.panel_height = 560;
+    plot
+}
+
+/// Writes the curves of `history` as `stem.svg` and `stem.png` (each atomically), titled `title`;
+/// returns the two paths.
+pub fn plot_curves(history: &[EpochRecord], title: &str, stem: &Path) -> Result<Vec<PathBuf>> {
+    invar_plot::save(&figure(history, title), stem)
+        .map_err(|e| Error::file(stem.with_extension("svg"), e))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn writes_svg_and_png_with_one_panel_per_metric() -> Result<()> {
-        let dir = tempfile::tempdir().map_err(|e| Error::file("tempdir", e))?;
-        let history: Vec<EpochRecord> = (1..=4)
+    fn history(mse_is_loss: bool) -> Vec<EpochRecord> {
+        (1..=4)
             .map(|e| {
                 let mut r = EpochRecord::new(e, e as u64 * 10);
                 r.metrics.insert("train_loss".into(), 1.0 / e as f64);
                 r.metrics.insert("val_loss".into(), 1.2 / e as f64);
+                let mse = if mse_is_loss { 1.0 } else { 0.5 };
+                r.metrics.insert("train_mse".into(), mse / e as f64);
+                r.metrics.insert("val_mse".into(), 1.2 * mse / e as f64);
                 r.metrics.insert("val_acc".into(), 0.5 + 0.1 * e as f64);
                 r.metrics.insert("seconds".into(), 0.1);
                 r
             })
-            .collect();
-        let groups = panels(&history);
+            .collect()
+    }
+
+    /// One panel per metric, training and validation sharing it; a metric equal to the loss (the
+    /// autoencoder's MSE when its loss is the MSE alone) is drawn once, and the loss panel says so.
+    /// (Before, `mse` got a panel of its own drawing the loss's lines again.)
+    #[test]
+    fn one_panel_per_metric_and_the_loss_drawn_once() {
+        let (groups, same) = panels(&history(true));
         assert_eq!(groups.keys().collect::<Vec<_>>(), ["acc", "loss"]);
+        assert_eq!(same, ["mse"]);
         assert_eq!(groups["loss"].len(), 2);
-        let (svg, png) = (dir.path().join("c.svg"), dir.path().join("c.png"));
-        plot_curves(&history, &svg, Some(&png))?;
-        let text = std::fs::read_to_string(&svg).map_err(|e| Error::file(&svg, e))?;
-        assert!(text.contains("<svg") && text.contains("val_acc") && text.contains("train_loss"));
-        let bytes = std::fs::read(&png).map_err(|e| Error::file(&png, e))?;
+        let (groups, same) = panels(&history(false));
+        assert_eq!(groups.keys().collect::<Vec<_>>(), ["acc", "loss", "mse"]);
+        assert!(same.is_empty());
+    }
+
+    /// Written as SVG and PNG; epochs are labelled as whole numbers (not "2.0"), each axis says
+    /// what it measures, and the legend names the two splits once each.
+    #[test]
+    fn writes_svg_and_png_with_integer_epochs_and_axis_labels() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| Error::file("tempdir", e))?;
+        let paths = plot_curves(&history(true), "training: test", &dir.path().join("c"))?;
+        assert_eq!(paths.len(), 2);
+        let text = std::fs::read_to_string(&paths[0]).map_err(|e| Error::file(&paths[0], e))?;
+        for needle in [
+            "epoch",
+            "accuracy",
+            "loss (= mean squared error)",
+            "training",
+            "validation",
+            "3",
+        ] {
+            assert!(
+                text.lines().any(|l| l.trim() == needle),
+                "no {needle} in the SVG"
+            );
+        }
+        assert!(
+            !text.lines().any(|l| l.trim() == "2.0"),
+            "a fractional epoch tick"
+        );
+        assert_eq!(text.lines().filter(|l| l.trim() == "validation").count(), 1);
+        let bytes = std::fs::read(&paths[1]).map_err(|e| Error::file(&paths[1], e))?;
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
         Ok(())
     }

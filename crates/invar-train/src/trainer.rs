@@ -634,9 +634,21 @@ impl Trainer {
         let weights = self.run_dir.join("model.safetensors");
         checkpoint::save_weights(varmap, &weights)?;
         if self.config.plot && !run.history.is_empty() {
-            let svg = self.run_dir.join("curves.svg");
-            let png = self.run_dir.join("curves.png");
-            if let Err(e) = plot_curves(&run.history, &svg, Some(&png)) {
+            // The run folder's name; a folder called `train` (000's `partition/train`) is
+            // named by its parent.
+            let name_of = |p: &Path| {
+                p.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            };
+            let mut name = name_of(&self.run_dir);
+            if name == "train" {
+                if let Some(parent) = self.run_dir.parent() {
+                    name = format!("{}/{name}", name_of(parent));
+                }
+            }
+            let title = format!("training curves: {name}");
+            if let Err(e) = plot_curves(&run.history, &title, &self.run_dir.join("curves")) {
                 tracing::warn!("training curves not written: {e}");
             }
         }

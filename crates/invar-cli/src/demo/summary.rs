@@ -587,7 +587,10 @@ pub fn report_markdown(s: &DemoSummary, root: &Path) -> String {
                     }
                 );
             }
-            md.push_str("\nPlot: [accuracy under gain changes](speaker/robustness.svg).\n\n");
+            md.push_str(
+                "\nPlot: [chunk and utterance accuracy under every condition](speaker/robustness.svg) \
+                 (also as PNG).\n\n",
+            );
         }
         other => {
             let _ = writeln!(md, "{}\n", section_note(other));
@@ -638,7 +641,11 @@ pub fn report_markdown(s: &DemoSummary, root: &Path) -> String {
                     }
                 }
             }
-            md.push_str("\n\nPlots: [autoencoder training curves](autoencoder/curves.svg).\n\n");
+            md.push_str(
+                "\n\nPlots: [DET, closed set](autoencoder/det-closed.svg), \
+                 [DET, open set](autoencoder/det-open.svg) (each curve's EER marked), \
+                 [autoencoder training curves](autoencoder/curves.svg); each also as PNG.\n\n",
+            );
         }
         other => {
             let _ = writeln!(md, "{}\n", section_note(other));

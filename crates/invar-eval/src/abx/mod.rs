@@ -314,14 +314,16 @@ pub fn evaluate(
     })
 }
 
-/// Draws the result's error by phone pair as `stem.svg` and `stem.png`.
-pub fn plot_pairs(stem: &Path, result: &AbxResult) -> Result<Vec<PathBuf>> {
-    crate::plot::abx_pair_plot(
-        stem,
-        &result.pairs,
-        &format!(
-            "ABX error by phone pair ({}, {}, {})",
-            result.mode, result.convention, result.distance
-        ),
+/// Draws the result's error by phone pair as `stem.svg` and `stem.png`, titled with `name` (the
+/// representation scored: "MFCC", "partition, soft") and how it was scored.
+pub fn plot_pairs(stem: &Path, result: &AbxResult, name: &str) -> Result<Vec<PathBuf>> {
+    crate::plot::abx_pair_plot(stem, &result.pairs, &pairs_title(result, name))
+}
+
+/// The title of [`plot_pairs`]: the representation, the mode, the convention and the distance.
+pub fn pairs_title(result: &AbxResult, name: &str) -> String {
+    format!(
+        "ABX error by phone pair: {name}, {} speaker ({}, {})",
+        result.mode, result.convention, result.distance
     )
 }
