@@ -282,7 +282,8 @@ pub struct RobustnessArgs {
     /// `none,gain,aug-ramp,utt-cmn,sliding-cmn+aug-ramp`; `comparison` names issue #20's nine
     /// (none, scale, offset, gain, aug-gain, aug-ramp, utt-cmn, sliding-cmn,
     /// sliding-cmn+aug-ramp). Each replaces the config's own normalisation, augmentation and
-    /// regulariser; unit-L2 stays the config's unless --only-with(out)-unit-norm is given.
+    /// regulariser; unit-L2 stays the config's unless --only-with(out)-unit-norm is given
+    /// [default: none given: the --nuisances grid].
     #[arg(long, value_delimiter = ',', conflicts_with = "nuisances")]
     pub treatments: Vec<String>,
     /// Also evaluate the GMM baseline (MFCC + Δ + ΔΔ with CMN, one GMM per speaker) under the same
