@@ -76,6 +76,51 @@ fn x_desc(conds: &[Condition]) -> String {
     parts.join(", ")
 }
 
+/// The GMM baselines of `report` (mean over seeds per condition), each a solid black line with
+/// squares.
+fn baseline_series(report: &RobustnessReport, conds: &[Condition], chunk: bool) -> Vec<Series> {
+    let mut methods: Vec<&str> = Vec::new();
+    for b in &report.baselines {
+        if !methods.contains(&b.method.as_str()) {
+            methods.push(&b.method);
+        }
+    }
+    methods
+        .into_iter()
+        .map(|method| {
+            let points = conds
+                .iter()
+                .enumerate()
+                .filter_map(|(x, c)| {
+                    let v: Vec<f64> = report
+                        .baselines
+                        .iter()
+                        .filter(|b| b.method == method && b.condition == *c)
+                        .map(|b| {
+                            if chunk {
+                                b.chunk_accuracy
+                            } else {
+                                b.utterance_accuracy
+                            }
+                        })
+                        .collect();
+                    (!v.is_empty())
+                        .then(|| (x as f64, 100.0 * v.iter().sum::<f64>() / v.len() as f64))
+                })
+                .collect();
+            Series {
+                label: method.to_string(),
+                points,
+                line: Line {
+                    colour: invar_plot::style::PALETTE[6], // black
+                    dash: Dash::Solid,
+                    marker: Marker::Square,
+                },
+            }
+        })
+        .collect()
+}
+
 /// The figure: two panels (chunk and utterance accuracy, %) over the conditions.
 pub fn robustness_figure(report: &RobustnessReport, speakers: usize) -> LinePlot {
     let conds = conditions(report);
@@ -148,14 +193,13 @@ pub fn robustness_figure(report: &RobustnessReport, speakers: usize) -> LinePlot
                         } else {
                             Dash::Dashed
                         },
-                        marker: if *unit_norm {
-                            base.marker
-                        } else {
-                            Marker::Diamond
-                        },
+                        // The marker stays the model's (7 colours × 4 markers tell 28 models
+                        // apart); the dash tells unit-L2 on from off.
+                        marker: base.marker,
                     },
                 }
             })
+            .chain(baseline_series(report, &conds, chunk))
             .collect()
     };
     let references = if speakers > 0 {
@@ -296,5 +340,38 @@ mod tests {
         }
         let png = std::fs::read(&paths[1]).unwrap();
         assert!(png.starts_with(b"\x89PNG"));
+    }
+
+    /// The GMM baseline is drawn beside the CNNs (mean over its seeds per condition), so the
+    /// figure answers the question the grid is run for.
+    #[test]
+    fn the_gmm_baseline_is_a_line_of_its_own() {
+        let mut r = report();
+        for (seed, acc) in [(0, 0.9), (1, 0.7)] {
+            r.baselines.push(crate::BaselineRow {
+                method: crate::GMM_BASELINE.into(),
+                seed,
+                condition: Condition::Clean,
+                chunk_accuracy: acc,
+                utterance_accuracy: 1.0,
+            });
+        }
+        let fig = robustness_figure(&r, 16);
+        let gmm = fig.panels[0].series.last().unwrap();
+        assert_eq!(gmm.label, crate::GMM_BASELINE);
+        assert_eq!(gmm.line.dash, Dash::Solid);
+        let clean = conditions(&r).iter().position(|c| *c == Condition::Clean).unwrap();
+        assert_eq!(gmm.points.len(), 1);
+        assert_eq!(gmm.points[0].0, clean as f64);
+        assert!((gmm.points[0].1 - 80.0).abs() < 1e-9, "{:?}", gmm.points);
+        // Every model keeps its own (colour, marker): no two series look the same.
+        let looks: Vec<_> = fig.panels[0]
+            .series
+            .iter()
+            .map(|s| (s.line.colour, s.line.dash, s.line.marker))
+            .collect();
+        for (i, a) in looks.iter().enumerate() {
+            assert!(!looks[..i].contains(a), "two series drawn alike: {a:?}");
+        }
     }
 }
