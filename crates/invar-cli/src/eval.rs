@@ -540,23 +540,10 @@ fn run_score_file(args: &VerifyArgs, scores: &Path) -> anyhow::Result<()> {
 fn load_embeddings(args: &VerifyArgs) -> anyhow::Result<(Matrix, Vec<String>, Vec<String>)> {
     if let Some(dir) = &args.features {
         let set = FeatureSet::open(dir)?;
-        let rows = set
-            .entries()
-            .iter()
-            .map(|e| {
-                let m = set.load(e)?;
-                anyhow::ensure!(
-                    m.rows == 1,
-                    "{}: {} rows, expected one embedding row",
-                    e.id,
-                    m.rows
-                );
-                Ok(m)
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let matrix = invar_data::stack_rows(&set)?;
         let ids = set.entries().iter().map(|e| e.id.clone()).collect();
         let speakers = set.entries().iter().map(|e| e.speaker.clone()).collect();
-        return Ok((Matrix::vstack(&rows)?, ids, speakers));
+        return Ok((matrix, ids, speakers));
     }
     let (Some(path), Some(spk)) = (&args.embeddings, &args.speakers) else {
         anyhow::bail!("give either --features DIR or --embeddings FILE.npy with --speakers FILE");

@@ -64,7 +64,7 @@ pub use utterance::{
     Utterance,
 };
 pub use vectors::{
-    map_feature_set, read_ids, write_vector_folder, MapSummary, IDS_FILE, SPEAKERS_FILE,
+    map_feature_set, read_ids, stack_rows, write_vector_folder, MapSummary, IDS_FILE, SPEAKERS_FILE,
 };
 pub use voxceleb::{read_voxceleb, read_voxceleb_trials, voxceleb_id, VoxTrial};
 pub use zerospeech::{list_feature_files, parse_fea, read_features, write_fea, FeatureFile};

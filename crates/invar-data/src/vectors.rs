@@ -113,29 +113,35 @@ impl SupervectorSet {
     /// `dir/NAME.npy` + speakers + ids, in the set's order.
     pub fn stack_feature_set(dir: &Path, name: &str) -> Result<Self> {
         let set = FeatureSet::open(dir)?;
-        let rows = set
-            .entries()
-            .iter()
-            .map(|e| {
-                let m = set.load(e)?;
-                if m.rows != 1 {
-                    return Err(Error::Mismatch {
-                        path: dir.join(&e.path),
-                        what: "rows of a per-utterance vector",
-                        expected: "1".into(),
-                        found: m.rows.to_string(),
-                    });
-                }
-                Ok(m)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let matrix = Matrix::vstack(&rows)?;
+        let matrix = stack_rows(&set)?;
         let names: Vec<String> = set.entries().iter().map(|e| e.speaker.clone()).collect();
         let sv = SupervectorSet::from_names(matrix, &names, &dir.join(crate::MANIFEST))?;
         let ids: Vec<String> = set.entries().iter().map(|e| e.id.clone()).collect();
         sv.save_folder(dir, name, &ids)?;
         Ok(sv)
     }
+}
+
+/// The rows of a feature set whose utterances are each one 1×D row (supervectors, i-vectors,
+/// embeddings), stacked in the set's order; an utterance of another shape is an error naming it.
+pub fn stack_rows(set: &FeatureSet) -> Result<Matrix> {
+    let rows = set
+        .entries()
+        .iter()
+        .map(|e| {
+            let m = set.load(e)?;
+            if m.rows != 1 {
+                return Err(Error::Mismatch {
+                    path: set.dir().join(&e.path),
+                    what: "rows of a per-utterance vector",
+                    expected: "1".into(),
+                    found: m.rows.to_string(),
+                });
+            }
+            Ok(m)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Matrix::vstack(&rows)?)
 }
 
 /// What one run of [`map_feature_set`] did.
