@@ -119,18 +119,7 @@ pub fn read_matrix(path: &Path, tensor: Option<&str>) -> Result<Matrix> {
         [r, c] => (*r, *c),
         other => return Err(bad(format!("tensor {name:?} has shape {other:?}, not 2-D"))),
     };
-    let raw = view.data();
-    let data: Vec<f32> = match view.dtype() {
-        safetensors::Dtype::F32 => raw
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-        safetensors::Dtype::F64 => raw
-            .chunks_exact(8)
-            .map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f32)
-            .collect(),
-        other => return Err(bad(format!("tensor {name:?} is {other:?}; use F32 or F64"))),
-    };
+    let (data, _) = invar_io::safetensors::read_as_f32(&st, path, &name)?;
     let m = Matrix::new(rows, cols, data)?;
     // As `read_npy` does for `.npy`: NaN or infinity stops here, naming the row.
     m.check_finite(path)?;

@@ -89,13 +89,6 @@ pub enum Error {
     /// A model or statistics file is malformed.
     #[error("{path}: {reason}")]
     File { path: PathBuf, reason: String },
-    /// A safetensors file could not be read or written.
-    #[error("{path}: safetensors: {source}")]
-    Safetensors {
-        path: PathBuf,
-        #[source]
-        source: safetensors::SafeTensorError,
-    },
     /// A resume asked for other settings than the checkpoint was trained with.
     #[error(
         "cannot resume from {path}: it was trained with other settings ({}); resume with the \

@@ -4,9 +4,9 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use invar_io::safetensors::{self, Dtype};
 use invar_io::Matrix;
 use rayon::prelude::*;
-use safetensors::Dtype;
 use serde::{Deserialize, Serialize};
 
 use crate::linalg::{gemm, Op};
@@ -368,23 +368,33 @@ impl DiagGmm {
     pub(crate) fn to_safetensors(&self, path: &Path) -> Result<Vec<u8>> {
         let (m, d) = (self.components(), self.dims());
         let tensors = [
-            ("weights", Dtype::F32, vec![m], f32_bytes(&self.weights)),
-            ("means", Dtype::F32, vec![m, d], f32_bytes(&self.means.data)),
+            (
+                "weights",
+                Dtype::F32,
+                vec![m],
+                safetensors::f32_bytes(&self.weights),
+            ),
+            (
+                "means",
+                Dtype::F32,
+                vec![m, d],
+                safetensors::f32_bytes(&self.means.data),
+            ),
             (
                 "variances",
                 Dtype::F32,
                 vec![m, d],
-                f32_bytes(&self.variances.data),
+                safetensors::f32_bytes(&self.variances.data),
             ),
         ];
         let info = HashMap::from([("format".to_string(), "invar-gmm diag v1".to_string())]);
-        safetensors_bytes(path, &tensors, info)
+        Ok(safetensors::to_bytes(path, &tensors, info)?)
     }
 
     /// Reads a model written by [`DiagGmm::save`] (the JSON sidecar is not needed to load it).
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = read_bytes(path)?;
+        let bytes = safetensors::read_file(path)?;
         Self::from_safetensors(&bytes, path, false)
     }
 
@@ -392,11 +402,11 @@ impl DiagGmm {
     /// taken as stored rather than renormalised, so a model saved mid-training comes back with
     /// the same bits (renormalising weights that already sum to 1 in f64 can move the last bit).
     pub(crate) fn from_safetensors(bytes: &[u8], path: &Path, exact: bool) -> Result<Self> {
-        let st = parse_safetensors(bytes, path)?;
-        let weights = read_f32(&st, path, "weights")?;
+        let st = safetensors::parse(bytes, path)?;
+        let weights = safetensors::read_f32(&st, path, "weights")?;
         let (m, wd) = (weights.1.first().copied().unwrap_or(0), weights.1.len());
-        let means = read_f32(&st, path, "means")?;
-        let vars = read_f32(&st, path, "variances")?;
+        let means = safetensors::read_f32(&st, path, "means")?;
+        let vars = safetensors::read_f32(&st, path, "variances")?;
         if wd != 1 || means.1.len() != 2 || vars.1 != means.1 || means.1[0] != m {
             return Err(Error::File {
                 path: path.to_path_buf(),
@@ -612,167 +622,6 @@ impl BlockAcc {
     fn into_stats(self, m: usize, d: usize, order: StatsOrder) -> GmmStats {
         GmmStats::from_parts(m, d, order, self.frames, self.ll, self.n, self.f, self.s)
     }
-}
-
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-pub(crate) fn f64_bytes(v: &[f64]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-/// Reads a whole file, naming it in the error.
-pub(crate) fn read_bytes(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| Error::File {
-        path: path.to_path_buf(),
-        reason: format!("cannot read: {e}"),
-    })
-}
-
-/// Parses safetensors bytes read from `path` (named in the error).
-pub(crate) fn parse_safetensors<'a>(
-    bytes: &'a [u8],
-    path: &Path,
-) -> Result<safetensors::SafeTensors<'a>> {
-    safetensors::SafeTensors::deserialize(bytes).map_err(|source| Error::Safetensors {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-/// Writes named little-endian tensors as one safetensors file, atomically.
-pub(crate) fn write_safetensors(
-    path: &Path,
-    tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)],
-    info: HashMap<String, String>,
-) -> Result<()> {
-    let bytes = safetensors_bytes(path, tensors, info)?;
-    invar_io::atomic_write(path, |w| w.write_all(&bytes))?;
-    Ok(())
-}
-
-/// Named little-endian tensors as the bytes of one safetensors file (`path` only names errors).
-pub(crate) fn safetensors_bytes(
-    path: &Path,
-    tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)],
-    info: HashMap<String, String>,
-) -> Result<Vec<u8>> {
-    let views = tensors
-        .iter()
-        .map(|(name, dtype, shape, bytes)| {
-            safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes)
-                .map(|v| (name.to_string(), v))
-                .map_err(|source| Error::Safetensors {
-                    path: path.to_path_buf(),
-                    source,
-                })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let bytes = safetensors::serialize(views, Some(info)).map_err(|source| Error::Safetensors {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    sorted_header(bytes, path)
-}
-
-/// safetensors writes the `__metadata__` entries in a `HashMap`'s order, which changes from
-/// process to process: a file with two or more entries (the i-vector extractor's) had different
-/// bytes on every run. The header is rewritten with every object's keys sorted (same tensors,
-/// same offsets, padded with spaces to 8 bytes as safetensors pads it), so the same model always
-/// gives the same bytes.
-fn sorted_header(bytes: Vec<u8>, path: &Path) -> Result<Vec<u8>> {
-    fn write_sorted(v: &serde_json::Value, out: &mut String) {
-        match v {
-            serde_json::Value::Object(map) => {
-                let mut keys: Vec<&String> = map.keys().collect();
-                keys.sort();
-                out.push('{');
-                for (i, k) in keys.into_iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    out.push_str(&serde_json::Value::String(k.clone()).to_string());
-                    out.push(':');
-                    write_sorted(&map[k], out);
-                }
-                out.push('}');
-            }
-            other => out.push_str(&other.to_string()),
-        }
-    }
-    let bad = |reason: &str| Error::File {
-        path: path.to_path_buf(),
-        reason: format!("safetensors header: {reason}"),
-    };
-    let len = bytes
-        .get(..8)
-        .and_then(|b| <[u8; 8]>::try_from(b).ok())
-        .map(u64::from_le_bytes)
-        .ok_or_else(|| bad("shorter than 8 bytes"))?;
-    let end = usize::try_from(len)
-        .ok()
-        .and_then(|n| n.checked_add(8))
-        .filter(|&e| e <= bytes.len())
-        .ok_or_else(|| bad("length past the end"))?;
-    let header: serde_json::Value =
-        serde_json::from_slice(&bytes[8..end]).map_err(|e| bad(&e.to_string()))?;
-    let mut text = String::new();
-    write_sorted(&header, &mut text);
-    while text.len() % 8 != 0 {
-        text.push(' ');
-    }
-    let mut out = Vec::with_capacity(8 + text.len() + bytes.len() - end);
-    out.extend_from_slice(&(text.len() as u64).to_le_bytes());
-    out.extend_from_slice(text.as_bytes());
-    out.extend_from_slice(&bytes[end..]);
-    Ok(out)
-}
-
-fn read_f32(
-    st: &safetensors::SafeTensors<'_>,
-    path: &Path,
-    name: &str,
-) -> Result<(Vec<f32>, Vec<usize>)> {
-    let t = st.tensor(name).map_err(|source| Error::Safetensors {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    if t.dtype() != Dtype::F32 {
-        return Err(Error::File {
-            path: path.to_path_buf(),
-            reason: format!("tensor {name} has dtype {:?}, expected F32", t.dtype()),
-        });
-    }
-    let data = t
-        .data()
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
-    Ok((data, t.shape().to_vec()))
-}
-
-pub(crate) fn read_f64(
-    st: &safetensors::SafeTensors<'_>,
-    path: &Path,
-    name: &str,
-) -> Result<(Vec<f64>, Vec<usize>)> {
-    let t = st.tensor(name).map_err(|source| Error::Safetensors {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    if t.dtype() != Dtype::F64 {
-        return Err(Error::File {
-            path: path.to_path_buf(),
-            reason: format!("tensor {name} has dtype {:?}, expected F64", t.dtype()),
-        });
-    }
-    let data = t
-        .data()
-        .chunks_exact(8)
-        .map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
-        .collect();
-    Ok((data, t.shape().to_vec()))
 }
 
 /// Metadata written beside a model: what it is and how it was made.
@@ -998,7 +847,7 @@ mod tests {
         std::fs::write(&path, b"not a safetensors file").unwrap();
         assert!(matches!(
             DiagGmm::load(&path),
-            Err(Error::Safetensors { .. })
+            Err(Error::Io(invar_io::Error::Safetensors { .. }))
         ));
     }
 }

@@ -11,17 +11,14 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use invar_io::safetensors::{self, Dtype};
 use invar_io::Matrix;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 use rayon::prelude::*;
-use safetensors::Dtype;
 use serde::{Deserialize, Serialize};
 
-use crate::gmm::{
-    f64_bytes, parse_safetensors, read_bytes, read_f64, safetensors_bytes, write_safetensors,
-};
 use crate::linalg::{
     backward_solve, cholesky, cholesky_inverse, cholesky_log_det, forward_solve, gemm, Op,
 };
@@ -188,26 +185,46 @@ impl TStats {
         let (c, cf) = (self.a.len() / packed_len(r).max(1), self.c.len() / r.max(1));
         let totals = [self.objective, self.utterances as f64, self.frames as f64];
         let tensors = [
-            ("a", Dtype::F64, vec![c, packed_len(r)], f64_bytes(&self.a)),
-            ("c", Dtype::F64, vec![cf, r], f64_bytes(&self.c)),
-            ("h", Dtype::F64, vec![r], f64_bytes(&self.h)),
-            ("hh", Dtype::F64, vec![r, r], f64_bytes(&self.hh)),
-            ("totals", Dtype::F64, vec![3], f64_bytes(&totals)),
+            (
+                "a",
+                Dtype::F64,
+                vec![c, packed_len(r)],
+                safetensors::f64_bytes(&self.a),
+            ),
+            (
+                "c",
+                Dtype::F64,
+                vec![cf, r],
+                safetensors::f64_bytes(&self.c),
+            ),
+            ("h", Dtype::F64, vec![r], safetensors::f64_bytes(&self.h)),
+            (
+                "hh",
+                Dtype::F64,
+                vec![r, r],
+                safetensors::f64_bytes(&self.hh),
+            ),
+            (
+                "totals",
+                Dtype::F64,
+                vec![3],
+                safetensors::f64_bytes(&totals),
+            ),
         ];
         let info = HashMap::from([("format".to_string(), "invar-gmm tstats v1".to_string())]);
-        write_safetensors(path, &tensors, info)
+        Ok(safetensors::write(path, &tensors, info)?)
     }
 
     /// Reads accumulators written by [`TStats::save`].
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = read_bytes(path)?;
-        let st = parse_safetensors(&bytes, path)?;
-        let (a, a_shape) = read_f64(&st, path, "a")?;
-        let (c, c_shape) = read_f64(&st, path, "c")?;
-        let (h, _) = read_f64(&st, path, "h")?;
-        let (hh, _) = read_f64(&st, path, "hh")?;
-        let (totals, _) = read_f64(&st, path, "totals")?;
+        let bytes = safetensors::read_file(path)?;
+        let st = safetensors::parse(&bytes, path)?;
+        let (a, a_shape) = safetensors::read_f64(&st, path, "a")?;
+        let (c, c_shape) = safetensors::read_f64(&st, path, "c")?;
+        let (h, _) = safetensors::read_f64(&st, path, "h")?;
+        let (hh, _) = safetensors::read_f64(&st, path, "hh")?;
+        let (totals, _) = safetensors::read_f64(&st, path, "totals")?;
         let r = h.len();
         if a_shape.get(1) != Some(&packed_len(r))
             || c_shape.get(1) != Some(&r)
@@ -561,20 +578,24 @@ impl IvectorExtractor {
             ("components".to_string(), self.components.to_string()),
             ("dims".to_string(), self.dims.to_string()),
         ]);
-        safetensors_bytes(path, &[("t", Dtype::F64, shape, f64_bytes(&self.t))], info)
+        Ok(safetensors::to_bytes(
+            path,
+            &[("t", Dtype::F64, shape, safetensors::f64_bytes(&self.t))],
+            info,
+        )?)
     }
 
     /// Reads an extractor written by [`IvectorExtractor::save`] for use with `ubm`.
     pub fn load(path: impl AsRef<Path>, ubm: &DiagGmm) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = read_bytes(path)?;
+        let bytes = safetensors::read_file(path)?;
         Self::from_safetensors(&bytes, path, ubm)
     }
 
     /// Parses [`IvectorExtractor::to_safetensors`] bytes read from `path`, for `ubm`.
     pub(crate) fn from_safetensors(bytes: &[u8], path: &Path, ubm: &DiagGmm) -> Result<Self> {
-        let st = parse_safetensors(bytes, path)?;
-        let (t, shape) = read_f64(&st, path, "t")?;
+        let st = safetensors::parse(bytes, path)?;
+        let (t, shape) = safetensors::read_f64(&st, path, "t")?;
         let cf = ubm.components() * ubm.dims();
         if shape.len() != 2 || shape[0] != cf || shape[1] == 0 {
             return Err(Error::File {

@@ -12,7 +12,7 @@ pub use invar_ops::gemm::Op;
 /// operand shorter than its shape is an error (a programming error: every caller derives the
 /// shapes from the slices it passes).
 #[allow(clippy::too_many_arguments)]
-pub fn gemm<T: invar_ops::gemm::GemmElem>(
+pub fn gemm<T: invar_ops::CpuElem>(
     m: usize,
     n: usize,
     k: usize,

@@ -4,9 +4,8 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use safetensors::Dtype;
+use invar_io::safetensors::{self, Dtype};
 
-use crate::gmm::{f64_bytes, parse_safetensors, read_bytes, read_f64, write_safetensors};
 use crate::{Error, Result};
 
 /// Which statistics an E-step gathers: UBM training needs all three, MAP and i-vectors N and F.
@@ -152,35 +151,35 @@ impl GmmStats {
         let path = path.as_ref();
         let (m, d) = (self.components, self.dims);
         let mut tensors = vec![
-            ("n", Dtype::F64, vec![m], f64_bytes(&self.n)),
+            ("n", Dtype::F64, vec![m], safetensors::f64_bytes(&self.n)),
             (
                 "totals",
                 Dtype::F64,
                 vec![3],
-                f64_bytes(&[self.frames as f64, self.log_likelihood, d as f64]),
+                safetensors::f64_bytes(&[self.frames as f64, self.log_likelihood, d as f64]),
             ),
         ];
         if self.order >= StatsOrder::First {
-            tensors.push(("f", Dtype::F64, vec![m, d], f64_bytes(&self.f)));
+            tensors.push(("f", Dtype::F64, vec![m, d], safetensors::f64_bytes(&self.f)));
         }
         if self.order >= StatsOrder::Second {
-            tensors.push(("s", Dtype::F64, vec![m, d], f64_bytes(&self.s)));
+            tensors.push(("s", Dtype::F64, vec![m, d], safetensors::f64_bytes(&self.s)));
         }
         let info = HashMap::from([("format".to_string(), "invar-gmm stats v1".to_string())]);
-        write_safetensors(path, &tensors, info)
+        Ok(safetensors::write(path, &tensors, info)?)
     }
 
     /// Reads statistics written by [`GmmStats::save`].
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = read_bytes(path)?;
-        let st = parse_safetensors(&bytes, path)?;
+        let bytes = safetensors::read_file(path)?;
+        let st = safetensors::parse(&bytes, path)?;
         let bad = |reason: String| Error::File {
             path: path.to_path_buf(),
             reason,
         };
-        let (n, _) = read_f64(&st, path, "n")?;
-        let (totals, _) = read_f64(&st, path, "totals")?;
+        let (n, _) = safetensors::read_f64(&st, path, "n")?;
+        let (totals, _) = safetensors::read_f64(&st, path, "totals")?;
         if totals.len() != 3 {
             return Err(bad(format!(
                 "totals has {} values, expected 3",
@@ -200,22 +199,10 @@ impl GmmStats {
         let mut f = Vec::new();
         let mut s = Vec::new();
         if order >= StatsOrder::First {
-            let (data, shape) = read_f64(&st, path, "f")?;
-            if shape != [m, dims] {
-                return Err(bad(format!(
-                    "f has shape {shape:?}, expected [{m}, {dims}]"
-                )));
-            }
-            f = data;
+            f = safetensors::read_f64_shaped(&st, path, "f", &[m, dims])?;
         }
         if order >= StatsOrder::Second {
-            let (data, shape) = read_f64(&st, path, "s")?;
-            if shape != [m, dims] {
-                return Err(bad(format!(
-                    "s has shape {shape:?}, expected [{m}, {dims}]"
-                )));
-            }
-            s = data;
+            s = safetensors::read_f64_shaped(&st, path, "s", &[m, dims])?;
         }
         Ok(GmmStats {
             components: m,

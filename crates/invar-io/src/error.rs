@@ -83,6 +83,9 @@ pub enum Error {
         col: usize,
         value: f32,
     },
+    /// A safetensors file is malformed or holds something other than what was asked for.
+    #[error("{path}: not a usable safetensors file: {reason}")]
+    Safetensors { path: PathBuf, reason: String },
     /// A Kaldi archive (or the matrix an `scp` line points at) is malformed at this byte.
     #[error("{path}: byte {offset}: {reason}")]
     Kaldi {

@@ -1,7 +1,8 @@
 //! File plumbing shared by every invar crate that reads or writes: atomic writes (temporary sibling +
 //! rename, so a crash never leaves half a file), the row-major `f32` [`Matrix`] that stages pass
 //! between each other, `.npy` matrices (what ZeroSpeech and fastabx users have), JSON and text
-//! outputs, the one frame-timing type ([`FrameTiming`]), Kaldi `ark`/`scp` matrix tables ([`kaldi`]), the claim on an output folder
+//! outputs, the one frame-timing type ([`FrameTiming`]), Kaldi `ark`/`scp` matrix tables ([`kaldi`]),
+//! f32/f64 safetensors files with dtype and shape checks ([`safetensors`]), the claim on an output folder
 //! ([`OutDir`]: one run at a time, no stale files from another run, nothing written before a refusal),
 //! what resumable runs share (checksums, the settings diff, checkpoint retention), and
 //! [`FrameSource`], the trait through which utterances of frames reach whatever consumes them
@@ -16,6 +17,7 @@ mod matrix;
 mod npy;
 mod outdir;
 mod resume;
+pub mod safetensors;
 mod source;
 mod timing;
 

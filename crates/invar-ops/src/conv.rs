@@ -34,7 +34,8 @@ use candle_core::{
 };
 use rayon::prelude::*;
 
-use crate::gemm::{GemmElem, Operand as Mat};
+use crate::elem::CpuElem;
+use crate::gemm::Operand as Mat;
 use crate::{Error, Result};
 
 /// Batch items per GEMM block: the forward product and the weight gradient run block by block
@@ -42,38 +43,10 @@ use crate::{Error, Result};
 /// it is the same bytes at any thread count.
 const BLOCK_ITEMS: usize = 4;
 
-/// Element types of the CPU kernels, each with a per-thread scratch buffer for im2col blocks
-/// (reused across calls: a fresh multi-megabyte buffer per call costs more in page faults than
-/// the GEMM it feeds).
-trait Float: WithDType + GemmElem {
-    /// Runs `f` with this thread's scratch buffer (a fresh one if it is already in use).
-    fn with_scratch<R>(f: impl FnOnce(&mut Vec<Self>) -> R) -> R;
-}
-thread_local! {
-    static SCRATCH_F32: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-    static SCRATCH_F64: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-macro_rules! impl_float {
-    ($t:ty, $tls:ident) => {
-        impl Float for $t {
-            fn with_scratch<R>(f: impl FnOnce(&mut Vec<Self>) -> R) -> R {
-                // `with` fails only while this thread's locals are being destroyed, which no
-                // caller of the kernels runs in.
-                $tls.with(|cell| match cell.try_borrow_mut() {
-                    Ok(mut buf) => f(&mut buf),
-                    Err(_) => f(&mut Vec::new()),
-                })
-            }
-        }
-    };
-}
-impl_float!(f32, SCRATCH_F32);
-impl_float!(f64, SCRATCH_F64);
-
 /// `dst (m×n, row stride dst_rs, column stride 1) (+)= a (m×k) · b (k×n)`, single-threaded
 /// (callers parallelise over batch items).
 #[allow(clippy::too_many_arguments)]
-fn gemm<T: Float>(
+fn gemm<T: CpuElem>(
     m: usize,
     n: usize,
     k: usize,
@@ -95,7 +68,7 @@ fn gemm<T: Float>(
 }
 
 /// `dst = a · b` with `dst` of any (row, column) strides (`dst` written, not accumulated).
-fn gemm_to<T: Float>(
+fn gemm_to<T: CpuElem>(
     m: usize,
     n: usize,
     k: usize,
@@ -116,7 +89,7 @@ fn gemm_to<T: Float>(
 }
 
 /// The contiguous slice of a CPU tensor's storage, or an error naming `what`.
-fn slice<'a, T: Float>(
+fn slice<'a, T: CpuElem>(
     s: &'a CpuStorage,
     l: &Layout,
     what: &'static str,
@@ -159,8 +132,8 @@ impl ConvDims {
 /// resized (a no-op when this thread's scratch already has the size) and overwritten; the
 /// K-element copies have a fixed length for K = 8 and 5, so they compile to a few vector moves
 /// instead of `memcpy` calls.
-fn im2col_block<T: Float>(xg: &[T], d: ConvDims, cols: &mut Vec<T>) {
-    fn fill<T: Float, const K: usize>(xg: &[T], d: ConvDims, cols: &mut [T]) {
+fn im2col_block<T: CpuElem>(xg: &[T], d: ConvDims, cols: &mut Vec<T>) {
+    fn fill<T: CpuElem, const K: usize>(xg: &[T], d: ConvDims, cols: &mut [T]) {
         let out = d.t + 1 - K;
         let rows = cols.chunks_exact_mut(d.c * K);
         let steps = xg
@@ -201,7 +174,7 @@ fn im2col_block<T: Float>(xg: &[T], d: ConvDims, cols: &mut Vec<T>) {
 /// Forward, rayon over blocks of [`BLOCK_ITEMS`] batch items: the block's im2col matrix (in this
 /// thread's scratch), `yᵀ [items·T', F] = cols · Wᵀ`, then each item's `[T', F]` transposed into
 /// `y [B, F, T']` with the bias added.
-fn conv_forward<T: Float>(
+fn conv_forward<T: CpuElem>(
     x: &[T],
     w: &[T],
     bias: Option<&[T]>,
@@ -250,7 +223,7 @@ fn conv_forward<T: Float>(
 /// this thread's scratch; cheaper than keeping every block's between forward and backward), one
 /// GEMM `[C·K, items·T'] · [items·T', F]` written straight into `dW`'s layout; the partial sums
 /// are added in block order.
-fn conv_grad_kernel<T: Float>(x: &[T], dy: &[T], d: ConvDims) -> candle_core::Result<Vec<T>> {
+fn conv_grad_kernel<T: CpuElem>(x: &[T], dy: &[T], d: ConvDims) -> candle_core::Result<Vec<T>> {
     let out = d.out();
     let ck = d.c * d.k;
     let partial = x
@@ -302,7 +275,7 @@ fn conv_grad_kernel<T: Float>(x: &[T], dy: &[T], d: ConvDims) -> candle_core::Re
 }
 
 /// `db [F] = Σ_{b,t} dY[b, f, t]`, in a fixed order.
-fn conv_grad_bias<T: Float>(dy: &[T], f: usize, out: usize) -> Vec<T> {
+fn conv_grad_bias<T: CpuElem>(dy: &[T], f: usize, out: usize) -> Vec<T> {
     let mut db = vec![T::from_f64(0.0); f];
     for item in dy.chunks_exact(f * out) {
         for (acc, row) in db.iter_mut().zip(item.chunks_exact(out)) {
@@ -317,7 +290,7 @@ fn conv_grad_bias<T: Float>(dy: &[T], f: usize, out: usize) -> Vec<T> {
 }
 
 /// `dX_b [C, T]`: for each tap k, `dX_b[:, k .. k + T'] += W_kᵀ [C, F] · dY_b [F, T']`.
-fn conv_grad_input<T: Float>(w: &[T], dy: &[T], d: ConvDims) -> candle_core::Result<Vec<T>> {
+fn conv_grad_input<T: CpuElem>(w: &[T], dy: &[T], d: ConvDims) -> candle_core::Result<Vec<T>> {
     let out = d.out();
     let ck = d.c * d.k;
     let mut dx = vec![T::from_f64(0.0); d.b * d.c * d.t];
@@ -633,7 +606,7 @@ pub fn conv1d_unfold(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Te
 
 /// Index of the first maximal entry of `w` (NaN never wins over a number).
 #[inline]
-fn argmax_first<T: Float>(w: &[T]) -> usize {
+fn argmax_first<T: CpuElem>(w: &[T]) -> usize {
     let (mut best, mut top) = (0, w[0]);
     for (i, &v) in w.iter().enumerate().skip(1) {
         if v > top {
@@ -646,7 +619,7 @@ fn argmax_first<T: Float>(w: &[T]) -> usize {
 
 /// `[.., T] → [.., T / k]`: each window's value of `src` at the arg-max of `key` (`src == key`
 /// for plain pooling).
-fn pool_gather<T: Float>(key: &[T], src: &[T], len: usize, k: usize) -> Vec<T> {
+fn pool_gather<T: CpuElem>(key: &[T], src: &[T], len: usize, k: usize) -> Vec<T> {
     let n = len / k;
     let mut y = Vec::with_capacity(key.len() / len * n);
     for (kr, sr) in key.chunks_exact(len).zip(src.chunks_exact(len)) {
@@ -658,7 +631,7 @@ fn pool_gather<T: Float>(key: &[T], src: &[T], len: usize, k: usize) -> Vec<T> {
 }
 
 /// `[.., T / k] → [.., T]`: each window's gradient placed at the arg-max of `key`, zeros elsewhere.
-fn pool_scatter<T: Float>(key: &[T], grad: &[T], len: usize, k: usize) -> Vec<T> {
+fn pool_scatter<T: CpuElem>(key: &[T], grad: &[T], len: usize, k: usize) -> Vec<T> {
     let n = len / k;
     let mut dx = vec![T::from_f64(0.0); key.len()];
     for ((kr, gr), dr) in key
@@ -877,7 +850,7 @@ pub fn max_pool_time_gather(
 /// only (the mask is piecewise constant in `key`).
 struct MaskPositive;
 
-fn mask_positive<T: Float>(v: &[T], key: &[T]) -> Vec<T> {
+fn mask_positive<T: CpuElem>(v: &[T], key: &[T]) -> Vec<T> {
     let zero = T::from_f64(0.0);
     v.iter()
         .zip(key)

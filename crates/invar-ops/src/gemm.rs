@@ -3,6 +3,8 @@
 //! custom ops use [`gemm`] directly; invar-gmm's EM, i-vector and PCA code use the row-major
 //! [`gemm_rows`] on top of it.
 
+use crate::CpuElem;
+
 /// An operand or destination too short for the shape and strides asked of it: a programming error
 /// in the caller, reported instead of reading or writing out of bounds.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -24,27 +26,6 @@ impl From<GemmError> for candle_core::Error {
     }
 }
 
-/// The element types `gemm` accepts: f32 and f64 (sealed: `gemm` panics on any other type).
-pub trait GemmElem: Copy + Send + Sync + 'static + sealed::Sealed {
-    /// The additive identity.
-    const GEMM_ZERO: Self;
-    /// The multiplicative identity.
-    const GEMM_ONE: Self;
-}
-impl GemmElem for f32 {
-    const GEMM_ZERO: Self = 0.0;
-    const GEMM_ONE: Self = 1.0;
-}
-impl GemmElem for f64 {
-    const GEMM_ZERO: Self = 0.0;
-    const GEMM_ONE: Self = 1.0;
-}
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for f32 {}
-    impl Sealed for f64 {}
-}
-
 /// A read-only strided matrix operand: `m[i, j] = data[i·rs + j·cs]`.
 #[derive(Debug, Clone, Copy)]
 pub struct Operand<'a, T> {
@@ -60,7 +41,7 @@ pub struct Operand<'a, T> {
 /// (row, column) strides `dst_strides`. `parallel` lets `gemm` split the product over rayon's pool; callers that already run on
 /// rayon across batch blocks pass `false`. With `k = 0`, `dst` is zeroed (or left as is when
 /// accumulating). Errors, never panics, when an operand is too short for its strides.
-pub fn gemm<T: GemmElem>(
+pub fn gemm<T: CpuElem>(
     (m, n, k): (usize, usize, usize),
     a: Operand<'_, T>,
     b: Operand<'_, T>,
@@ -84,7 +65,7 @@ pub fn gemm<T: GemmElem>(
         if !accumulate {
             for i in 0..m {
                 for j in 0..n {
-                    dst[i * dst_rs + j * dst_cs] = T::GEMM_ZERO;
+                    dst[i * dst_rs + j * dst_cs] = T::ZERO;
                 }
             }
         }
@@ -110,7 +91,7 @@ pub fn gemm<T: GemmElem>(
     // (rows−1)·rs + (cols−1)·cs for each operand — lies inside its slice; `dst` is borrowed
     // mutably, so it aliases neither operand. Callers never pass destination strides that make
     // two (i, j) share an address (both are row-major or column-major layouts of one matrix).
-    // T is f32 or f64 (the sealed `GemmElem`), types `gemm` supports.
+    // T is f32 or f64 (the sealed `CpuElem`), types `gemm` supports.
     #[allow(unsafe_code)]
     unsafe {
         gemm::gemm(
@@ -127,8 +108,8 @@ pub fn gemm<T: GemmElem>(
             b.data.as_ptr(),
             b.cs as isize,
             b.rs as isize,
-            T::GEMM_ONE,
-            T::GEMM_ONE,
+            T::ONE,
+            T::ONE,
             false,
             false,
             false,
@@ -156,7 +137,7 @@ const ROWS_PARALLEL_MIN: usize = 1 << 18;
 /// (`Op::T`); `c` is `m×n`. `parallel` lets `gemm` split products of at least 2¹⁸ multiply-adds
 /// over the rayon pool; leave it off when the caller already runs in parallel over blocks.
 #[allow(clippy::too_many_arguments)]
-pub fn gemm_rows<T: GemmElem>(
+pub fn gemm_rows<T: CpuElem>(
     (m, n, k): (usize, usize, usize),
     a: &[T],
     op_a: Op,

@@ -11,6 +11,7 @@ mod conv;
 mod device;
 pub mod dist;
 pub mod dtw;
+mod elem;
 mod error;
 mod frame;
 pub mod gemm;
@@ -23,6 +24,7 @@ pub use conv::{
 };
 pub use device::{device, set_cpu_threads};
 pub use dtw::{Dtw, DtwCost, DtwResult};
+pub use elem::CpuElem;
 pub use error::{Error, Result};
 pub use frame::FrameDistance;
 pub use linear::{linear, linear_composite, linear_with_sink, Activation, GradSink, WeightLayout};

@@ -18,7 +18,8 @@ use candle_core::{
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::gemm::{GemmElem, Operand};
+use crate::elem::CpuElem;
+use crate::gemm::Operand;
 use crate::{Error, Result};
 
 /// The element-wise non-linearity applied to `x·W + b`.
@@ -47,56 +48,6 @@ pub enum WeightLayout {
     OutIn,
 }
 
-/// Element types of the CPU kernels (`gemm` accepts exactly these).
-trait Elem:
-    GemmElem
-    + Copy
-    + Send
-    + Sync
-    + PartialOrd
-    + std::ops::Add<Output = Self>
-    + std::ops::Sub<Output = Self>
-    + std::ops::Mul<Output = Self>
-    + std::ops::Div<Output = Self>
-    + std::iter::Sum
-    + 'static
-{
-    const ZERO: Self;
-    const ONE: Self;
-    const DTYPE: DType;
-    fn tanh(self) -> Self;
-    fn exp(self) -> Self;
-    fn slice(s: &CpuStorage) -> Option<&[Self]>;
-    fn storage(v: Vec<Self>) -> CpuStorage;
-}
-
-macro_rules! elem {
-    ($t:ty, $variant:ident) => {
-        impl Elem for $t {
-            const ZERO: Self = 0.0;
-            const ONE: Self = 1.0;
-            const DTYPE: DType = DType::$variant;
-            fn tanh(self) -> Self {
-                <$t>::tanh(self)
-            }
-            fn exp(self) -> Self {
-                <$t>::exp(self)
-            }
-            fn slice(s: &CpuStorage) -> Option<&[Self]> {
-                match s {
-                    CpuStorage::$variant(v) => Some(v),
-                    _ => None,
-                }
-            }
-            fn storage(v: Vec<Self>) -> CpuStorage {
-                CpuStorage::$variant(v)
-            }
-        }
-    };
-}
-elem!(f32, F32);
-elem!(f64, F64);
-
 /// Elements per rayon task in element-wise passes.
 const CHUNK: usize = 1 << 14;
 /// Products with fewer multiply-adds than this run on one thread.
@@ -107,7 +58,7 @@ fn msg(s: String) -> candle_core::Error {
 }
 
 /// The elements of a CPU storage of type `T`, or an error naming `what` and both dtypes.
-fn slice_of<'a, T: Elem>(s: &'a CpuStorage, what: &str) -> candle_core::Result<&'a [T]> {
+fn slice_of<'a, T: CpuElem>(s: &'a CpuStorage, what: &str) -> candle_core::Result<&'a [T]> {
     T::slice(s).ok_or_else(|| {
         msg(format!(
             "{what} is {:?}, expected {:?} like the other operands",
@@ -174,7 +125,7 @@ impl<'a, T> View<'a, T> {
 
 /// `dst (m×n, row-major contiguous) = a·b`, or `dst += a·b` when `accumulate`; `gemm`'s own
 /// rayon split for products of at least `PARALLEL_MIN_FLOPS`.
-fn gemm_into<T: Elem>(
+fn gemm_into<T: CpuElem>(
     dst: &mut [T],
     a: View<'_, T>,
     b: View<'_, T>,
@@ -200,7 +151,7 @@ fn gemm_into<T: Elem>(
 }
 
 impl Activation {
-    fn apply<T: Elem>(self, v: T) -> T {
+    fn apply<T: CpuElem>(self, v: T) -> T {
         match self {
             Activation::Identity => v,
             Activation::Tanh => v.tanh(),
@@ -223,7 +174,7 @@ impl Activation {
     }
 
     /// The derivative written in terms of the output `y = act(v)`.
-    fn slope<T: Elem>(self, y: T) -> T {
+    fn slope<T: CpuElem>(self, y: T) -> T {
         match self {
             Activation::Identity => T::ONE,
             Activation::Tanh => T::ONE - y * y,
@@ -267,7 +218,7 @@ struct LinearOp {
 }
 
 impl LinearOp {
-    fn forward<T: Elem>(
+    fn forward<T: CpuElem>(
         &self,
         x: (&[T], &Layout),
         w: (&[T], &Layout),
@@ -316,7 +267,7 @@ impl LinearOp {
         Ok((T::storage(dst), Shape::from((rows, out))))
     }
 
-    fn cpu<T: Elem>(
+    fn cpu<T: CpuElem>(
         &self,
         x: (&CpuStorage, &Layout),
         w: (&CpuStorage, &Layout),
@@ -453,7 +404,7 @@ impl CustomOp2 for LinearOp {
 struct MatMul;
 
 impl MatMul {
-    fn run<T: Elem>(
+    fn run<T: CpuElem>(
         a: (&CpuStorage, &Layout),
         b: (&CpuStorage, &Layout),
     ) -> candle_core::Result<(CpuStorage, Shape)> {
@@ -489,7 +440,7 @@ impl CustomOp2 for MatMul {
 }
 
 /// The contiguous elements a layout covers.
-fn contiguous<'a, T: Elem>(
+fn contiguous<'a, T: CpuElem>(
     s: &'a CpuStorage,
     l: &Layout,
     what: &str,
@@ -504,7 +455,7 @@ fn contiguous<'a, T: Elem>(
 struct ActGrad(Activation);
 
 impl ActGrad {
-    fn run<T: Elem>(
+    fn run<T: CpuElem>(
         &self,
         y: (&CpuStorage, &Layout),
         g: (&CpuStorage, &Layout),
@@ -672,7 +623,7 @@ struct AccumulateWeightGrad {
 }
 
 impl AccumulateWeightGrad {
-    fn run<T: Elem>(&self, dst: &mut [T], dst_layout: &Layout) -> candle_core::Result<()> {
+    fn run<T: CpuElem>(&self, dst: &mut [T], dst_layout: &Layout) -> candle_core::Result<()> {
         let (xs, xl) = self.x.storage_and_layout();
         let (gs, gl) = self.g.storage_and_layout();
         let (Storage::Cpu(xs), Storage::Cpu(gs)) = (&*xs, &*gs) else {

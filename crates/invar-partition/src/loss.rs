@@ -8,9 +8,10 @@ use std::f64::consts::LN_2;
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Storage, Tensor};
 use invar_ops::batch::{self, XLNX_EPS};
+use invar_ops::CpuElem;
 use rayon::prelude::*;
 
-use crate::model::{matrix, Real};
+use crate::model::matrix;
 use crate::{LossConfig, Result};
 
 /// The loss of a batch and its parts.
@@ -105,7 +106,7 @@ const ROWS_PER_TASK: usize = 64;
 
 /// One pair's sums: `Σ x ln(x+ε)`, `Σ y ln(y+ε)`, `Σ m ln(m+ε)`.
 #[inline]
-fn xlnx_sums<T: Real>(x: &[T], y: &[T]) -> (f64, f64, f64) {
+fn xlnx_sums<T: CpuElem>(x: &[T], y: &[T]) -> (f64, f64, f64) {
     let (mut sx, mut sy, mut sm) = (0.0, 0.0, 0.0);
     for (&p, &q) in x.iter().zip(y) {
         let (p, q) = (p.get(), q.get());
@@ -127,7 +128,7 @@ impl PairTerms {
         }
     }
 
-    fn fwd<T: Real>(
+    fn fwd<T: CpuElem>(
         &self,
         x: (&CpuStorage, &Layout),
         y: (&CpuStorage, &Layout),
@@ -157,7 +158,7 @@ impl PairTerms {
         Ok((T::storage(out), Shape::from((3, b))))
     }
 
-    fn bwd_cpu<T: Real>(
+    fn bwd_cpu<T: CpuElem>(
         &self,
         x: (&CpuStorage, &Layout),
         y: (&CpuStorage, &Layout),

@@ -4,6 +4,7 @@
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Device, Layout, Shape, Tensor, D};
 use invar_io::Matrix;
+use invar_ops::CpuElem;
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
@@ -29,43 +30,8 @@ pub fn weights_composite(v: &Tensor) -> Result<Tensor> {
     Ok(w.broadcast_add(&(zero / d as f64)?)?)
 }
 
-/// Element types of the fused CPU kernels; they compute in f64 whatever they store.
-pub(crate) trait Real: Copy + Send + Sync + 'static {
-    fn get(self) -> f64;
-    fn put(v: f64) -> Self;
-    fn slice(s: &CpuStorage) -> Option<&[Self]>;
-    fn storage(v: Vec<Self>) -> CpuStorage;
-}
-
-macro_rules! real {
-    ($t:ty, $variant:ident) => {
-        impl Real for $t {
-            #[inline]
-            fn get(self) -> f64 {
-                f64::from(self)
-            }
-            #[inline]
-            #[allow(clippy::cast_possible_truncation)]
-            fn put(v: f64) -> Self {
-                v as $t
-            }
-            fn slice(s: &CpuStorage) -> Option<&[Self]> {
-                match s {
-                    CpuStorage::$variant(v) => Some(v),
-                    _ => None,
-                }
-            }
-            fn storage(v: Vec<Self>) -> CpuStorage {
-                CpuStorage::$variant(v)
-            }
-        }
-    };
-}
-real!(f32, F32);
-real!(f64, F64);
-
 /// The contiguous `[rows, cols]` elements of a CPU storage, or an error naming `what`.
-pub(crate) fn matrix<'a, T: Real>(
+pub(crate) fn matrix<'a, T: CpuElem>(
     s: &'a CpuStorage,
     l: &Layout,
     what: &str,
@@ -89,7 +55,7 @@ pub(crate) fn matrix<'a, T: Real>(
 struct RowNormAbs;
 
 impl RowNormAbs {
-    fn fwd<T: Real>(s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn fwd<T: CpuElem>(s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         let (v, m, d) = matrix::<T>(s, l, "weights V")?;
         let mut w = vec![T::put(0.0); m * d];
         if d > 0 {
@@ -108,7 +74,7 @@ impl RowNormAbs {
         Ok((T::storage(w), Shape::from((m, d))))
     }
 
-    fn bwd_cpu<T: Real>(
+    fn bwd_cpu<T: CpuElem>(
         v: (&CpuStorage, &Layout),
         g: (&CpuStorage, &Layout),
     ) -> candle_core::Result<(CpuStorage, Shape)> {
