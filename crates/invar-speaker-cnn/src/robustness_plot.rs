@@ -360,7 +360,10 @@ mod tests {
         let gmm = fig.panels[0].series.last().unwrap();
         assert_eq!(gmm.label, crate::GMM_BASELINE);
         assert_eq!(gmm.line.dash, Dash::Solid);
-        let clean = conditions(&r).iter().position(|c| *c == Condition::Clean).unwrap();
+        let clean = conditions(&r)
+            .iter()
+            .position(|c| *c == Condition::Clean)
+            .unwrap();
         assert_eq!(gmm.points.len(), 1);
         assert_eq!(gmm.points[0].0, clean as f64);
         assert!((gmm.points[0].1 - 80.0).abs() < 1e-9, "{:?}", gmm.points);
