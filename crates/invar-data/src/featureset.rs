@@ -538,6 +538,27 @@ pub(crate) mod tests {
         ));
     }
 
+    /// `finish` syncs every matrix before it commits the manifest: one that vanished after its
+    /// write fails `finish`, naming it, and no manifest is written (before the sync set, `finish`
+    /// wrote a manifest naming the missing file and returned Ok).
+    #[test]
+    fn finish_refuses_to_commit_a_matrix_that_vanished() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = FeatureSetWriter::create(dir.path(), &serde_json::json!({}), &origin()).unwrap();
+        for i in 0..5 {
+            w.write(&format!("u{i}"), "s", Split::Train, &mat(2, 3, i as f32))
+                .unwrap();
+        }
+        std::fs::remove_file(dir.path().join("u3.npy")).unwrap();
+        let err = w.finish().unwrap_err().to_string();
+        assert!(err.contains("u3.npy"), "{err}");
+        assert!(
+            !dir.path().join(MANIFEST).exists(),
+            "a manifest was committed"
+        );
+        assert!(FeatureSet::open(dir.path()).is_err());
+    }
+
     #[test]
     fn load_checks_the_shape() {
         let dir = tempfile::tempdir().unwrap();
