@@ -196,12 +196,19 @@ impl FeatureSet {
 
 /// Writes a feature set: each matrix goes to disk atomically as it comes (from any thread), the
 /// manifest last, atomically, so an interrupted run never leaves a manifest naming missing files.
+///
+/// Durability is one sync per run or shard, not per file: each `<id>.npy` is written to a temporary
+/// sibling and renamed into place without `fsync` (so no process ever sees half a matrix under its
+/// name), and [`FeatureSetWriter::finish`] syncs every matrix it wrote and the folder before it
+/// writes the manifest, the commit point (readers open a set through its manifest only).
 #[derive(Debug)]
 pub struct FeatureSetWriter {
     dir: PathBuf,
     shard: Shard,
     origin: SetOrigin,
     entries: Mutex<Vec<FeatureEntry>>,
+    /// The `.npy` matrices written so far, synced by `finish` before the manifest.
+    unsynced: invar_io::SyncSet,
     kaldi: Option<crate::backend::KaldiOut>,
 }
 
@@ -251,6 +258,7 @@ impl FeatureSetWriter {
             shard,
             origin: origin.clone(),
             entries: Mutex::new(Vec::new()),
+            unsynced: invar_io::SyncSet::new(),
             kaldi,
         })
     }
@@ -260,8 +268,8 @@ impl FeatureSetWriter {
         &self.dir
     }
 
-    /// Writes one utterance's matrix as `<id>.npy` (atomically) and records it. Safe to call from
-    /// many threads at once.
+    /// Writes one utterance's matrix as `<id>.npy` (atomically, synced at
+    /// [`FeatureSetWriter::finish`]) and records it. Safe to call from many threads at once.
     pub fn write(&self, id: &str, speaker: &str, split: Split, m: &Matrix) -> Result<FeatureEntry> {
         check_id(id)?;
         check_field(speaker, "speaker", &self.dir)?;
@@ -269,7 +277,7 @@ impl FeatureSetWriter {
             Some(k) => k.write(id, m)?,
             None => {
                 let rel = PathBuf::from(format!("{id}.npy"));
-                invar_io::write_npy(self.dir.join(&rel), m)?;
+                self.unsynced.write_npy(self.dir.join(&rel), m)?;
                 rel
             }
         };
@@ -288,13 +296,16 @@ impl FeatureSetWriter {
         Ok(entry)
     }
 
-    /// Sorts the entries by id, refuses duplicates and writes the manifest atomically; a whole
-    /// (unsharded) set is then sealed (see [`crate::meta`]).
+    /// Sorts the entries by id, refuses duplicates, syncs every matrix written (data, then the
+    /// folder: a file that vanished or will not sync is an error naming it, and no manifest is
+    /// written) and writes the manifest atomically; a whole (unsharded) set is then sealed (see
+    /// [`crate::meta`]).
     pub fn finish(self) -> Result<Vec<FeatureEntry>> {
         let mut entries = self.entries.into_inner().unwrap_or_else(|p| p.into_inner());
         entries.sort_by(|a, b| a.id.cmp(&b.id));
         check_unique(&entries, &self.dir)?;
         let dims = common_dims(&entries, &self.dir)?;
+        self.unsynced.sync()?;
         if let Some(k) = self.kaldi {
             k.finish(&self.dir)?;
         }
@@ -525,6 +536,27 @@ pub(crate) mod tests {
         assert!(manifest.starts_with(
             "id\tspeaker\tsplit\tpath\tframes\tdims\nu00\ts0\ttrain\tu00.npy\t1\t3\n"
         ));
+    }
+
+    /// `finish` syncs every matrix before it commits the manifest: one that vanished after its
+    /// write fails `finish`, naming it, and no manifest is written (before the sync set, `finish`
+    /// wrote a manifest naming the missing file and returned Ok).
+    #[test]
+    fn finish_refuses_to_commit_a_matrix_that_vanished() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = FeatureSetWriter::create(dir.path(), &serde_json::json!({}), &origin()).unwrap();
+        for i in 0..5 {
+            w.write(&format!("u{i}"), "s", Split::Train, &mat(2, 3, i as f32))
+                .unwrap();
+        }
+        std::fs::remove_file(dir.path().join("u3.npy")).unwrap();
+        let err = w.finish().unwrap_err().to_string();
+        assert!(err.contains("u3.npy"), "{err}");
+        assert!(
+            !dir.path().join(MANIFEST).exists(),
+            "a manifest was committed"
+        );
+        assert!(FeatureSet::open(dir.path()).is_err());
     }
 
     #[test]

@@ -1,9 +1,18 @@
 //! Atomic outputs: everything is written to a temporary sibling and renamed into place, so a crash or a
 //! full disk never leaves half a file under the final name, and an existing file is replaced whole.
+//!
+//! Two kinds of durability. [`atomic_write`] syncs each file before its rename (one `fsync` per file:
+//! right for the few files a run writes alone). A run that writes thousands of small files (one per
+//! utterance) uses a [`SyncSet`] instead: each file is renamed into place unsynced, and
+//! [`SyncSet::sync`] syncs all of them at the end, in parallel, then their folders; the run writes
+//! the file that names them (a manifest) only after that, so the manifest is the commit point. A
+//! crash of the process leaves whole files (the kernel holds their data); a power loss before the
+//! sync may leave a renamed file empty or short, but then no manifest names it.
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use serde::{de::DeserializeOwned, Serialize};
 
@@ -16,7 +25,25 @@ pub fn atomic_write(
     path: impl AsRef<Path>,
     write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<()> {
-    let path = path.as_ref();
+    write_via_temporary(path.as_ref(), write, true)
+}
+
+/// As [`atomic_write`] without the `fsync`: the temporary is flushed and renamed over `path`, so no
+/// process ever sees half a file under the final name, but the data is durable only once something
+/// syncs it: collect such files in a [`SyncSet`] (which calls this), and write whatever names them
+/// only after [`SyncSet::sync`].
+pub fn atomic_write_unsynced(
+    path: impl AsRef<Path>,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
+    write_via_temporary(path.as_ref(), write, false)
+}
+
+fn write_via_temporary(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+    sync: bool,
+) -> Result<()> {
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -28,7 +55,9 @@ pub fn atomic_write(
         let mut out = BufWriter::new(file);
         write(&mut out)?;
         let file = out.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
+        if sync {
+            file.sync_all()?;
+        }
         fs::rename(&tmp, path)
     })();
     if let Err(e) = result {
@@ -36,6 +65,116 @@ pub fn atomic_write(
         return Err(Error::io(path, e));
     }
     Ok(())
+}
+
+/// Files written unsynced (each atomically renamed into place) whose data is synced once, at the
+/// end: one durability point per run or shard instead of one `fsync` per file. Safe to share
+/// between threads. A file written through the set and then removed or renamed by someone else makes
+/// [`SyncSet::sync`] fail naming it, so a run never commits a manifest naming a file it cannot vouch
+/// for.
+#[derive(Debug, Default)]
+pub struct SyncSet {
+    paths: Mutex<Vec<PathBuf>>,
+}
+
+impl SyncSet {
+    /// An empty set.
+    pub fn new() -> SyncSet {
+        SyncSet::default()
+    }
+
+    /// Writes `path` with [`atomic_write_unsynced`] and records it for [`SyncSet::sync`].
+    pub fn write(
+        &self,
+        path: impl AsRef<Path>,
+        write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+    ) -> Result<()> {
+        let path = path.as_ref();
+        atomic_write_unsynced(path, write)?;
+        self.paths
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(path.to_path_buf());
+        Ok(())
+    }
+
+    /// As [`crate::write_npy`] (same checks, same bytes), through [`SyncSet::write`].
+    pub fn write_npy(&self, path: impl AsRef<Path>, m: &crate::Matrix) -> Result<()> {
+        let path = path.as_ref();
+        crate::npy::check_writable(path, m)?;
+        self.write(path, |w| crate::npy::encode(w, m))
+    }
+
+    /// Files written so far.
+    pub fn len(&self) -> usize {
+        self.paths.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether nothing was written.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Makes every file written through the set durable: `fsync` of each file's data (on up to 16
+    /// threads, so the disk can merge them), then of each folder holding them (their renames).
+    /// Returns how many files were synced; the first failure (a file that vanished, an I/O
+    /// error) names its path, and the caller must not commit.
+    pub fn sync(self) -> Result<usize> {
+        let mut paths = self.paths.into_inner().unwrap_or_else(|p| p.into_inner());
+        paths.sort();
+        paths.dedup();
+        let threads = std::thread::available_parallelism()
+            .map_or(4, |n| n.get() * 2)
+            .clamp(1, 16)
+            .min(paths.len().max(1));
+        let chunk = paths.len().div_ceil(threads).max(1);
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = paths
+                .chunks(chunk)
+                .map(|part| scope.spawn(move || part.iter().try_for_each(|p| sync_path(p))))
+                .collect();
+            workers
+                .into_iter()
+                .try_for_each(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+        })?;
+        let mut dirs: Vec<PathBuf> = paths.iter().map(|p| parent_of(p)).collect();
+        dirs.sort();
+        dirs.dedup();
+        for dir in &dirs {
+            sync_dir(dir)?;
+        }
+        Ok(paths.len())
+    }
+}
+
+fn parent_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// `fsync` of a file's data and metadata (a read-only handle is enough on Linux).
+fn sync_path(path: &Path) -> Result<()> {
+    File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| Error::io(path, e))
+}
+
+/// `fsync` of a folder, which makes the renames into it durable (Unix; elsewhere a folder cannot be
+/// opened as a file and renames are the file system's business).
+fn sync_dir(dir: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        File::open(dir)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io(dir, e))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        Ok(())
+    }
 }
 
 /// `dir/.name.tmp-<pid>-<counter>`: unique per process and call, hidden, in the same directory.
@@ -137,6 +276,67 @@ mod tests {
         assert_eq!(fs::read_to_string(&path).unwrap(), "old");
         let names: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(names.len(), 1, "temporary file left behind: {names:?}");
+    }
+
+    /// The sync set must visit every file it wrote: one that vanished before `sync` (here the
+    /// 37th of 64, from 4 threads) fails it, naming that file, so no manifest would be committed.
+    #[test]
+    fn sync_set_fails_naming_a_file_that_vanished() {
+        let dir = tempfile::tempdir().unwrap();
+        let set = SyncSet::new();
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let (set, dir) = (&set, dir.path());
+                scope.spawn(move || {
+                    for i in (t..64).step_by(4) {
+                        let text = format!("file {i}\n");
+                        set.write(dir.join(format!("u{i:02}.txt")), |w| {
+                            w.write_all(text.as_bytes())
+                        })
+                        .unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(set.len(), 64);
+        fs::remove_file(dir.path().join("u37.txt")).unwrap();
+        let err = set.sync().unwrap_err();
+        let Error::Io { path, source } = &err else {
+            panic!("not an I/O error: {err}");
+        };
+        assert!(path.ends_with("u37.txt"), "{err}");
+        assert_eq!(source.kind(), std::io::ErrorKind::NotFound, "{err}");
+    }
+
+    /// Unsynced writes land whole under their final names (no temporary left) and `sync` counts
+    /// each file once, even one written twice; `.npy` through the set is byte-identical to
+    /// [`crate::write_npy`], and refuses what it refuses.
+    #[test]
+    fn sync_set_writes_whole_files_and_syncs_each_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let set = SyncSet::new();
+        let m = crate::Matrix::new(2, 3, vec![1.0, 2.0, 3.0, 4.0, 5.5, -6.0]).unwrap();
+        set.write_npy(dir.path().join("a.npy"), &m).unwrap();
+        set.write_npy(dir.path().join("a.npy"), &m).unwrap();
+        set.write(dir.path().join("sub/b.txt"), |w| w.write_all(b"bee"))
+            .unwrap();
+        let bad = crate::Matrix::new(1, 2, vec![1.0, f32::NAN]).unwrap();
+        let err = set.write_npy(dir.path().join("bad.npy"), &bad).unwrap_err();
+        assert!(matches!(err, Error::NonFiniteOutput { .. }), "{err}");
+        assert_eq!(set.len(), 3);
+        crate::write_npy(dir.path().join("ref.npy"), &m).unwrap();
+        assert_eq!(set.sync().unwrap(), 2);
+        assert_eq!(
+            fs::read(dir.path().join("a.npy")).unwrap(),
+            fs::read(dir.path().join("ref.npy")).unwrap()
+        );
+        assert_eq!(fs::read(dir.path().join("sub/b.txt")).unwrap(), b"bee");
+        let mut names: Vec<String> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["a.npy", "ref.npy", "sub"]);
     }
 
     #[test]

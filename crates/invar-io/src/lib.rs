@@ -21,7 +21,7 @@ pub mod safetensors;
 mod source;
 mod timing;
 
-pub use atomic::{atomic_write, read_json, write_json, write_text};
+pub use atomic::{atomic_write, atomic_write_unsynced, read_json, write_json, write_text, SyncSet};
 pub use error::{Error, Result};
 pub use matrix::Matrix;
 pub use npy::{npy_shape, read_npy, read_npy_1d_i64, write_npy, write_npy_1d_i64};

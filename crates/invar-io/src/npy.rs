@@ -95,6 +95,12 @@ pub fn npy_shape(path: impl AsRef<Path>) -> Result<(usize, usize)> {
 /// infinity is not written ([`Error::NonFiniteOutput`], naming the row and column).
 pub fn write_npy(path: impl AsRef<Path>, m: &Matrix) -> Result<()> {
     let path = path.as_ref();
+    check_writable(path, m)?;
+    atomic_write(path, |w| encode(w, m))
+}
+
+/// What [`write_npy`] refuses before writing: a non-finite value, a shape that is not the data's.
+pub(crate) fn check_writable(path: &Path, m: &Matrix) -> Result<()> {
     if let Some((row, col, value)) = m.first_non_finite() {
         return Err(Error::NonFiniteOutput {
             path: path.to_path_buf(),
@@ -110,15 +116,18 @@ pub fn write_npy(path: impl AsRef<Path>, m: &Matrix) -> Result<()> {
             len: m.data.len(),
         });
     }
-    atomic_write(path, |w| {
-        let mut writer = npyz::WriteOptions::new()
-            .default_dtype()
-            .shape(&[m.rows as u64, m.cols as u64])
-            .writer(w)
-            .begin_nd()?;
-        writer.extend(m.data.iter().copied())?;
-        writer.finish()
-    })
+    Ok(())
+}
+
+/// The `.npy` bytes of `m` (2-D little-endian `f32`, C order) into `w`.
+pub(crate) fn encode(w: &mut dyn Write, m: &Matrix) -> std::io::Result<()> {
+    let mut writer = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(&[m.rows as u64, m.cols as u64])
+        .writer(w)
+        .begin_nd()?;
+    writer.extend(m.data.iter().copied())?;
+    writer.finish()
 }
 
 /// Writes a 1-D little-endian `i64` `.npy` file (labels, indices), atomically.

@@ -199,6 +199,9 @@ pub fn kill_when(
     }
     child.kill().unwrap(); // SIGKILL on Unix: no destructor, no cleanup
     let status = child.wait().unwrap();
+    if status.success() {
+        return None; // it ended on its own between the check above and the kill
+    }
     #[cfg(unix)]
     {
         use std::os::unix::process::ExitStatusExt;
