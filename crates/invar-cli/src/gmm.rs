@@ -377,7 +377,9 @@ pub(crate) fn load_ubm(path: &Path) -> anyhow::Result<DiagGmm> {
     DiagGmm::load(path).with_context(|| format!("cannot load the UBM {}", path.display()))
 }
 
-fn results_path(json: Option<PathBuf>, out: &Path, shard: Shard) -> PathBuf {
+/// Where a per-utterance stage writes its summary: `--json`, or `OUT/results.json`
+/// (`results.K-of-N.json` for shard K of N).
+pub(crate) fn results_path(json: Option<PathBuf>, out: &Path, shard: Shard) -> PathBuf {
     json.unwrap_or_else(|| {
         out.join(if shard.count == 1 {
             "results.json".to_string()

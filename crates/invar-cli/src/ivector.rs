@@ -429,13 +429,7 @@ fn extract(args: ExtractArgs) -> anyhow::Result<()> {
         manifest_complete: complete,
     };
     summary.print(&args.out);
-    let json = args.json.unwrap_or_else(|| {
-        args.out.join(if shard.count == 1 {
-            "results.json".to_string()
-        } else {
-            format!("results.{}-of-{}.json", shard.index + 1, shard.count)
-        })
-    });
+    let json = crate::gmm::results_path(args.json, &args.out, shard);
     invar_io::write_json(&json, &summary)?;
     Ok(())
 }

@@ -130,13 +130,7 @@ fn load_ivectors(
         m.rows
     );
     if let (Some(f), Some(sv_ids)) = (&ids_file, sv_ids) {
-        let ids = invar_data::read_labels(f)?;
-        anyhow::ensure!(
-            ids.len() == rows,
-            "{}: {} ids for {rows} i-vector rows",
-            f.display(),
-            ids.len()
-        );
+        let ids = invar_data::read_ids(f, rows)?;
         if let Some((r, (a, b))) = ids
             .iter()
             .zip(sv_ids)
