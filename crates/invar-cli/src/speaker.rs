@@ -59,7 +59,7 @@ pub struct CorpusArgs {
 /// What a `speaker` run reads: the corpus and the config file, if any.
 fn inputs<'a>(corpus: &'a CorpusArgs, model: &'a ConfigArgs) -> Vec<&'a Path> {
     let mut paths = vec![corpus.corpus.as_path()];
-    paths.extend(model.config_file.as_deref());
+    paths.extend(model.config.as_deref());
     paths
 }
 
@@ -93,14 +93,14 @@ impl CorpusArgs {
 /// The model's configuration: a named config or a file, with a few overrides.
 #[derive(Debug, Args)]
 pub struct ConfigArgs {
-    /// original (the 001 network), logmel (the stronger variant) or robust (logmel with
-    /// sliding-window mean removal and gain-ramp augmentation).
-    #[arg(long, default_value = "original", conflicts_with = "config_file")]
-    pub config: String,
+    /// A named config: original (the 001 network), logmel (the stronger variant) or robust
+    /// (logmel with sliding-window mean removal and gain-ramp augmentation).
+    #[arg(long, default_value = "original", conflicts_with = "config")]
+    pub preset: String,
     /// A config file, TOML or JSON (`*.json`): a `SpeakerCnnConfig`; missing fields take the
-    /// original's values.
-    #[arg(long)]
-    pub config_file: Option<PathBuf>,
+    /// original's values [default: none, the preset]
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Regulariser: none, scale, offset or gain [default: none]
     #[arg(long)]
     pub nuisance: Option<Nuisance>,
@@ -130,11 +130,24 @@ pub struct ConfigArgs {
     pub seed: Option<u64>,
 }
 
+/// Reads `--config FILE`; a missing file named like a preset (the flag took a preset name before
+/// `--preset` existed) says so instead of only "cannot read".
+fn read_config_file(path: &Path) -> anyhow::Result<SpeakerCnnConfig> {
+    let name = path.to_string_lossy();
+    if !path.exists() && SpeakerCnnConfig::named(&name).is_ok() {
+        anyhow::bail!(
+            "--config takes a config file and there is no file `{name}`; for the named config use \
+             --preset {name}"
+        );
+    }
+    crate::config_file::read::<SpeakerCnnConfig>(path)
+}
+
 impl ConfigArgs {
     fn resolve(&self) -> anyhow::Result<SpeakerCnnConfig> {
-        let mut cfg = match &self.config_file {
-            Some(p) => crate::config_file::read::<SpeakerCnnConfig>(p)?,
-            None => SpeakerCnnConfig::named(&self.config)?,
+        let mut cfg = match &self.config {
+            Some(p) => read_config_file(p)?,
+            None => SpeakerCnnConfig::named(&self.preset)?,
         };
         if let Some(n) = self.nuisance {
             cfg.regularizer.nuisance = n;

@@ -21,7 +21,7 @@ fn robust_config_trains_one_epoch() {
         "train",
         "--corpus",
         s(&corpus),
-        "--config",
+        "--preset",
         "robust",
         "--epochs",
         "1",
@@ -68,7 +68,7 @@ fn robustness_report_has_treatment_rows_and_the_gmm_baseline() {
         "robustness",
         "--corpus",
         s(&corpus),
-        "--config",
+        "--preset",
         "logmel",
         "--treatments",
         "none,aug-ramp,sliding-cmn+aug-ramp",
@@ -110,7 +110,7 @@ fn robustness_report_has_treatment_rows_and_the_gmm_baseline() {
         "robustness",
         "--corpus",
         s(&corpus),
-        "--config",
+        "--preset",
         "logmel",
         "--treatments",
         "none",
@@ -163,7 +163,7 @@ fn bad_treatments_are_refused_before_training() {
             "robustness",
             "--corpus",
             s(&corpus),
-            "--config",
+            "--preset",
             config,
             "--treatments",
             treatments,
@@ -187,4 +187,40 @@ fn bad_treatments_are_refused_before_training() {
     // A mean normalisation cancels a constant gain: no gain tangent on top of it.
     let err = grid("logmel", "sliding-cmn+gain", "d");
     assert!(err.contains("regularizer.nuisance"), "{err}");
+}
+
+/// `--preset NAME` picks a named config, `--config FILE` reads a file (as in every other command);
+/// the old spelling `--config logmel` (no such file) is refused with the right flag named, before
+/// anything is written, and the two flags cannot be combined.
+#[test]
+fn preset_and_config_file_are_separate_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let corpus = synth_elsdsr(&d.join("corpus"), 2, 4, 4);
+    let out = d.join("run");
+    let file = d.join("cfg.toml");
+    std::fs::write(&file, "name = \"mine\"\n").unwrap();
+    let train = |flags: &[&str]| -> Vec<String> {
+        let head = ["speaker", "train", "--corpus", s(&corpus), "--epochs", "1"];
+        let tail = ["--out", s(&out)];
+        head.iter()
+            .chain(flags)
+            .chain(&tail)
+            .map(|a| a.to_string())
+            .collect()
+    };
+    fn args(v: &[String]) -> Vec<&str> {
+        v.iter().map(String::as_str).collect()
+    }
+
+    let err = refused(&args(&train(&["--config", "logmel"])));
+    assert!(err.contains("--preset logmel"), "{err}");
+    assert!(!out.exists(), "{} was written", out.display());
+    let err = refused(&args(&train(&["--preset", "logmel", "--config", s(&file)])));
+    assert!(err.contains("cannot be used with"), "{err}");
+    assert!(!out.exists(), "{} was written", out.display());
+
+    invar(&args(&train(&["--config", s(&file)])));
+    let r = json(&out.join("results.json"));
+    assert_eq!(r["config"]["name"], "mine");
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use invar_io::safetensors::{self, Dtype};
 use invar_io::Matrix;
 use rayon::prelude::*;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::linalg::{gemm, Op};
 use crate::stats::{GmmStats, StatsOrder};
@@ -622,19 +622,6 @@ impl BlockAcc {
     fn into_stats(self, m: usize, d: usize, order: StatsOrder) -> GmmStats {
         GmmStats::from_parts(m, d, order, self.frames, self.ll, self.n, self.f, self.s)
     }
-}
-
-/// Metadata written beside a model: what it is and how it was made.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct GmmMeta<C> {
-    /// Number of components.
-    pub components: usize,
-    /// Frame dimension.
-    pub dims: usize,
-    /// The configuration that produced it.
-    pub config: C,
-    /// Mean log-likelihood per frame at each EM iteration.
-    pub history: Vec<crate::train::IterationReport>,
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ mod train;
 
 pub use checkpoint::{EmCheckpoints, EM_CHECKPOINT_FORMAT, KEEP_LAST};
 pub use error::{Error, Result};
-pub use gmm::{meta_path, DiagGmm, GmmMeta};
+pub use gmm::{meta_path, DiagGmm};
 /// The frame-source trait, defined in invar-io (where a feature set can implement it), re-exported
 /// so that callers of EM, MAP and i-vector statistics need one import.
 pub use invar_io::{FrameSource, SourceError};
@@ -40,5 +40,5 @@ pub use scoring::{Lda, Projection, Wccn};
 pub use stats::{GmmStats, StatsOrder};
 pub use train::{
     accumulate_source, m_step, sample_frames, split, train, train_from, train_resumable,
-    DeadPolicy, EmConfig, EmStage, EmState, InitMethod, IterationReport, TrainedGmm,
+    DeadPolicy, EmConfig, EmStage, EmState, GmmMeta, InitMethod, IterationReport, TrainedGmm,
 };

@@ -180,6 +180,19 @@ pub struct IterationReport {
     pub dead: usize,
 }
 
+/// Metadata written beside a model: what it is and how it was made.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GmmMeta<C> {
+    /// Number of components.
+    pub components: usize,
+    /// Frame dimension.
+    pub dims: usize,
+    /// The configuration that produced it.
+    pub config: C,
+    /// Mean log-likelihood per frame at each EM iteration.
+    pub history: Vec<IterationReport>,
+}
+
 /// A trained mixture and how it got there.
 #[derive(Debug, Clone)]
 pub struct TrainedGmm {

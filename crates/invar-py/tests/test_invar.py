@@ -303,7 +303,7 @@ def test_speaker_cnn_decides_as_speaker_eval(tmp_path):
     confusion matrix and chunk count exactly."""
     c = tmp_path / "elsdsr"
     cli("synth", "--out", c, "--layout", "elsdsr", "--speakers", "3", "--utterances", "5", "--seed", "4")
-    cli("speaker", "train", "--corpus", c, "--config", "logmel", "--epochs", "2", "--out", tmp_path / "spk")
+    cli("speaker", "train", "--corpus", c, "--preset", "logmel", "--epochs", "2", "--out", tmp_path / "spk")
     cli("speaker", "eval", "--corpus", c, "--model", tmp_path / "spk", "--out", tmp_path / "eval")
     clean = json.loads((tmp_path / "eval" / "results.json").read_text())[0]
     assert clean["condition"]["kind"] == "clean"

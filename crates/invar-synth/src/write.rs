@@ -112,17 +112,22 @@ pub fn generate_with_progress(
     let total = plan.utterances.len();
     tracing::info!(speakers = plan.speakers.len(), utterances = total, layout = %layout, out = %out.display(), "generating corpus");
     let done = std::sync::atomic::AtomicUsize::new(0);
+    // Each utterance's files are renamed into place unsynced and synced together below, before
+    // the manifest (the corpus's commit point) is written: one sync per run, not four per
+    // utterance.
+    let files = invar_io::SyncSet::new();
     let results: Vec<(UtteranceRecord, Vec<Segment>)> = plan
         .utterances
         .par_iter()
         .map(|u| {
             let r = plan.render(u);
-            write_utterance(out, &plan, u, &r)?;
+            write_utterance(&files, out, &plan, u, &r)?;
             let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             progress(n, total);
             Ok((record(&plan, u, &r), r.tokens))
         })
         .collect::<Result<_>>()?;
+    files.sync()?;
 
     let mut item_files = Vec::new();
     for split in [Split::Train, Split::Test] {
@@ -217,6 +222,7 @@ fn record(plan: &CorpusPlan, u: &PlannedUtterance, r: &RenderedUtterance) -> Utt
 }
 
 fn write_utterance(
+    files: &invar_io::SyncSet,
     root: &Path,
     plan: &CorpusPlan,
     u: &PlannedUtterance,
@@ -233,18 +239,20 @@ fn write_utterance(
         samples: r.samples.clone(),
         sample_rate: plan.config.sample_rate,
     };
-    let written = match plan.layout {
-        Layout::Timit => invar_audio::write_sphere(&audio_path, &audio),
-        Layout::Elsdsr => invar_audio::write_wav(&audio_path, &audio),
+    let encoded = match plan.layout {
+        Layout::Timit => invar_audio::encode_sphere(&audio),
+        Layout::Elsdsr => invar_audio::encode_wav(&audio),
     };
-    written.map_err(|source| Error::Audio {
+    let bytes = encoded.map_err(|source| Error::Audio {
         path: audio_path.clone(),
         source,
     })?;
+    let text = |path: PathBuf, text: &str| files.write(path, |w| w.write_all(text.as_bytes()));
+    files.write(&audio_path, |w| w.write_all(&bytes))?;
     if plan.layout == Layout::Timit {
-        invar_io::write_text(audio_path.with_extension("PHN"), &segments_text(&r.phones))?;
-        invar_io::write_text(audio_path.with_extension("WRD"), &segments_text(&r.words))?;
-        invar_io::write_text(
+        text(audio_path.with_extension("PHN"), &segments_text(&r.phones))?;
+        text(audio_path.with_extension("WRD"), &segments_text(&r.words))?;
+        text(
             audio_path.with_extension("TXT"),
             &format!("0 {} {}\n", r.samples.len(), r.text),
         )?;
