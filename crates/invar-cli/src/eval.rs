@@ -240,21 +240,31 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
         timing.hop_s * 1000.0,
         timing.win_s * 1000.0
     );
-    let ds = AbxDataset::build(&items, &timing, |file| {
-        let entry = set
-            .find(file)
+    let find = |file: &str| {
+        set.find(file)
             .ok_or_else(|| invar_eval::Error::MissingFeatures {
                 file: file.to_string(),
                 dir: set.dir().to_path_buf(),
-            })?;
-        set.load(entry).map_err(|e| match e {
-            invar_data::Error::File(f) => invar_eval::Error::File(f),
-            other => invar_eval::Error::LoadFeatures {
-                file: file.to_string(),
-                reason: other.to_string(),
-            },
-        })
-    })?;
+            })
+    };
+    // With --max-size-group, the draw is made from the manifest's shapes and only the frames of
+    // the items kept are read.
+    let ds = AbxDataset::build_with_cap(
+        &items,
+        &timing,
+        args.max_size_group,
+        args.seed,
+        |file| find(file).map(|e| (e.frames, e.dims)),
+        |file| {
+            set.load(find(file)?).map_err(|e| match e {
+                invar_data::Error::File(f) => invar_eval::Error::File(f),
+                other => invar_eval::Error::LoadFeatures {
+                    file: file.to_string(),
+                    reason: other.to_string(),
+                },
+            })
+        },
+    )?;
     if !ds.empty_items.is_empty() {
         tracing::warn!(
             "{} items cover no frame and are left out (first at line {})",

@@ -314,15 +314,30 @@ fn abx(
     let results = py
         .allow_threads(|| -> invar_eval::Result<Vec<abx_lib::AbxResult>> {
             let items = invar_eval::read_items(&item)?;
-            let ds =
-                AbxDataset::build(&items, &timing, |file| match &source {
+            let missing = |file: &str, dir: &std::path::Path| invar_eval::Error::MissingFeatures {
+                file: file.to_string(),
+                dir: dir.to_path_buf(),
+            };
+            let dict = std::path::Path::new("<features dict>");
+            // As `invar eval abx`: with max_size_group only the kept items' frames are read.
+            let ds = AbxDataset::build_with_cap(
+                &items,
+                &timing,
+                max_size_group,
+                seed,
+                |file| match &source {
+                    AbxSource::Set(set) => set
+                        .find(file)
+                        .map(|e| (e.frames, e.dims))
+                        .ok_or_else(|| missing(file, set.dir())),
+                    AbxSource::Arrays(arrays) => arrays
+                        .get(file)
+                        .map(|m| m.shape())
+                        .ok_or_else(|| missing(file, dict)),
+                },
+                |file| match &source {
                     AbxSource::Set(set) => {
-                        let entry =
-                            set.find(file)
-                                .ok_or_else(|| invar_eval::Error::MissingFeatures {
-                                    file: file.to_string(),
-                                    dir: set.dir().to_path_buf(),
-                                })?;
+                        let entry = set.find(file).ok_or_else(|| missing(file, set.dir()))?;
                         set.load(entry).map_err(|e| match e {
                             invar_data::Error::File(f) => invar_eval::Error::File(f),
                             other => invar_eval::Error::LoadFeatures {
@@ -331,13 +346,11 @@ fn abx(
                             },
                         })
                     }
-                    AbxSource::Arrays(arrays) => arrays.get(file).cloned().ok_or_else(|| {
-                        invar_eval::Error::MissingFeatures {
-                            file: file.to_string(),
-                            dir: PathBuf::from("<features dict>"),
-                        }
-                    }),
-                })?;
+                    AbxSource::Arrays(arrays) => {
+                        arrays.get(file).cloned().ok_or_else(|| missing(file, dict))
+                    }
+                },
+            )?;
             // As `invar eval abx` without --distance: chosen from the frames.
             let distance = distance.unwrap_or_else(|| abx_lib::default_distance(&ds).0);
             let mut results = Vec::new();

@@ -164,6 +164,178 @@ impl AbxDataset {
         })
     }
 
+    /// [`AbxDataset::build`] without a cap, [`AbxDataset::build_capped`] with one: what `invar eval
+    /// abx` and the Python binding call, so a capped run reads only the frames it scores.
+    pub fn build_with_cap(
+        items: &ItemFile,
+        timing: &FrameTiming,
+        max_size_group: Option<usize>,
+        seed: u64,
+        shape: impl FnMut(&str) -> Result<(usize, usize)>,
+        load: impl FnMut(&str) -> Result<Matrix>,
+    ) -> Result<AbxDataset> {
+        match max_size_group {
+            Some(max) => Self::build_capped(items, timing, max, seed, shape, load),
+            None => Self::build(items, timing, load),
+        }
+    }
+
+    /// As [`AbxDataset::build`] followed by the `max_size_group` cap (the same blocks, the same
+    /// draw, the same bytes as `evaluate` with that cap on the whole dataset), but reading only the
+    /// frames of the items the cap keeps: `shape(file)` gives a file's frames × dims without its
+    /// data (a feature set's manifest), so which items cover frames, and which of them the seeded
+    /// draw keeps, is known before any file is read. Memory then grows with the number of
+    /// (context, talker, phone) blocks times the cap, not with the corpus.
+    pub fn build_capped(
+        items: &ItemFile,
+        timing: &FrameTiming,
+        max_size_group: usize,
+        seed: u64,
+        mut shape: impl FnMut(&str) -> Result<(usize, usize)>,
+        mut load: impl FnMut(&str) -> Result<Matrix>,
+    ) -> Result<AbxDataset> {
+        super::check_timing(timing)?;
+        let contexts_of: Vec<String> = items.items.iter().map(ItemFile::context_key).collect();
+        let (phones, phone_ix) = intern(items.items.iter().map(|i| i.phone.as_str()));
+        let (speakers, speaker_ix) = intern(items.items.iter().map(|i| i.speaker.as_str()));
+        let (contexts, context_ix) = intern(contexts_of.iter().map(String::as_str));
+        let mut by_file: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, item) in items.items.iter().enumerate() {
+            by_file.entry(item.file.as_str()).or_default().push(i);
+        }
+
+        // Pass 1, shapes only: each item's frame range, the empty ones, one dimension.
+        let mut ranges: Vec<Option<Range<usize>>> = vec![None; items.items.len()];
+        let mut shapes: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+        let mut dim: Option<usize> = None;
+        let mut empty_items = Vec::new();
+        for (file, indices) in &by_file {
+            let (rows, cols) = shape(file)?;
+            match dim {
+                None => dim = Some(cols),
+                Some(d) if d != cols => {
+                    return Err(Error::DimMismatch {
+                        file: file.to_string(),
+                        expected: d,
+                        found: cols,
+                    })
+                }
+                Some(_) => {}
+            }
+            shapes.insert(file, (rows, cols));
+            for &i in indices {
+                let item: &Item = &items.items[i];
+                let range = timing.frames(item.onset, item.offset, rows);
+                if range.is_empty() {
+                    empty_items.push(item.line);
+                } else {
+                    ranges[i] = Some(range);
+                }
+            }
+        }
+        let dim = dim.unwrap_or(0);
+        empty_items.sort_unstable();
+
+        // The items with frames in dataset order, cut into blocks, and the seeded draw per block
+        // (block index and stream exactly as `sample::cap_blocks` on the uncapped dataset).
+        let mut order: Vec<(u32, u32, u32, usize, usize)> = items
+            .items
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| ranges[*i].is_some())
+            .map(|(i, item)| {
+                (
+                    context_ix[contexts_of[i].as_str()],
+                    speaker_ix[item.speaker.as_str()],
+                    phone_ix[item.phone.as_str()],
+                    item.line,
+                    i,
+                )
+            })
+            .collect();
+        order.sort_unstable();
+        let mut kept: Vec<(u32, u32, u32, usize, usize)> = Vec::with_capacity(order.len());
+        let mut block_start = 0;
+        let mut block_index = 0u64;
+        while block_start < order.len() {
+            let key = |o: &(u32, u32, u32, usize, usize)| (o.0, o.1, o.2);
+            let end = order[block_start..]
+                .iter()
+                .position(|o| key(o) != key(&order[block_start]))
+                .map_or(order.len(), |n| block_start + n);
+            let block = &order[block_start..end];
+            for k in super::sample::draw_block(block.len(), max_size_group, seed, block_index) {
+                kept.push(block[k]);
+            }
+            block_start = end;
+            block_index += 1;
+        }
+
+        // Pass 2: read only the files that hold kept items, cut those items' frames.
+        let mut wanted: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for &(.., i) in &kept {
+            wanted
+                .entry(items.items[i].file.as_str())
+                .or_default()
+                .push(i);
+        }
+        let mut cut: Vec<Option<Vec<f32>>> = vec![None; items.items.len()];
+        for (file, indices) in &wanted {
+            let m = load(file)?;
+            if Some(&m.shape()) != shapes.get(file) {
+                return Err(Error::LoadFeatures {
+                    file: file.to_string(),
+                    reason: format!(
+                        "{}×{} frames read, {}×{} announced before reading",
+                        m.rows,
+                        m.cols,
+                        shapes.get(file).map_or(0, |s| s.0),
+                        shapes.get(file).map_or(0, |s| s.1)
+                    ),
+                });
+            }
+            for &i in indices {
+                let range = ranges[i].clone().unwrap_or(0..0);
+                let rows = &m.data[range.start * m.cols..range.end * m.cols];
+                if let Some(pos) = rows.iter().position(|v| !v.is_finite()) {
+                    return Err(Error::NonFinite {
+                        file: file.to_string(),
+                        frame: range.start + pos / m.cols.max(1),
+                        dim: pos % m.cols.max(1),
+                    });
+                }
+                cut[i] = Some(rows.to_vec());
+            }
+        }
+        let mut frames = Vec::new();
+        let mut out_items = Vec::with_capacity(kept.len());
+        for &(context, speaker, phone, line, i) in &kept {
+            let rows = cut[i].take().unwrap_or_default();
+            let start = frames.len() / dim.max(1);
+            let len = rows.len() / dim.max(1);
+            frames.extend_from_slice(&rows);
+            out_items.push(AbxItem {
+                line,
+                context,
+                speaker,
+                phone,
+                start,
+                len,
+            });
+        }
+        let blocks = blocks_of(&out_items);
+        Ok(AbxDataset {
+            dim,
+            frames,
+            items: out_items,
+            blocks,
+            phones,
+            speakers,
+            contexts,
+            empty_items,
+        })
+    }
+
     /// The frames of `range` (in frames) as a row-major slice.
     pub fn frame_rows(&self, range: Range<usize>) -> &[f32] {
         &self.frames[range.start * self.dim..range.end * self.dim]

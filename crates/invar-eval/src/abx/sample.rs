@@ -59,6 +59,12 @@ fn choose(n: usize, k: usize, rng: &mut SplitMix64) -> Vec<usize> {
     all
 }
 
+/// The items (positions `0..n` in block order) that block number `index` keeps under the cap `max`:
+/// the one draw both [`cap_blocks`] and `AbxDataset::build_capped` make.
+pub(crate) fn draw_block(n: usize, max: usize, seed: u64, index: u64) -> Vec<usize> {
+    choose(n, max, &mut SplitMix64::keyed(seed, 1, index))
+}
+
 /// The dataset with at most `max` items per block (see the module notes), or `None` when no block has
 /// more than `max` items (then the dataset is used as it is, exactly as without a cap). Kept items
 /// keep their order; only their frames are copied, so the copy is never larger than `ds`.
@@ -70,8 +76,7 @@ pub(crate) fn cap_blocks(ds: &AbxDataset, max: usize, seed: u64) -> Option<AbxDa
     let mut frames = Vec::new();
     let mut items: Vec<AbxItem> = Vec::new();
     for (index, block) in ds.blocks.iter().enumerate() {
-        let mut rng = SplitMix64::keyed(seed, 1, index as u64);
-        for k in choose(block.items.len(), max, &mut rng) {
+        for k in draw_block(block.items.len(), max, seed, index as u64) {
             let item = ds.items[block.items.start + k];
             let start = frames.len() / dim.max(1);
             frames.extend_from_slice(ds.frame_rows(item.start..item.start + item.len));
