@@ -55,6 +55,9 @@ pub fn run(args: &[String]) -> Result<()> {
     if args.iter().any(|a| a == "--peers") {
         return crate::peers::run(args);
     }
+    if args.iter().any(|a| a == "--scale") {
+        return crate::scale::run(args);
+    }
     let opts = parse(args)?;
     let root = workspace_root();
     let crates = if opts.crates.is_empty() {
@@ -96,9 +99,14 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let out = opts.out.unwrap_or_else(|| root.join("BENCHMARKS.md"));
     let mut text = render(&figures, &failed, &machine(&root), &opts.criterion);
-    // The peers sections (`cargo xtask bench --peers`, on CPU and GPU) are not this task's: keep them.
+    // The peers sections (`cargo xtask bench --peers`, on CPU and GPU) and the scale section
+    // (`--scale`) are not this task's: keep them.
     let old = std::fs::read_to_string(&out).unwrap_or_default();
-    for heading in [crate::peers::HEADING, crate::peers::GPU_HEADING] {
+    for heading in [
+        crate::peers::HEADING,
+        crate::peers::GPU_HEADING,
+        crate::scale::HEADING,
+    ] {
         if let Some(section) = crate::peers::extract_section(&old, heading) {
             text = crate::peers::replace_section(&text, &section);
         }
@@ -311,7 +319,7 @@ fn render(
 }
 
 /// What the figures depend on: CPU, cores, memory, OS, compiler, commit, date.
-fn machine(root: &Path) -> Vec<(String, String)> {
+pub(crate) fn machine(root: &Path) -> Vec<(String, String)> {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
     let cpuinfo = read("/proc/cpuinfo");
     let cpu = cpuinfo

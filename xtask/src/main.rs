@@ -4,6 +4,7 @@ mod bench;
 mod ci;
 mod peers;
 mod py;
+mod scale;
 mod test;
 mod tidy;
 
@@ -26,7 +27,11 @@ tasks:
   bench --peers
           each model's training step against its PyTorch twin (benches/peers/),
           interleaved, into the Peers section of BENCHMARKS.md; never part of ci
-          (options: cargo xtask bench --peers --help)";
+          (options: cargo xtask bench --peers --help)
+  bench --scale
+          every stage of the three pipelines on generated corpora of growing size
+          (wall, CPU, peak RSS, growth exponents, projections) into the Scale
+          section of BENCHMARKS.md; never part of ci (cargo xtask bench --scale --help)";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();

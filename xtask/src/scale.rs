@@ -1,0 +1,696 @@
+//! `cargo xtask bench --scale`: generates corpora of growing size, runs every stage of the three
+//! pipelines on each as a user would (the release `invar` binary, one process per stage), measures
+//! each stage's wall time, CPU time and peak RSS from the kernel's own accounting (`/usr/bin/time`),
+//! and writes the "Scale" section of `BENCHMARKS.md`: the figures, the growth exponent of each
+//! stage (least squares on log–log points) and the wall time projected to 100 and 1000 hours.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, ensure, Context, Result};
+use serde_json::{json, Value};
+
+use crate::{cargo, workspace_root};
+
+/// The heading of the section this task owns in `BENCHMARKS.md`.
+pub(crate) const HEADING: &str = "## Scale: stages against corpus size";
+
+/// Speakers of every generated corpus; the utterances per speaker set the size.
+const SPEAKERS: usize = 40;
+/// Mean length of one generated utterance (seconds), measured on the default synthesiser
+/// (40 × 16 utterances = 0.388 h); only used to pick the utterance count, the table reports the
+/// real hours.
+const SECONDS_PER_UTTERANCE: f64 = 2.18;
+
+const HELP: &str = "cargo xtask bench --scale [--hours 0.25,1,4] [--threads 2] [--bin PATH]
+      [--work DIR (target/xtask-scale)] [--out FILE (BENCHMARKS.md)] [--keep] [--render-only]
+
+Generates one corpus per size (40 speakers, invar synth), runs every stage of the three pipelines
+on it with the release binary (built here unless --bin is given), each under /usr/bin/time, and
+writes the Scale section of BENCHMARKS.md (wall, CPU and peak RSS per stage against hours, growth
+exponents, projections to 100 h and 1000 h). --keep keeps each size's outputs (they are removed
+after measuring, as the larger ones take many GB). --render-only rewrites the section from
+WORK/results.json of an earlier run.";
+
+#[derive(Debug, PartialEq)]
+struct Options {
+    hours: Vec<f64>,
+    threads: usize,
+    bin: Option<PathBuf>,
+    work: Option<PathBuf>,
+    out: Option<PathBuf>,
+    keep: bool,
+    /// Write the section from WORK/results.json of an earlier run instead of measuring.
+    render_only: bool,
+}
+
+fn parse(args: &[String]) -> Result<Option<Options>> {
+    let mut o = Options {
+        hours: vec![0.25, 1.0, 4.0],
+        threads: 2,
+        bin: None,
+        work: None,
+        out: None,
+        keep: false,
+        render_only: false,
+    };
+    let mut it = args.iter().filter(|a| *a != "--scale");
+    while let Some(a) = it.next() {
+        let mut value = |what: &str| it.next().with_context(|| format!("`{a}` needs {what}"));
+        match a.as_str() {
+            "--hours" => {
+                o.hours = value("a list of hours")?
+                    .split(',')
+                    .map(|h| {
+                        h.trim()
+                            .parse::<f64>()
+                            .ok()
+                            .filter(|h| h.is_finite() && *h > 0.0)
+                            .with_context(|| format!("--hours: `{h}` is not a positive number"))
+                    })
+                    .collect::<Result<_>>()?;
+            }
+            "--threads" => {
+                o.threads = value("a number")?
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .context("--threads must be a positive whole number")?
+            }
+            "--bin" => o.bin = Some(PathBuf::from(value("a path")?)),
+            "--work" => o.work = Some(PathBuf::from(value("a folder")?)),
+            "--out" => o.out = Some(PathBuf::from(value("a file")?)),
+            "--keep" => o.keep = true,
+            "--render-only" => o.render_only = true,
+            "-h" | "--help" => return Ok(None),
+            other => bail!("unknown `cargo xtask bench --scale` argument `{other}`\n\n{HELP}"),
+        }
+    }
+    o.hours.sort_by(f64::total_cmp);
+    o.hours.dedup();
+    Ok(Some(o))
+}
+
+/// One stage: its name in the table and the `invar` arguments, run in the size's folder.
+struct Stage {
+    name: &'static str,
+    pipeline: &'static str,
+    args: Vec<String>,
+}
+
+fn stage(name: &'static str, pipeline: &'static str, args: &[&str]) -> Stage {
+    Stage {
+        name,
+        pipeline,
+        args: args.iter().map(|a| a.to_string()).collect(),
+    }
+}
+
+/// Every stage of the three pipelines, in order, on a corpus of `utterances` per speaker.
+fn stages(utterances: usize) -> Vec<Stage> {
+    let utt = utterances.to_string();
+    let spk = SPEAKERS.to_string();
+    let ubm = "ubm/ubm.safetensors";
+    vec![
+        stage(
+            "synth",
+            "corpus",
+            &[
+                "synth",
+                "--out",
+                "corpus",
+                "--speakers",
+                &spk,
+                "--utterances",
+                &utt,
+                "--seed",
+                "0",
+            ],
+        ),
+        stage(
+            "features (mfcc)",
+            "shared",
+            &[
+                "features", "--layout", "timit", "corpus", "--kind", "mfcc", "--out", "mfcc",
+            ],
+        ),
+        stage(
+            "gmm train (64, 10 iterations)",
+            "shared",
+            &[
+                "gmm",
+                "train",
+                "--features",
+                "mfcc",
+                "--out",
+                "ubm",
+                "--components",
+                "64",
+                "--iters",
+                "10",
+                "--seed",
+                "0",
+            ],
+        ),
+        stage(
+            "gmm posteriors",
+            "000",
+            &[
+                "gmm",
+                "posteriors",
+                "--ubm",
+                ubm,
+                "--features",
+                "mfcc",
+                "--out",
+                "post",
+            ],
+        ),
+        stage(
+            "utd",
+            "000",
+            &[
+                "utd",
+                "--features",
+                "mfcc",
+                "--out",
+                "utd",
+                "--gold-corpus",
+                "corpus",
+                "--layout",
+                "timit",
+                "--seed",
+                "0",
+            ],
+        ),
+        stage(
+            "partition train (5 epochs)",
+            "000",
+            &[
+                "partition",
+                "train",
+                "--posteriors",
+                "post",
+                "--classes",
+                "utd/classes.txt",
+                "--out",
+                "partition",
+                "--outputs",
+                "16",
+                "--epochs",
+                "5",
+                "--seed",
+                "0",
+            ],
+        ),
+        stage(
+            "partition apply",
+            "000",
+            &[
+                "partition",
+                "apply",
+                "--model",
+                "partition",
+                "--posteriors",
+                "post",
+                "--out",
+                "soft",
+            ],
+        ),
+        stage(
+            "eval abx (caps 10 / 5)",
+            "000",
+            &[
+                "eval",
+                "abx",
+                "--item",
+                "corpus/test.item",
+                "--features",
+                "soft",
+                "--out",
+                "abx",
+                "--max-size-group",
+                "10",
+                "--max-x-across",
+                "5",
+            ],
+        ),
+        stage(
+            "gmm supervectors",
+            "002",
+            &[
+                "gmm",
+                "supervectors",
+                "--ubm",
+                ubm,
+                "--features",
+                "mfcc",
+                "--out",
+                "sv",
+            ],
+        ),
+        stage(
+            "ivector train (rank 100, 5 iterations)",
+            "002",
+            &[
+                "ivector",
+                "train",
+                "--ubm",
+                ubm,
+                "--features",
+                "mfcc",
+                "--out",
+                "ivx",
+                "--rank",
+                "100",
+                "--iters",
+                "5",
+                "--seed",
+                "0",
+            ],
+        ),
+        stage(
+            "ivector extract",
+            "002",
+            &[
+                "ivector",
+                "extract",
+                "--ubm",
+                ubm,
+                "--extractor",
+                "ivx/ivector.safetensors",
+                "--features",
+                "mfcc",
+                "--out",
+                "iv",
+            ],
+        ),
+        stage(
+            "supervector train (5 epochs)",
+            "002",
+            &[
+                "supervector",
+                "train",
+                "--supervectors",
+                "sv",
+                "--out",
+                "ae",
+                "--epochs",
+                "5",
+                "--seed",
+                "0",
+            ],
+        ),
+        stage(
+            "speaker train (1 epoch)",
+            "001",
+            &[
+                "speaker",
+                "train",
+                "--corpus",
+                "corpus",
+                "--layout",
+                "timit",
+                "--min-frames",
+                "100",
+                "--epochs",
+                "1",
+                "--out",
+                "speaker",
+            ],
+        ),
+    ]
+}
+
+/// What the kernel accounted for one finished stage.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Usage {
+    wall_s: f64,
+    cpu_s: f64,
+    peak_mb: f64,
+}
+
+/// Parses `/usr/bin/time -f '%e %U %S %M'` output (the last line: GNU time prints the command's
+/// exit status before it when the command failed).
+fn parse_usage(text: &str) -> Result<Usage> {
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    let f: Vec<f64> = line
+        .split_whitespace()
+        .map(|v| v.parse::<f64>())
+        .collect::<std::result::Result<_, _>>()
+        .with_context(|| format!("cannot read /usr/bin/time's line `{line}`"))?;
+    let [wall, user, sys, rss_kb] = f[..] else {
+        bail!("expected 4 numbers from /usr/bin/time, got `{line}`");
+    };
+    Ok(Usage {
+        wall_s: wall,
+        cpu_s: user + sys,
+        peak_mb: rss_kb / 1024.0,
+    })
+}
+
+/// Runs one stage in `dir`, its output into `dir/logs/`.
+fn measure(bin: &Path, dir: &Path, threads: usize, s: &Stage) -> Result<Usage> {
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs)?;
+    let slug: String = s
+        .name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let usage_file = logs.join(format!("{slug}.time"));
+    let log = logs.join(format!("{slug}.log"));
+    let out = std::fs::File::create(&log)?;
+    let status = Command::new("/usr/bin/time")
+        .arg("-f")
+        .arg("%e %U %S %M")
+        .arg("-o")
+        .arg(&usage_file)
+        .arg(bin)
+        .arg("--threads")
+        .arg(threads.to_string())
+        .args(&s.args)
+        .current_dir(dir)
+        .env("RUST_BACKTRACE", "0")
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .status()
+        .context("cannot start /usr/bin/time (Debian: apt-get install time)")?;
+    if !status.success() {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(15).collect();
+        bail!(
+            "`invar {}` failed in {} ({status}); the end of {}:\n{}",
+            s.args.join(" "),
+            dir.display(),
+            log.display(),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+    parse_usage(&std::fs::read_to_string(&usage_file)?)
+}
+
+/// Least-squares slope of log(y) on log(x): the growth exponent (1 = linear).
+fn exponent(points: &[(f64, f64)]) -> Option<f64> {
+    let pts: Vec<(f64, f64)> = points
+        .iter()
+        .filter(|(x, y)| *x > 0.0 && *y > 0.0)
+        .map(|(x, y)| (x.ln(), y.ln()))
+        .collect();
+    if pts.len() < 2 {
+        return None;
+    }
+    let n = pts.len() as f64;
+    let (mx, my) = (
+        pts.iter().map(|p| p.0).sum::<f64>() / n,
+        pts.iter().map(|p| p.1).sum::<f64>() / n,
+    );
+    let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    (sxx > 0.0).then(|| sxy / sxx)
+}
+
+/// The real hours of audio in a generated corpus (its `synth_manifest.json`).
+fn corpus_hours(corpus: &Path) -> Result<f64> {
+    let path = corpus.join("synth_manifest.json");
+    let m: Value = serde_json::from_str(
+        &std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?,
+    )?;
+    let rate = m["sample_rate"]
+        .as_f64()
+        .context("manifest without sample_rate")?;
+    let samples: f64 = m["utterances"]
+        .as_array()
+        .context("manifest without utterances")?
+        .iter()
+        .filter_map(|u| u["samples"].as_f64())
+        .sum();
+    Ok(samples / rate / 3600.0)
+}
+
+fn fmt_s(s: f64) -> String {
+    if s >= 3600.0 {
+        format!("{:.1} h", s / 3600.0)
+    } else if s >= 100.0 {
+        format!("{:.0} s", s)
+    } else {
+        format!("{:.2} s", s)
+    }
+}
+
+/// The Markdown section from `results` (one object per size: hours and per-stage usage).
+fn render(
+    results: &[Value],
+    machine: &[(String, String)],
+    threads: usize,
+    reproduce: &str,
+) -> String {
+    let mut md = format!(
+        "{HEADING}\n\nWritten by `cargo xtask bench --scale`. One generated corpus per size ({SPEAKERS} \
+         speakers, `invar synth`), every stage of the three pipelines run on it by the release \
+         `invar` binary with `--threads {threads}`, one process per stage; wall time, CPU time (user + \
+         system) and peak RSS of each process from `/usr/bin/time`. The exponent is the least-squares \
+         slope of log CPU time (and of log peak RSS) against log hours: 1 is linear, 0 flat. The \
+         projection scales the largest size's wall time by that exponent.\n\n"
+    );
+    let hours: Vec<f64> = results.iter().filter_map(|r| r["hours"].as_f64()).collect();
+    let names: Vec<String> = results
+        .first()
+        .and_then(|r| r["stages"].as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    let get = |r: &Value, name: &str| -> Option<Usage> {
+        let s = r["stages"].as_array()?.iter().find(|s| s["name"] == name)?;
+        Some(Usage {
+            wall_s: s["wall_s"].as_f64()?,
+            cpu_s: s["cpu_s"].as_f64()?,
+            peak_mb: s["peak_mb"].as_f64()?,
+        })
+    };
+    md.push_str("| stage | pipeline |");
+    for h in &hours {
+        let _ = write!(md, " {h:.2} h: wall / CPU / peak RSS |");
+    }
+    md.push_str(" CPU exponent | RSS exponent | projected wall, 100 h | 1000 h |\n| --- | --- |");
+    for _ in &hours {
+        md.push_str(" ---: |");
+    }
+    md.push_str(" ---: | ---: | ---: | ---: |\n");
+    for name in &names {
+        let pipeline = results
+            .first()
+            .and_then(|r| {
+                r["stages"]
+                    .as_array()?
+                    .iter()
+                    .find(|s| s["name"] == *name)
+                    .cloned()
+            })
+            .and_then(|s| s["pipeline"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let _ = write!(md, "| {name} | {pipeline} |");
+        let mut cpu = Vec::new();
+        let mut rss = Vec::new();
+        let mut last: Option<(f64, Usage)> = None;
+        for (r, &h) in results.iter().zip(&hours) {
+            match get(r, name) {
+                Some(u) => {
+                    let _ = write!(
+                        md,
+                        " {} / {} / {:.0} MB |",
+                        fmt_s(u.wall_s),
+                        fmt_s(u.cpu_s),
+                        u.peak_mb
+                    );
+                    cpu.push((h, u.cpu_s));
+                    rss.push((h, u.peak_mb));
+                    last = Some((h, u));
+                }
+                None => md.push_str(" — |"),
+            }
+        }
+        let e_cpu = exponent(&cpu);
+        let e_rss = exponent(&rss);
+        let show = |e: Option<f64>| e.map_or("—".to_owned(), |e| format!("{e:.2}"));
+        let project = |target: f64| match (last, e_cpu) {
+            (Some((h, u)), Some(e)) => fmt_s(u.wall_s * (target / h).powf(e.max(0.0))),
+            _ => "—".to_owned(),
+        };
+        let _ = writeln!(
+            md,
+            " {} | {} | {} | {} |",
+            show(e_cpu),
+            show(e_rss),
+            project(100.0),
+            project(1000.0)
+        );
+    }
+    md.push('\n');
+    for (k, v) in machine {
+        let _ = writeln!(md, "- {k}: {v}");
+    }
+    let _ = writeln!(md, "- reproduce: `{reproduce}`");
+    md
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let Some(opts) = parse(args)? else {
+        println!("{HELP}");
+        return Ok(());
+    };
+    let root = workspace_root();
+    let bin = match &opts.bin {
+        Some(b) => b.clone(),
+        None if opts.render_only => PathBuf::new(),
+        None => {
+            cargo(&["build", "--release", "-p", "invar-cli"])?;
+            root.join("target").join("release").join("invar")
+        }
+    };
+    ensure!(
+        opts.render_only || bin.is_file(),
+        "no invar binary at {}",
+        bin.display()
+    );
+    let work = opts
+        .work
+        .clone()
+        .unwrap_or_else(|| root.join("target").join("xtask-scale"));
+    let mut results = Vec::new();
+    if opts.render_only {
+        let path = work.join("results.json");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("--render-only: cannot read {}", path.display()))?;
+        results = serde_json::from_str(&text)?;
+    }
+    for &h in opts.hours.iter().filter(|_| !opts.render_only) {
+        let utterances = ((h * 3600.0) / (SPEAKERS as f64 * SECONDS_PER_UTTERANCE)).ceil() as usize;
+        let dir = work.join(format!("{h}h"));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)
+                .with_context(|| format!("cannot clear {}", dir.display()))?;
+        }
+        std::fs::create_dir_all(&dir)?;
+        let mut measured = Vec::new();
+        let mut real_hours = h;
+        for s in stages(utterances.max(2)) {
+            eprintln!("[{h} h] invar {}", s.args.join(" "));
+            let u = measure(&bin.canonicalize()?, &dir, opts.threads, &s)?;
+            eprintln!(
+                "[{h} h] {}: wall {:.2} s, CPU {:.2} s, peak {:.0} MB",
+                s.name, u.wall_s, u.cpu_s, u.peak_mb
+            );
+            if s.name == "synth" {
+                real_hours = corpus_hours(&dir.join("corpus"))?;
+            }
+            measured.push(json!({
+                "name": s.name, "pipeline": s.pipeline, "args": s.args,
+                "wall_s": u.wall_s, "cpu_s": u.cpu_s, "peak_mb": u.peak_mb,
+            }));
+        }
+        results.push(json!({ "requested_hours": h, "hours": real_hours, "stages": measured }));
+        let json_path = work.join("results.json");
+        std::fs::write(&json_path, serde_json::to_string_pretty(&results)?)?;
+        if !opts.keep {
+            std::fs::remove_dir_all(&dir).ok();
+        }
+    }
+    let hours_arg: Vec<String> = opts.hours.iter().map(|h| h.to_string()).collect();
+    let reproduce = format!(
+        "cargo xtask bench --scale --hours {} --threads {}",
+        hours_arg.join(","),
+        opts.threads
+    );
+    let mut machine = crate::bench::machine(&root);
+    machine.push((
+        "invar binary".to_owned(),
+        match &opts.bin {
+            Some(b) => format!("`{}` (given with --bin)", b.display()),
+            None => "built by this run (`cargo build --release -p invar-cli`)".to_owned(),
+        },
+    ));
+    let section = render(&results, &machine, opts.threads, &reproduce);
+    let out = opts
+        .out
+        .clone()
+        .unwrap_or_else(|| root.join("BENCHMARKS.md"));
+    let old = std::fs::read_to_string(&out).unwrap_or_default();
+    let text = crate::peers::replace_section(&old, &section);
+    let tmp = out.with_extension("md.tmp");
+    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, &out).with_context(|| format!("cannot write {}", out.display()))?;
+    eprintln!("Scale section written to {}", out.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_parse() {
+        let args: Vec<String> = ["--scale", "--hours", "4,1,1", "--threads", "1", "--keep"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let o = parse(&args).unwrap().unwrap();
+        assert_eq!(o.hours, vec![1.0, 4.0]);
+        assert_eq!(o.threads, 1);
+        assert!(o.keep);
+        for bad in [["--hours", "0"], ["--hours", "x"], ["--threads", "0"]] {
+            let args: Vec<String> = bad.iter().map(|s| s.to_string()).collect();
+            assert!(parse(&args).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn time_output_is_read_with_or_without_an_exit_status_line() {
+        let u = parse_usage("12.50 20.00 1.25 204800\n").unwrap();
+        assert_eq!(
+            u,
+            Usage {
+                wall_s: 12.5,
+                cpu_s: 21.25,
+                peak_mb: 200.0
+            }
+        );
+        let u =
+            parse_usage("Command exited with non-zero status 1\n0.10 0.05 0.01 1024\n").unwrap();
+        assert_eq!(u.peak_mb, 1.0);
+        assert!(parse_usage("0.1 0.2\n").is_err());
+    }
+
+    /// The exponent of y = c·x^k is k (here 1, 2 and 0 on exact points), and one point gives none.
+    #[test]
+    fn exponents_of_power_laws() {
+        let xs = [0.25, 1.0, 4.0, 16.0];
+        for k in [1.0, 2.0, 0.0] {
+            let pts: Vec<(f64, f64)> = xs.iter().map(|&x| (x, 3.0 * f64::powf(x, k))).collect();
+            assert!((exponent(&pts).unwrap() - k).abs() < 1e-12, "k = {k}");
+        }
+        assert_eq!(exponent(&[(1.0, 2.0)]), None);
+    }
+
+    #[test]
+    fn the_section_projects_by_the_exponent() {
+        let stage = |cpu: f64, wall: f64, mb: f64| json!([{ "name": "s", "pipeline": "000", "wall_s": wall, "cpu_s": cpu, "peak_mb": mb }]);
+        let results = vec![
+            json!({ "hours": 1.0, "stages": stage(10.0, 10.0, 50.0) }),
+            json!({ "hours": 4.0, "stages": stage(40.0, 40.0, 50.0) }),
+        ];
+        let md = render(&results, &[], 2, "cmd");
+        assert!(md.starts_with(HEADING), "{md}");
+        // Linear CPU: 40 s at 4 h → 1000 s at 100 h, 10 000 s = 2.8 h at 1000 h; flat memory.
+        assert!(md.contains("| 1.00 | 0.00 | 1000 s | 2.8 h |"), "{md}");
+    }
+}
