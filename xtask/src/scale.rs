@@ -24,14 +24,14 @@ const SPEAKERS: usize = 40;
 const SECONDS_PER_UTTERANCE: f64 = 2.18;
 
 const HELP: &str = "cargo xtask bench --scale [--hours 0.25,1,4] [--threads 2] [--bin PATH]
-      [--work DIR (target/xtask-scale)] [--out FILE (BENCHMARKS.md)] [--keep] [--render-only]
+      [--work DIR (target/xtask-scale)] [--out FILE (BENCHMARKS.md)] [--keep] [--render-only] [--note TEXT]
 
 Generates one corpus per size (40 speakers, invar synth), runs every stage of the three pipelines
 on it with the release binary (built here unless --bin is given), each under /usr/bin/time, and
 writes the Scale section of BENCHMARKS.md (wall, CPU and peak RSS per stage against hours, growth
 exponents, projections to 100 h and 1000 h). --keep keeps each size's outputs (they are removed
 after measuring, as the larger ones take many GB). --render-only rewrites the section from
-WORK/results.json of an earlier run.";
+WORK/results.json of an earlier run; --note adds a line on the run's conditions.";
 
 #[derive(Debug, PartialEq)]
 struct Options {
@@ -43,6 +43,8 @@ struct Options {
     keep: bool,
     /// Write the section from WORK/results.json of an earlier run instead of measuring.
     render_only: bool,
+    /// A line on the conditions of the run (a busy machine, a non-release binary), printed with it.
+    note: Option<String>,
 }
 
 fn parse(args: &[String]) -> Result<Option<Options>> {
@@ -54,6 +56,7 @@ fn parse(args: &[String]) -> Result<Option<Options>> {
         out: None,
         keep: false,
         render_only: false,
+        note: None,
     };
     let mut it = args.iter().filter(|a| *a != "--scale");
     while let Some(a) = it.next() {
@@ -83,6 +86,7 @@ fn parse(args: &[String]) -> Result<Option<Options>> {
             "--out" => o.out = Some(PathBuf::from(value("a file")?)),
             "--keep" => o.keep = true,
             "--render-only" => o.render_only = true,
+            "--note" => o.note = Some(value("a sentence")?.clone()),
             "-h" | "--help" => return Ok(None),
             other => bail!("unknown `cargo xtask bench --scale` argument `{other}`\n\n{HELP}"),
         }
@@ -287,7 +291,7 @@ fn stages(utterances: usize) -> Vec<Stage> {
             ],
         ),
         stage(
-            "supervector train (5 epochs)",
+            "supervector train (5 epochs, ≤ 200 pairs a speaker)",
             "002",
             &[
                 "supervector",
@@ -298,6 +302,8 @@ fn stages(utterances: usize) -> Vec<Stage> {
                 "ae",
                 "--epochs",
                 "5",
+                "--max-pairs-per-speaker",
+                "200",
                 "--seed",
                 "0",
             ],
@@ -453,8 +459,8 @@ fn render(
 ) -> String {
     let mut md = format!(
         "{HEADING}\n\nWritten by `cargo xtask bench --scale`. One generated corpus per size ({SPEAKERS} \
-         speakers, `invar synth`), every stage of the three pipelines run on it by the release \
-         `invar` binary with `--threads {threads}`, one process per stage; wall time, CPU time (user + \
+         speakers, `invar synth`), every stage of the three pipelines run on it by the \
+         `invar` binary (release unless the list below says otherwise) with `--threads {threads}`, one process per stage; wall time, CPU time (user + \
          system) and peak RSS of each process from `/usr/bin/time`. The exponent is the least-squares \
          slope of log CPU time (and of log peak RSS) against log hours: 1 is linear, 0 flat. The \
          projection scales the largest size's wall time by that exponent.\n\n"
@@ -619,6 +625,9 @@ pub fn run(args: &[String]) -> Result<()> {
             None => "built by this run (`cargo build --release -p invar-cli`)".to_owned(),
         },
     ));
+    if let Some(note) = &opts.note {
+        machine.push(("conditions".to_owned(), note.clone()));
+    }
     let section = render(&results, &machine, opts.threads, &reproduce);
     let out = opts
         .out
