@@ -24,41 +24,23 @@ impl Posteriorgrams {
     /// Stacks `(id, speaker, frames × M)` utterances; every row must be a distribution (entries ≥ 0,
     /// summing to 1 within 1e-3).
     pub fn from_parts(parts: Vec<(String, String, Matrix)>) -> Result<Self> {
-        let dim = parts.first().map_or(0, |p| p.2.cols);
-        let total: usize = parts.iter().map(|p| p.2.rows).sum();
-        let mut data = Vec::with_capacity(total * dim);
-        let (mut ids, mut speakers, mut offsets) = (Vec::new(), Vec::new(), vec![0]);
+        let mut stack = Stack::with_capacity(parts.iter().map(|p| p.2.data.len()).sum());
         for (id, speaker, m) in parts {
-            if m.cols != dim {
-                return Err(Error::Shape {
-                    what: "posteriorgram dimension",
-                    expected: dim,
-                    found: m.cols,
-                });
-            }
-            check_distributions(&id, &m)?;
-            data.extend_from_slice(&m.data);
-            offsets.push(offsets[offsets.len() - 1] + m.rows);
-            ids.push(id);
-            speakers.push(speaker);
+            stack.push(id, speaker, &m)?;
         }
-        let index = ids.iter().cloned().zip(0..).collect();
-        Ok(Self {
-            ids,
-            speakers,
-            offsets,
-            frames: Matrix::new(total, dim, data)?,
-            index,
-        })
+        stack.finish()
     }
 
-    /// Loads every utterance of a feature set (as written by `invar gmm posteriors`).
+    /// Loads every utterance of a feature set (as written by `invar gmm posteriors`), one at a
+    /// time straight into the stacked matrix (sized from the manifest), so the peak is the corpus
+    /// once, not twice.
     pub fn from_featureset(set: &FeatureSet) -> Result<Self> {
-        let mut parts = Vec::with_capacity(set.entries().len());
+        let floats = set.entries().iter().map(|e| e.frames * e.dims).sum();
+        let mut stack = Stack::with_capacity(floats);
         for e in set.entries() {
-            parts.push((e.id.clone(), e.speaker.clone(), set.load(e)?));
+            stack.push(e.id.clone(), e.speaker.clone(), &set.load(e)?)?;
         }
-        Self::from_parts(parts)
+        stack.finish()
     }
 
     /// M, the posteriorgram dimension.
@@ -100,6 +82,58 @@ impl Posteriorgrams {
             cols: self.frames.cols,
             data: self.rows(s, e).to_vec(),
         }
+    }
+}
+
+/// Posteriorgrams being stacked: utterances are checked and appended one at a time.
+struct Stack {
+    dim: Option<usize>,
+    data: Vec<f32>,
+    ids: Vec<String>,
+    speakers: Vec<String>,
+    offsets: Vec<usize>,
+}
+
+impl Stack {
+    fn with_capacity(floats: usize) -> Self {
+        Self {
+            dim: None,
+            data: Vec::with_capacity(floats),
+            ids: Vec::new(),
+            speakers: Vec::new(),
+            offsets: vec![0],
+        }
+    }
+
+    fn push(&mut self, id: String, speaker: String, m: &Matrix) -> Result<()> {
+        let dim = *self.dim.get_or_insert(m.cols);
+        if m.cols != dim {
+            return Err(Error::Shape {
+                what: "posteriorgram dimension",
+                expected: dim,
+                found: m.cols,
+            });
+        }
+        check_distributions(&id, m)?;
+        self.data.extend_from_slice(&m.data);
+        self.offsets
+            .push(self.offsets[self.offsets.len() - 1] + m.rows);
+        self.ids.push(id);
+        self.speakers.push(speaker);
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Posteriorgrams> {
+        let dim = self.dim.unwrap_or(0);
+        let total = self.offsets[self.offsets.len() - 1];
+        let index = self.ids.iter().cloned().zip(0..).collect();
+        Ok(Posteriorgrams {
+            ids: self.ids,
+            speakers: self.speakers,
+            offsets: self.offsets,
+            frames: Matrix::new(total, dim, self.data)?,
+            index,
+        })
     }
 }
 
