@@ -309,6 +309,34 @@ impl IvectorExtractor {
         Self::from_t(ubm.components(), ubm.dims(), cfg.rank, t)
     }
 
+    /// A model from a given T (`C·F × R` row-major, whitened domain) for a UBM of `components`
+    /// Gaussians over `dims` features: a start both this crate and an outside implementation
+    /// can compute (the reference test starts EM from one).
+    pub fn from_matrix(components: usize, dims: usize, rank: usize, t: Vec<f64>) -> Result<Self> {
+        let cf = components * dims;
+        if rank == 0 || rank > cf {
+            return Err(Error::Config {
+                field: "rank",
+                value: rank.to_string(),
+                reason: "must be in 1..=C·F (components × feature dims of the UBM)",
+            });
+        }
+        if t.len() != cf * rank {
+            return Err(Error::Dim {
+                what: "T matrix entries (C·F × R)",
+                expected: cf * rank,
+                found: t.len(),
+            });
+        }
+        if t.iter().any(|v| !v.is_finite()) {
+            return Err(Error::NonFinite {
+                what: "T matrix entry",
+                iteration: 0,
+            });
+        }
+        Self::from_t(components, dims, rank, t)
+    }
+
     fn from_t(components: usize, dims: usize, rank: usize, t: Vec<f64>) -> Result<Self> {
         let p = packed_len(rank);
         let mut tt = vec![0.0; components * p];
