@@ -1,7 +1,9 @@
 //! invar's T-matrix EM and i-vector extraction against an independent numpy transcription of
 //! Kaldi's `src/ivector/ivector-extractor.cc` (`tests/reference/ivector.py`, numpy 2.4.6):
 //! from the same statistics and the same initial T, five EM iterations must give the same
-//! objective every iteration, the same T and the same i-vectors. The numbers below were printed by
+//! objective every iteration, the same T and the same i-vectors — for the zero-mean model
+//! without and with minimum divergence, and for Kaldi's own model with the prior offset
+//! (`IvectorConfig::prior_offset`). The numbers below were printed by
 //!
 //! ```sh
 //! python3 -m venv /tmp/ivec-venv && /tmp/ivec-venv/bin/pip install numpy scikit-learn
@@ -11,15 +13,19 @@
 //! Tolerance: everything is f64 and the problem is small and well conditioned (4 Gaussians × 3
 //! dims, rank 3, 10 utterances); the two sides differ only in algorithms (numpy's LU inverses,
 //! `solve` and `eigh`, and the objective as a Gaussian density in supervector space, against
-//! invar's Cholesky factors and the `½ bᵀL⁻¹b − ½ log|L|` form), which agree to ~1e-14 here. The
-//! tests assert 1e-10 (absolute, on values of order 0.01–2) and 1e-12 on the per-frame
-//! objective (values of order 1e-3): far above rounding, far below what a wrong term changes
-//! (dropping `L⁻¹` from `E[wwᵀ]`, the prior's `I`, or centring the minimum-divergence moment
-//! moves these numbers by 1e-4 to 1e-1).
+//! invar's Cholesky factors and the `½ bᵀL⁻¹b − ½ log|L|` form), which agree to 1e-16–1e-13
+//! here (`--nocapture` prints the largest difference of each quantity). The tests assert 1e-10
+//! (absolute, on values of order 0.01–2), 1e-12 on the per-frame objective (values of order
+//! 1e-3), 1e-8 on the prior offset (≈ 100, where the i-vectors' dimension 0 carries it and
+//! cancels in the centred covariance), and 1e-6 on i-vectors, which invar hands out as f32: far
+//! above rounding, far below what a wrong term changes (dropping `L⁻¹` from `E[wwᵀ]`, the
+//! prior's `I`, the `½` of the log-determinant, centring the zero-mean model's minimum-divergence
+//! moment or leaving out the Householder step moves these numbers by 1e-5 to 1e-1 or stops EM).
 #![allow(clippy::unwrap_used)] // helpers outside #[test] fns: a panic is the failure report
 
 use invar_gmm::{
     train_ivector_resumable, BaumWelch, DiagGmm, IvectorConfig, IvectorExtractor, IvectorIteration,
+    KALDI_PRIOR_OFFSET,
 };
 use invar_io::Matrix;
 
@@ -28,6 +34,26 @@ const F: usize = 3;
 const R: usize = 3;
 const U: usize = 10;
 const ITERS: usize = 5;
+
+/// The UBM of `fixed_data()` (its means and variances matter only to the prior-offset model,
+/// which works on uncentred statistics).
+fn ubm() -> DiagGmm {
+    let mut means = Vec::new();
+    let mut vars = Vec::new();
+    for c in 0..C {
+        for j in 0..F {
+            let (c, j) = (c as f64, j as f64);
+            means.push((1.5 * (0.8 * c + 0.45 * j).cos()) as f32);
+            vars.push((1.0 + 0.5 * (0.3 * c + 0.7 * j).sin().powi(2)) as f32);
+        }
+    }
+    DiagGmm::new(
+        vec![0.25; C],
+        Matrix::new(C, F, means).unwrap(),
+        Matrix::new(C, F, vars).unwrap(),
+    )
+    .unwrap()
+}
 
 /// `fixed_data()` of ivector.py: statistics and the initial T from closed formulas.
 fn data() -> (Vec<BaumWelch>, Vec<f64>) {
@@ -59,23 +85,36 @@ fn data() -> (Vec<BaumWelch>, Vec<f64>) {
     (stats, t0)
 }
 
-/// Five EM iterations from the formula T; the model after them and the per-iteration reports.
-fn run(min_divergence: bool) -> (IvectorExtractor, Vec<IvectorIteration>, Vec<Vec<f64>>) {
-    let (stats, t0) = data();
-    // The UBM only seeds a random start, which `resume` replaces.
-    let ubm = DiagGmm::new(
-        vec![0.25; C],
-        Matrix::new(C, F, vec![0.0; C * F]).unwrap(),
-        Matrix::new(C, F, vec![1.0; C * F]).unwrap(),
-    )
-    .unwrap();
+/// Five EM iterations from the formula T (with `prior_offset`: Kaldi's start, column 0 zeroed
+/// and offset 100); the model after them, the per-iteration reports and the i-vectors.
+fn run(
+    min_divergence: bool,
+    prior_offset: bool,
+) -> (IvectorExtractor, Vec<IvectorIteration>, Vec<Vec<f64>>) {
+    let (stats, mut t0) = data();
+    let ubm = ubm();
+    let offset = if prior_offset {
+        // Kaldi's initialiser: column 0 = the (whitened) UBM means over the offset.
+        for (k, row) in t0.chunks_exact_mut(R).enumerate() {
+            let (c, j) = (k / F, k % F);
+            let (mu, var) = (
+                ubm.means().row(c)[j] as f64,
+                ubm.variances().row(c)[j] as f64,
+            );
+            row[0] = mu / var.sqrt() / KALDI_PRIOR_OFFSET;
+        }
+        KALDI_PRIOR_OFFSET
+    } else {
+        0.0
+    };
     let cfg = IvectorConfig {
         rank: R,
         iters: ITERS,
         min_divergence,
+        prior_offset,
         ..IvectorConfig::default()
     };
-    let start = IvectorExtractor::from_matrix(C, F, R, t0).unwrap();
+    let start = IvectorExtractor::from_matrix(&ubm, R, t0, offset).unwrap();
     let (model, history) = train_ivector_resumable(
         &ubm,
         &stats,
@@ -249,12 +288,100 @@ const GRAM_MINDIV: [f64; 2 * U] = [
     -0.07977395291926002,
 ];
 
+const OBJECTIVE_OFFSET: [f64; ITERS] = [
+    0.2910974557965048,
+    0.305014178813096,
+    0.3053674825372856,
+    0.3058212203650964,
+    0.3062794345068543,
+];
+
+/// Rows 0, 5 and 11 of `T Tᵀ`.
+const TT_OFFSET: [f64; 3 * C * F] = [
+    0.00844957167230583,
+    -0.01769895616330577,
+    -0.00571521967106441,
+    -0.00374091321441126,
+    -0.01683679219197402,
+    -0.00174887195151385,
+    -0.0124622971981959,
+    -0.00657630870741732,
+    0.00505028055312734,
+    -0.007910028860698,
+    0.00503536544025383,
+    0.00729813273798965,
+    -0.00174887195151385,
+    0.00485621782971275,
+    0.01481077239825392,
+    -0.00230947399914122,
+    0.01902791623701683,
+    0.01465825885775486,
+    0.00838131987896457,
+    0.0189394527290341,
+    0.00312963553159718,
+    0.00939467311938756,
+    0.00814626108882047,
+    -0.01057367936702233,
+    0.00729813273798965,
+    -0.01763196972308356,
+    -0.01415474382525486,
+    -0.00192048714638298,
+    -0.02564754853190426,
+    -0.01057367936702233,
+    -0.01528330083962428,
+    -0.01706420872802586,
+    0.00244107490323548,
+    -0.01195034381926299,
+    -0.00072767855112759,
+    0.01300758960335897,
+];
+
+/// Rows 0 and 4 of `W Wᵀ` (i-vectors with the offset removed from dimension 0).
+const GRAM_OFFSET: [f64; 2 * U] = [
+    1.1956433072097734,
+    0.8895317524433268,
+    0.11358170269632399,
+    -0.10260643045226489,
+    -1.1890053776624432,
+    -1.302614266559337,
+    0.03266507491412566,
+    0.01056286251869075,
+    -0.12424421268145636,
+    0.40581828902229583,
+    -1.1890053776624432,
+    -0.7869336038898871,
+    0.0416123490682703,
+    0.2779204229147848,
+    1.24622872732804,
+    1.1550924179955449,
+    -0.22742307648855584,
+    -0.1613609251297116,
+    0.05337557392171978,
+    -0.34656137917459773,
+];
+
+/// Dimension 0 of every i-vector (offset removed): a rotation that fixes e₀ leaves it alone.
+const DIM0_OFFSET: [f64; U] = [
+    -0.06247680420098334,
+    0.05486979208572507,
+    0.08541548122698828,
+    0.07467853845787431,
+    0.01202096336315606,
+    -0.05775012962691051,
+    -0.01980107529632846,
+    0.012393658366463,
+    -0.03170015258382364,
+    -0.06473275074576179,
+];
+
+const PRIOR_OFFSET_AFTER: f64 = 100.74936077822521;
+
 /// i-vectors are returned as f32: compare them at f32 resolution (values up to ~1.5).
 const F32_TOL: f64 = 1e-6;
 
 #[test]
 fn t_matrix_em_and_ivectors_equal_the_kaldi_transcription() {
-    let (model, history, iv) = run(false);
+    let (model, history, iv) = run(false, false);
     let objective: Vec<f64> = history.iter().map(|h| h.objective_per_frame).collect();
     assert_close("objective per frame", &objective, &OBJECTIVE_PLAIN, 1e-12);
     assert_close("T", model.t(), &T_PLAIN, 1e-10);
@@ -268,9 +395,60 @@ fn t_matrix_em_and_ivectors_equal_the_kaldi_transcription() {
 /// objective, `T Tᵀ`, the i-vectors' inner products).
 #[test]
 fn minimum_divergence_equals_the_kaldi_transcription_up_to_rotation() {
-    let (model, history, iv) = run(true);
+    let (model, history, iv) = run(true, false);
+    assert_rotation_free(
+        &model,
+        &history,
+        &iv,
+        &OBJECTIVE_MINDIV,
+        &TT_MINDIV,
+        &GRAM_MINDIV,
+    );
+    assert_eq!(model.prior_offset(), 0.0);
+}
+
+/// Kaldi's own model: uncentred statistics, prior `N(o·e₀, I)`, `UpdatePrior` (centred
+/// covariance, Householder step, new offset) after every M-step, i-vectors reported less the
+/// offset. invar's and Kaldi's whitening differ by a rotation that fixes e₀: the offset and
+/// dimension 0 of every i-vector are compared as they are.
+#[test]
+fn prior_offset_equals_kaldis_update_prior() {
+    let (model, history, iv) = run(true, true);
+    assert_rotation_free(
+        &model,
+        &history,
+        &iv,
+        &OBJECTIVE_OFFSET,
+        &TT_OFFSET,
+        &GRAM_OFFSET,
+    );
+    assert_close(
+        "prior offset",
+        &[model.prior_offset()],
+        &[PRIOR_OFFSET_AFTER],
+        1e-8,
+    );
+    let dim0: Vec<f64> = iv.iter().map(|w| w[0]).collect();
+    assert_close("i-vector dim 0", &dim0, &DIM0_OFFSET, F32_TOL);
+    // The offset travels with the model file.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ivector.safetensors");
+    model.save(&path, &()).unwrap();
+    let back = IvectorExtractor::load(&path, &ubm()).unwrap();
+    assert_eq!(back.prior_offset(), model.prior_offset());
+    assert_eq!(back.t(), model.t());
+}
+
+fn assert_rotation_free(
+    model: &IvectorExtractor,
+    history: &[IvectorIteration],
+    iv: &[Vec<f64>],
+    want_objective: &[f64],
+    want_tt: &[f64],
+    want_gram: &[f64],
+) {
     let objective: Vec<f64> = history.iter().map(|h| h.objective_per_frame).collect();
-    assert_close("objective per frame", &objective, &OBJECTIVE_MINDIV, 1e-12);
+    assert_close("objective per frame", &objective, want_objective, 1e-12);
     let t = model.t();
     let tt: Vec<f64> = [0, 5, 11]
         .iter()
@@ -278,25 +456,26 @@ fn minimum_divergence_equals_the_kaldi_transcription_up_to_rotation() {
             (0..C * F).map(move |j| (0..R).map(|r| t[i * R + r] * t[j * R + r]).sum::<f64>())
         })
         .collect();
-    assert_close("T Tᵀ rows 0, 5, 11", &tt, &TT_MINDIV, 1e-10);
+    assert_close("T Tᵀ rows 0, 5, 11", &tt, want_tt, 1e-10);
     let gram: Vec<f64> = [0, 4]
         .iter()
         .flat_map(|&a| {
-            let iv = &iv;
             (0..U).map(move |b| iv[a].iter().zip(&iv[b]).map(|(x, y)| x * y).sum::<f64>())
         })
         .collect();
-    assert_close("W Wᵀ rows 0, 4", &gram, &GRAM_MINDIV, 4.0 * F32_TOL);
+    assert_close("W Wᵀ rows 0, 4", &gram, want_gram, 4.0 * F32_TOL);
 }
 
 #[test]
 fn from_matrix_rejects_a_wrong_shape() {
-    assert!(IvectorExtractor::from_matrix(C, F, R, vec![0.1; C * F * R - 1]).is_err());
-    assert!(IvectorExtractor::from_matrix(C, F, 0, Vec::new()).is_err());
+    assert!(IvectorExtractor::from_matrix(&ubm(), R, vec![0.1; C * F * R - 1], 0.0).is_err());
+    assert!(IvectorExtractor::from_matrix(&ubm(), 0, Vec::new(), 0.0).is_err());
     assert!(
-        IvectorExtractor::from_matrix(C, F, C * F + 1, vec![0.1; C * F * (C * F + 1)]).is_err()
+        IvectorExtractor::from_matrix(&ubm(), C * F + 1, vec![0.1; C * F * (C * F + 1)], 0.0)
+            .is_err()
     );
     let mut t = vec![0.1; C * F * R];
+    assert!(IvectorExtractor::from_matrix(&ubm(), R, t.clone(), -1.0).is_err());
     t[3] = f64::NAN;
-    assert!(IvectorExtractor::from_matrix(C, F, R, t).is_err());
+    assert!(IvectorExtractor::from_matrix(&ubm(), R, t, 0.0).is_err());
 }

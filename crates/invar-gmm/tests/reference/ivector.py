@@ -157,14 +157,17 @@ class Stats:
         ext.prior_offset = new_prior_offset
 
 
-def marginal_objective(T_whitened, n, f):
+def marginal_objective(T_whitened, n, f, prior_mean=None):
     """The marginal log-likelihood of one utterance's centred, whitened statistics up to terms
-    without T, as a Gaussian density in supervector space (see the module docstring)."""
+    without T, as a Gaussian density in supervector space (see the module docstring); with a
+    prior N(prior_mean, I) the density's mean is T prior_mean."""
     C = len(n)
     CF = len(f)
     F = CF // C
     lam = np.repeat(n, F)
     g = f / lam
+    if prior_mean is not None:
+        g = g - T_whitened @ prior_mean
     cov = np.diag(1.0 / lam) + T_whitened @ T_whitened.T
     _, logdet = np.linalg.slogdet(cov)
     quad = g @ np.linalg.solve(cov, g)
@@ -205,19 +208,38 @@ def fixed_data():
     t0 = np.array([[0.3 * np.sin(1.7 * k + 0.6 * r + 0.1) for r in range(R_)]
                    for k in range(C_ * F_)])
     frames = np.array([100 + u for u in range(U_)])
-    return n, f, t0, frames
+    # The UBM's means and variances (f32, as invar's DiagGmm holds them): only Kaldi's model,
+    # which works on uncentred statistics, sees them.
+    mu = np.array([[1.5 * np.cos(0.8 * c + 0.45 * j) for j in range(F_)] for c in range(C_)])
+    var = np.array([[1.0 + 0.5 * np.sin(0.3 * c + 0.7 * j) ** 2 for j in range(F_)]
+                    for c in range(C_)])
+    mu = mu.astype(np.float32).astype(np.float64)
+    var = var.astype(np.float32).astype(np.float64)
+    return n, f, t0, frames, mu / np.sqrt(var)
 
 
 def fixed(iters=5):
-    n, f, t0, frames = fixed_data()
-    utts = [(n[u], f[u].reshape(C_, F_)) for u in range(U_)]
-    for mode in ["none", "zero-mean"]:
-        ext = Extractor(t0.reshape(C_, F_, R_), np.ones((C_, F_)), 0.0)
+    n, f, t0, frames, mu_w = fixed_data()
+    for mode in ["none", "zero-mean", "kaldi"]:
+        if mode == "kaldi":
+            # Kaldi works on uncentred statistics (here whitened: f + N mu/sigma), and its
+            # initialiser puts the UBM means over the prior offset 100 in column 0; the other
+            # columns are the formula's instead of randn.
+            fs = f + np.repeat(n, F_, axis=1) * mu_w.reshape(-1)[None, :]
+            M = t0.reshape(C_, F_, R_).copy()
+            M[:, :, 0] = mu_w / 100.0
+            ext = Extractor(M, np.ones((C_, F_)), 100.0)
+        else:
+            fs = f
+            ext = Extractor(t0.reshape(C_, F_, R_), np.ones((C_, F_)), 0.0)
+        utts = [(n[u], fs[u].reshape(C_, F_)) for u in range(U_)]
         objs = []
 
         def on_iter(it, e):
             T = e.M.reshape(C_ * F_, R_)
-            objs.append(sum(marginal_objective(T, n[u], f[u]) for u in range(U_)) / frames.sum())
+            m = np.zeros(R_)
+            m[0] = e.prior_offset
+            objs.append(sum(marginal_objective(T, n[u], fs[u], m) for u in range(U_)) / frames.sum())
 
         train(ext, utts, iters, mode, on_iter=on_iter)
         T = ext.M.reshape(C_ * F_, R_)
@@ -232,6 +254,9 @@ def fixed(iters=5):
             print("T T^T rows 0, 5, 11:", repr(TT[[0, 5, 11]].reshape(-1)))
             G = W @ W.T
             print("i-vector Gram W W^T rows 0, 4:", repr(G[[0, 4]].reshape(-1)))
+            if mode == "kaldi":
+                print("prior offset:", repr(ext.prior_offset))
+                print("i-vector dim 0 (offset removed):", repr(W[:, 0]))
         print("i-vector norms:", repr(np.linalg.norm(W, axis=1)))
 
 
@@ -285,7 +310,10 @@ def pipeline(args):
     S = args.rank
     if args.mode == "kaldi":
         # IvectorExtractor(opts, fgmm): M_i = randn, column 0 = mu_i / prior_offset.
-        M = rng.standard_normal((I, D, S))
+        if args.init == "kaldi":
+            M = rng.standard_normal((I, D, S))
+        else:
+            M = np.sqrt(variances)[:, :, None] * args.init_scale * rng.standard_normal((I, D, S))
         M[:, :, 0] = means / 100.0
         ext = Extractor(M, 1.0 / variances, 100.0)
         min_count = args.gaussian_min_count
@@ -321,7 +349,10 @@ def main():
     q.add_argument("--rank", type=int, default=50)
     q.add_argument("--iters", type=int, default=10)
     q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--init-scale", type=float, default=0.1, help="zero-mean mode: invar's init_scale")
+    q.add_argument("--init", choices=["kaldi", "invar"], default="kaldi",
+                   help="kaldi mode: Kaldi's N(0, 1) start in the feature domain, or invar's "
+                   "N(0, init_scale^2) in the whitened domain (zero-mean mode always uses invar's)")
+    q.add_argument("--init-scale", type=float, default=0.1, help="invar's init_scale")
     q.add_argument("--gaussian-min-count", type=float, default=100.0,
                    help="kaldi mode: IvectorExtractorEstimationOptions::gaussian_min_count")
     a = p.parse_args()
