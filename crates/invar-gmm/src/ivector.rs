@@ -265,7 +265,7 @@ impl TStats {
         let r = h.len();
         let c_count = a_shape.first().copied().unwrap_or(0);
         // Accumulators written before `g` existed come from zero-mean runs, which do not use it.
-        let g = if st.names().iter().any(|n| *n == "g") {
+        let g = if st.names().contains(&"g") {
             safetensors::read_f64(&st, path, "g")?.0
         } else {
             vec![0.0; c_count * r]
@@ -831,7 +831,7 @@ impl IvectorExtractor {
                 ),
             });
         }
-        let offset = if st.names().iter().any(|n| *n == "prior_offset") {
+        let offset = if st.names().contains(&"prior_offset") {
             let (o, _) = safetensors::read_f64(&st, path, "prior_offset")?;
             match o.as_slice() {
                 [o] if o.is_finite() && *o >= 0.0 => *o,
@@ -984,12 +984,20 @@ mod tests {
             })
             .collect();
         let stats = baum_welch_source(&ubm, &utts).unwrap();
+        for prior_offset in [false, true] {
+            shards_add_up(&ubm, &stats, prior_offset);
+        }
+    }
+
+    /// The shard sums of [`tstats_round_trip_and_shards_add_up`], for one model.
+    fn shards_add_up(ubm: &DiagGmm, stats: &[BaumWelch], prior_offset: bool) {
         let cfg = IvectorConfig {
             rank: 3,
+            prior_offset,
             ..IvectorConfig::default()
         };
-        let model = IvectorExtractor::random(&ubm, &cfg).unwrap();
-        let whole = model.accumulate(&stats).unwrap();
+        let model = IvectorExtractor::random(ubm, &cfg).unwrap();
+        let whole = model.accumulate(stats).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let mut sum: Option<TStats> = None;
         for (k, shard) in stats.chunks(4).enumerate() {
@@ -1005,7 +1013,13 @@ mod tests {
         assert_eq!(sum.utterances, whole.utterances);
         assert_eq!(sum.frames, whole.frames);
         assert!((sum.objective - whole.objective).abs() < 1e-9 * whole.objective.abs().max(1.0));
-        for (a, b) in sum.c.iter().zip(&whole.c).chain(sum.a.iter().zip(&whole.a)) {
+        for (a, b) in sum
+            .c
+            .iter()
+            .zip(&whole.c)
+            .chain(sum.a.iter().zip(&whole.a))
+            .chain(sum.g.iter().zip(&whole.g))
+        {
             assert!((a - b).abs() < 1e-9 * b.abs().max(1.0));
         }
         let m1 = model.m_step(&sum, true).unwrap();
@@ -1013,5 +1027,7 @@ mod tests {
         for (a, b) in m1.t().iter().zip(m2.t()) {
             assert!((a - b).abs() < 1e-9 * b.abs().max(1.0));
         }
+        assert!((m1.prior_offset() - m2.prior_offset()).abs() <= 1e-9 * m2.prior_offset());
+        assert_eq!(m1.prior_offset() > 0.0, prior_offset);
     }
 }

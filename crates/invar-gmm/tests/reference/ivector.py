@@ -22,7 +22,9 @@ eigh; no batching, no packed triangles, no Cholesky):
 Two modes:
 
 - `kaldi`: the above as Kaldi runs it (raw first-order statistics, the UBM means inside M through
-  the prior offset, mean and covariance of the i-vectors re-estimated every iteration).
+  the prior offset, mean and covariance of the i-vectors re-estimated every iteration); invar's
+  `IvectorConfig::prior_offset`. Kaldi's `diagonalize` option only rotates dimensions 1.. of the
+  i-vector space and is left out; the tests compare quantities such rotations leave alone.
 - `zero-mean`: the options invar implements: statistics centred on the UBM means (so prior offset
   0 and no mean in M), and minimum divergence for a zero-mean prior: UpdatePrior with the mean held
   at 0, i.e. T = diag(s^-1/2) P^T from the eigendecomposition of the second moment
@@ -36,7 +38,9 @@ T) is computed here directly as a Gaussian density in supervector space,
 log N(Lambda^-1 f; 0, Lambda^-1 + T T^T) + C F/2 log 2pi - 1/2 log|Lambda| + 1/2 f^T Lambda^-1 f,
 Lambda = diag(N_c repeated F times) -- not through invar's L-matrix formula.
 
-Run once; the Rust tests hold the printed values and need no Python:
+`fixed` runs all three (no minimum divergence, zero-mean, kaldi) on statistics given in the
+whitened domain (Sigma = I there; the kaldi mode adds N_c mu_c/sigma_c of a formula UBM to make
+them uncentred). Run once; the Rust tests hold the printed values and need no Python:
 
     python3 -m venv /tmp/ivec-venv && /tmp/ivec-venv/bin/pip install numpy scikit-learn
     /tmp/ivec-venv/bin/python crates/invar-gmm/tests/reference/ivector.py fixed
@@ -343,12 +347,13 @@ def main():
     q.add_argument("--ubm", required=True, help="UBM safetensors from `invar gmm train`")
     q.add_argument("--features", required=True, help="folder of <id>.npy frames")
     q.add_argument("--manifest", required=True, help="manifest.tsv of `invar ivector extract` (row order)")
-    q.add_argument("--out", required=True)
-    q.add_argument("--mode", choices=["kaldi", "zero-mean"], default="kaldi")
+    q.add_argument("--out", required=True, help="folder for ivectors.npy (rows in manifest order)")
+    q.add_argument("--mode", choices=["kaldi", "zero-mean"], default="kaldi",
+                   help="Kaldi's model, or the zero-mean one invar uses by default")
     q.add_argument("--split", default=None, help="train T on this split only (default all rows)")
-    q.add_argument("--rank", type=int, default=50)
-    q.add_argument("--iters", type=int, default=10)
-    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--rank", type=int, default=50, help="i-vector dimension")
+    q.add_argument("--iters", type=int, default=10, help="EM iterations")
+    q.add_argument("--seed", type=int, default=0, help="numpy seed of the random start")
     q.add_argument("--init", choices=["kaldi", "invar"], default="kaldi",
                    help="kaldi mode: Kaldi's N(0, 1) start in the feature domain, or invar's "
                    "N(0, init_scale^2) in the whitened domain (zero-mean mode always uses invar's)")
