@@ -7,6 +7,13 @@
 //! supervector `T·w`, `w ~ N(0, I)`. With `L = I + Σ_c N_c T_cᵀ T_c` and `b = Σ_c T_cᵀ f_c`, the
 //! posterior of `w` is `N(L⁻¹ b, L⁻¹)` and the marginal log-likelihood of the statistics is, up to
 //! terms without T, `½ bᵀ L⁻¹ b − ½ log|L|`: the objective EM increases every iteration.
+//!
+//! With [`IvectorConfig::prior_offset`] the model is Kaldi's: T models the uncentred statistics
+//! `f_c + N_c μ_c/σ_c` (so `b` gains `Σ_c N_c T_cᵀ μ_c/σ_c`, and T carries and re-estimates the
+//! mean supervector, which the zero-mean model fixes at the UBM's), the prior is `N(o·e₀, I)`
+//! (`b` gains `o·e₀`, the objective `−½o²`), and minimum divergence is Kaldi's `UpdatePrior`.
+//! `tests/ivector_reference.rs` checks both models against a numpy transcription of Kaldi's
+//! `ivector-extractor.cc`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -45,6 +52,29 @@ pub struct IvectorConfig {
     pub init_scale: f64,
     /// Seed of the random initial T.
     pub seed: u64,
+    /// Kaldi's model (`IvectorExtractor::prior_offset_`, `ivector-extractor.cc`): the prior of
+    /// `w` is `N(o·e₀, I)` instead of `N(0, I)` and T models the *uncentred* statistics, its
+    /// column 0 starting at the UBM means over the initial offset 100, so that T carries the
+    /// mean supervector and re-estimates it; minimum divergence then whitens the centred
+    /// covariance of the i-vectors and moves their mean to `o·e₀` (Kaldi's `UpdatePrior`).
+    /// i-vectors are reported with `o` subtracted from dimension 0, as `ivector-extract` does.
+    /// Off: the zero-mean model on centred statistics (mean supervector fixed at the UBM's).
+    pub prior_offset: bool,
+}
+
+/// Kaldi's initial prior offset (`prior_offset_ = 100.0; // hardwired for now`).
+pub const KALDI_PRIOR_OFFSET: f64 = 100.0;
+
+/// The UBM means in the whitened domain, `μ_c / σ_c`, stacked to `C·F`: what the uncentred
+/// statistics of the prior-offset model add to the centred ones (`f_c + N_c μ_c/σ_c`).
+fn whitened_means(ubm: &DiagGmm) -> Vec<f64> {
+    let (c, d) = (ubm.components(), ubm.dims());
+    let mut out = Vec::with_capacity(c * d);
+    for k in 0..c {
+        let (mu, var) = (ubm.means().row(k), ubm.variances().row(k));
+        out.extend((0..d).map(|j| mu[j] as f64 / (var[j] as f64).sqrt()));
+    }
+    out
 }
 
 impl Default for IvectorConfig {
@@ -55,6 +85,7 @@ impl Default for IvectorConfig {
             min_divergence: true,
             init_scale: 0.1,
             seed: 0,
+            prior_offset: false,
         }
     }
 }
@@ -126,6 +157,8 @@ pub struct TStats {
     pub a: Vec<f64>,
     /// `Σ_u f(u) E[w]_uᵀ`, `C·F × R`.
     pub c: Vec<f64>,
+    /// `Σ_u N_c(u) E[w]_u`, `C × R`: turns `c` into the uncentred statistics' (prior offset).
+    pub g: Vec<f64>,
     /// `Σ_u E[w]_u`, `R` (for minimum divergence).
     pub h: Vec<f64>,
     /// `Σ_u E[w wᵀ]_u`, `R × R` (for minimum divergence).
@@ -143,6 +176,7 @@ impl TStats {
         TStats {
             a: vec![0.0; c * packed_len(r)],
             c: vec![0.0; cf * r],
+            g: vec![0.0; c * r],
             h: vec![0.0; r],
             hh: vec![0.0; r * r],
             objective: 0.0,
@@ -153,7 +187,10 @@ impl TStats {
 
     /// Adds another shard's accumulators.
     pub fn add(&mut self, other: &TStats) -> Result<()> {
-        if other.a.len() != self.a.len() || other.c.len() != self.c.len() {
+        if other.a.len() != self.a.len()
+            || other.c.len() != self.c.len()
+            || other.g.len() != self.g.len()
+        {
             return Err(Error::Dim {
                 what: "T-matrix statistics size",
                 expected: self.c.len(),
@@ -163,6 +200,7 @@ impl TStats {
         for (x, y) in [
             (&mut self.a, &other.a),
             (&mut self.c, &other.c),
+            (&mut self.g, &other.g),
             (&mut self.h, &other.h),
             (&mut self.hh, &other.hh),
         ] {
@@ -197,6 +235,7 @@ impl TStats {
                 vec![cf, r],
                 safetensors::f64_bytes(&self.c),
             ),
+            ("g", Dtype::F64, vec![c, r], safetensors::f64_bytes(&self.g)),
             ("h", Dtype::F64, vec![r], safetensors::f64_bytes(&self.h)),
             (
                 "hh",
@@ -223,10 +262,18 @@ impl TStats {
         let (a, a_shape) = safetensors::read_f64(&st, path, "a")?;
         let (c, c_shape) = safetensors::read_f64(&st, path, "c")?;
         let (h, _) = safetensors::read_f64(&st, path, "h")?;
+        let r = h.len();
+        let c_count = a_shape.first().copied().unwrap_or(0);
+        // Accumulators written before `g` existed come from zero-mean runs, which do not use it.
+        let g = if st.names().contains(&"g") {
+            safetensors::read_f64(&st, path, "g")?.0
+        } else {
+            vec![0.0; c_count * r]
+        };
         let (hh, _) = safetensors::read_f64(&st, path, "hh")?;
         let (totals, _) = safetensors::read_f64(&st, path, "totals")?;
-        let r = h.len();
         if a_shape.get(1) != Some(&packed_len(r))
+            || g.len() != c_count * r
             || c_shape.get(1) != Some(&r)
             || hh.len() != r * r
             || totals.len() != 3
@@ -242,6 +289,7 @@ impl TStats {
         Ok(TStats {
             a,
             c,
+            g,
             h,
             hh,
             objective: totals[0],
@@ -292,6 +340,12 @@ pub struct IvectorExtractor {
     t: Vec<f64>,
     /// `C × R(R+1)/2`: packed `T_cᵀ T_c`.
     tt: Vec<f64>,
+    /// The prior mean of `w` is `offset·e₀` (0: the zero-mean model).
+    offset: f64,
+    /// With an offset: the whitened UBM means `μ_c/σ_c` (`C·F`), turning the centred statistics
+    /// into Kaldi's uncentred ones, and `T_cᵀ μ_c/σ_c` (`C × R`). Empty without.
+    mean: Vec<f64>,
+    tm: Vec<f64>,
 }
 
 impl IvectorExtractor {
@@ -300,16 +354,80 @@ impl IvectorExtractor {
         let cf = ubm.components() * ubm.dims();
         cfg.validate(cf)?;
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-        let t: Vec<f64> = (0..cf * cfg.rank)
+        let mut t: Vec<f64> = (0..cf * cfg.rank)
             .map(|_| {
                 let z: f64 = StandardNormal.sample(&mut rng);
                 z * cfg.init_scale
             })
             .collect();
-        Self::from_t(ubm.components(), ubm.dims(), cfg.rank, t)
+        if !cfg.prior_offset {
+            return Self::from_t(ubm.components(), ubm.dims(), cfg.rank, t, 0.0, Vec::new());
+        }
+        // Kaldi's IvectorExtractor(opts, fgmm): column 0 = the means over the prior offset.
+        let mean = whitened_means(ubm);
+        for (row, m) in t.chunks_exact_mut(cfg.rank).zip(&mean) {
+            row[0] = m / KALDI_PRIOR_OFFSET;
+        }
+        Self::from_t(
+            ubm.components(),
+            ubm.dims(),
+            cfg.rank,
+            t,
+            KALDI_PRIOR_OFFSET,
+            mean,
+        )
     }
 
-    fn from_t(components: usize, dims: usize, rank: usize, t: Vec<f64>) -> Result<Self> {
+    /// A model from a given T (`C·F × R` row-major, whitened domain) for `ubm`, with prior mean
+    /// `prior_offset·e₀` (0: the zero-mean model; see [`IvectorConfig::prior_offset`]): a start
+    /// both this crate and an outside implementation can compute (the reference test starts EM
+    /// from one).
+    pub fn from_matrix(ubm: &DiagGmm, rank: usize, t: Vec<f64>, prior_offset: f64) -> Result<Self> {
+        let (components, dims) = (ubm.components(), ubm.dims());
+        let cf = components * dims;
+        if rank == 0 || rank > cf {
+            return Err(Error::Config {
+                field: "rank",
+                value: rank.to_string(),
+                reason: "must be in 1..=C·F (components × feature dims of the UBM)",
+            });
+        }
+        if t.len() != cf * rank {
+            return Err(Error::Dim {
+                what: "T matrix entries (C·F × R)",
+                expected: cf * rank,
+                found: t.len(),
+            });
+        }
+        if t.iter().any(|v| !v.is_finite()) {
+            return Err(Error::NonFinite {
+                what: "T matrix entry",
+                iteration: 0,
+            });
+        }
+        if !(prior_offset.is_finite() && prior_offset >= 0.0) {
+            return Err(Error::Config {
+                field: "prior_offset",
+                value: prior_offset.to_string(),
+                reason: "must be a finite number >= 0",
+            });
+        }
+        let mean = if prior_offset != 0.0 {
+            whitened_means(ubm)
+        } else {
+            Vec::new()
+        };
+        Self::from_t(components, dims, rank, t, prior_offset, mean)
+    }
+
+    fn from_t(
+        components: usize,
+        dims: usize,
+        rank: usize,
+        t: Vec<f64>,
+        offset: f64,
+        mean: Vec<f64>,
+    ) -> Result<Self> {
         let p = packed_len(rank);
         let mut tt = vec![0.0; components * p];
         tt.par_chunks_mut(p)
@@ -332,13 +450,34 @@ impl IvectorExtractor {
                 pack_lower(&full, rank, out);
                 Ok(())
             })?;
+        let mut tm = Vec::new();
+        if offset != 0.0 {
+            tm = vec![0.0; components * rank];
+            for (k, out) in tm.chunks_exact_mut(rank).enumerate() {
+                for j in 0..dims {
+                    let row = &t[(k * dims + j) * rank..(k * dims + j + 1) * rank];
+                    let m = mean[k * dims + j];
+                    for (o, v) in out.iter_mut().zip(row) {
+                        *o += v * m;
+                    }
+                }
+            }
+        }
         Ok(IvectorExtractor {
             components,
             dims,
             rank,
             t,
             tt,
+            offset,
+            mean,
+            tm,
         })
+    }
+
+    /// The prior mean of `w` is `prior_offset()·e₀`; 0 for the zero-mean model.
+    pub fn prior_offset(&self) -> f64 {
+        self.offset
     }
 
     /// i-vector dimension `R`.
@@ -394,6 +533,25 @@ impl IvectorExtractor {
             false,
             true,
         )?;
+        if self.offset != 0.0 {
+            // Uncentred statistics: Tᵀ(f + N μ/σ) = b + Σ_c N_c T_cᵀ μ_c/σ_c.
+            gemm(
+                u,
+                r,
+                c,
+                &nmat,
+                Op::N,
+                &self.tm,
+                Op::N,
+                &mut bmat,
+                true,
+                true,
+            )?;
+            // GetIvectorDistPrior: the prior N(o·e₀, I) adds o to the linear term's dim 0.
+            for b in bmat.chunks_exact_mut(r) {
+                b[0] += self.offset;
+            }
+        }
         let mut lmat = vec![0.0; u * p];
         gemm(
             u,
@@ -436,13 +594,24 @@ impl IvectorExtractor {
         Ok(())
     }
 
-    /// The i-vector (posterior mean of `w`) of one utterance's statistics.
+    /// The i-vector (posterior mean of `w`, less the prior offset in dimension 0 as Kaldi's
+    /// `ivector-extract` reports it) of one utterance's statistics.
     pub fn extract(&self, bw: &BaumWelch) -> Result<Vec<f32>> {
         let mut out = Vec::new();
         self.posterior_batch(std::slice::from_ref(bw), false, |_, w, _, _, _| {
-            out = w.iter().map(|&v| v as f32).collect()
+            out = self.reported(w).collect()
         })?;
         Ok(out)
+    }
+
+    fn reported<'a>(&'a self, w: &'a [f64]) -> impl Iterator<Item = f32> + 'a {
+        w.iter().enumerate().map(move |(i, &v)| {
+            if i == 0 {
+                (v - self.offset) as f32
+            } else {
+                v as f32
+            }
+        })
     }
 
     /// One utterance's i-vector from its frames, as `invar ivector extract` writes it (a 1 × R row):
@@ -466,9 +635,7 @@ impl IvectorExtractor {
         let r = self.rank;
         let mut data = Vec::with_capacity(stats.len() * r);
         for batch in stats.chunks(BATCH) {
-            self.posterior_batch(batch, false, |_, w, _, _, _| {
-                data.extend(w.iter().map(|&v| v as f32))
-            })?;
+            self.posterior_batch(batch, false, |_, w, _, _, _| data.extend(self.reported(w)))?;
         }
         Ok(Matrix::new(stats.len(), r, data)?)
     }
@@ -500,7 +667,8 @@ impl IvectorExtractor {
                     *h += v;
                 }
                 let bw: f64 = b.iter().zip(w).map(|(x, y)| x * y).sum();
-                let obj = 0.5 * bw - 0.5 * cholesky_log_det(l, r);
+                // With the prior N(o·e₀, I), b includes o·e₀ and the marginal gains −½o².
+                let obj = 0.5 * bw - 0.5 * cholesky_log_det(l, r) - 0.5 * self.offset * self.offset;
                 if !obj.is_finite() && failed.is_none() {
                     failed = Some(i);
                 }
@@ -523,12 +691,15 @@ impl IvectorExtractor {
             // A (C×P) += Nᵀ (C×U) · vech E[wwᵀ] (U×P); C (CF×R) += Fᵀ (CF×U) · W (U×R).
             gemm(c, p, u, &nmat, Op::T, &wwp, Op::N, &mut acc.a, true, true)?;
             gemm(cf, r, u, &fmat, Op::T, &wmat, Op::N, &mut acc.c, true, true)?;
+            gemm(c, r, u, &nmat, Op::T, &wmat, Op::N, &mut acc.g, true, true)?;
         }
         Ok(acc)
     }
 
-    /// The M-step: `T_c = C_c A_c⁻¹` for each component, then (optionally) minimum divergence
-    /// `T ← T·chol(Σ_u E[wwᵀ]/U)`.
+    /// The M-step: `T_c = C_c A_c⁻¹` for each component, then (optionally) minimum divergence:
+    /// `T ← T·chol(Σ_u E[wwᵀ]/U)` for the zero-mean model; with a prior offset Kaldi's
+    /// `UpdatePrior`, `T ← T·chol(Σ)·H` with `Σ` the centred covariance of the i-vectors and `H`
+    /// the Householder reflection that sends `chol(Σ)⁻¹·mean` to `o'·e₀`, the new offset `o'`.
     pub fn m_step(&self, acc: &TStats, min_divergence: bool) -> Result<Self> {
         let (c, d, r) = (self.components, self.dims, self.rank);
         let p = packed_len(r);
@@ -544,13 +715,60 @@ impl IvectorExtractor {
                 cholesky(&mut a, r, "T-matrix accumulator A_c")?;
                 // T_c A_c = C_c: each row of T_c solves A_c x = (row of C_c), A_c symmetric.
                 tc.copy_from_slice(&acc.c[k * d * r..(k + 1) * d * r]);
+                if self.offset != 0.0 {
+                    // Kaldi's Y_i holds the uncentred statistics: C_c + (μ_c/σ_c) g_cᵀ.
+                    let g = &acc.g[k * r..(k + 1) * r];
+                    for (j, row) in tc.chunks_exact_mut(r).enumerate() {
+                        let m = self.mean[k * d + j];
+                        for (x, gv) in row.iter_mut().zip(g) {
+                            *x += m * gv;
+                        }
+                    }
+                }
                 for row in tc.chunks_exact_mut(r) {
                     forward_solve(&a, r, row);
                     backward_solve(&a, r, row);
                 }
                 Ok(())
             })?;
-        if min_divergence {
+        let mut offset = self.offset;
+        if min_divergence && self.offset != 0.0 {
+            let u = acc.utterances as f64;
+            let mean: Vec<f64> = acc.h.iter().map(|v| v / u).collect();
+            let mut k: Vec<f64> = acc.hh.iter().map(|v| v / u).collect();
+            for a in 0..r {
+                for b in 0..r {
+                    k[a * r + b] -= mean[a] * mean[b];
+                }
+            }
+            cholesky(&mut k, r, "i-vector covariance (minimum divergence)")?;
+            let mut y = mean;
+            forward_solve(&k, r, &mut y);
+            let norm = y.iter().map(|v| v * v).sum::<f64>().sqrt();
+            if !(norm > 0.0 && norm.is_finite()) {
+                return Err(Error::NonFinite {
+                    what: "i-vector mean (prior offset)",
+                    iteration: 0,
+                });
+            }
+            // Householder a = (x − e₀)/‖x − e₀‖, x = y/‖y‖: (I − 2aaᵀ)x = e₀.
+            let mut a: Vec<f64> = y.iter().map(|v| v / norm).collect();
+            a[0] -= 1.0;
+            let an = a.iter().map(|v| v * v).sum::<f64>().sqrt();
+            let mut tl = vec![0.0; c * d * r];
+            gemm(c * d, r, r, &t, Op::N, &k, Op::N, &mut tl, false, true)?;
+            if an > 1e-12 {
+                a.iter_mut().for_each(|v| *v /= an);
+                tl.par_chunks_mut(r).for_each(|row| {
+                    let s: f64 = row.iter().zip(&a).map(|(x, y)| x * y).sum();
+                    for (x, y) in row.iter_mut().zip(&a) {
+                        *x -= 2.0 * s * y;
+                    }
+                });
+            }
+            t = tl;
+            offset = norm;
+        } else if min_divergence {
             let u = acc.utterances as f64;
             let mut k: Vec<f64> = acc.hh.iter().map(|v| v / u).collect();
             cholesky(&mut k, r, "i-vector second moment (minimum divergence)")?;
@@ -558,7 +776,7 @@ impl IvectorExtractor {
             gemm(c * d, r, r, &t, Op::N, &k, Op::N, &mut out, false, true)?;
             t = out;
         }
-        Self::from_t(c, d, r, t)
+        Self::from_t(c, d, r, t, offset, self.mean.clone())
     }
 
     /// Writes T as safetensors (`t`, `[C·F, R]`, f64) and `meta` as JSON beside it, atomically.
@@ -578,11 +796,17 @@ impl IvectorExtractor {
             ("components".to_string(), self.components.to_string()),
             ("dims".to_string(), self.dims.to_string()),
         ]);
-        Ok(safetensors::to_bytes(
-            path,
-            &[("t", Dtype::F64, shape, safetensors::f64_bytes(&self.t))],
-            info,
-        )?)
+        let mut tensors = vec![("t", Dtype::F64, shape, safetensors::f64_bytes(&self.t))];
+        if self.offset != 0.0 {
+            // Only when set: zero-mean models keep the bytes they always had.
+            tensors.push((
+                "prior_offset",
+                Dtype::F64,
+                vec![1],
+                safetensors::f64_bytes(&[self.offset]),
+            ));
+        }
+        Ok(safetensors::to_bytes(path, &tensors, info)?)
     }
 
     /// Reads an extractor written by [`IvectorExtractor::save`] for use with `ubm`.
@@ -607,7 +831,26 @@ impl IvectorExtractor {
                 ),
             });
         }
-        Self::from_t(ubm.components(), ubm.dims(), shape[1], t)
+        let offset = if st.names().contains(&"prior_offset") {
+            let (o, _) = safetensors::read_f64(&st, path, "prior_offset")?;
+            match o.as_slice() {
+                [o] if o.is_finite() && *o >= 0.0 => *o,
+                _ => {
+                    return Err(Error::File {
+                        path: path.to_path_buf(),
+                        reason: format!("prior_offset must be one finite number >= 0, got {o:?}"),
+                    })
+                }
+            }
+        } else {
+            0.0
+        };
+        let mean = if offset != 0.0 {
+            whitened_means(ubm)
+        } else {
+            Vec::new()
+        };
+        Self::from_t(ubm.components(), ubm.dims(), shape[1], t, offset, mean)
     }
 }
 
@@ -741,12 +984,20 @@ mod tests {
             })
             .collect();
         let stats = baum_welch_source(&ubm, &utts).unwrap();
+        for prior_offset in [false, true] {
+            shards_add_up(&ubm, &stats, prior_offset);
+        }
+    }
+
+    /// The shard sums of [`tstats_round_trip_and_shards_add_up`], for one model.
+    fn shards_add_up(ubm: &DiagGmm, stats: &[BaumWelch], prior_offset: bool) {
         let cfg = IvectorConfig {
             rank: 3,
+            prior_offset,
             ..IvectorConfig::default()
         };
-        let model = IvectorExtractor::random(&ubm, &cfg).unwrap();
-        let whole = model.accumulate(&stats).unwrap();
+        let model = IvectorExtractor::random(ubm, &cfg).unwrap();
+        let whole = model.accumulate(stats).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let mut sum: Option<TStats> = None;
         for (k, shard) in stats.chunks(4).enumerate() {
@@ -762,7 +1013,13 @@ mod tests {
         assert_eq!(sum.utterances, whole.utterances);
         assert_eq!(sum.frames, whole.frames);
         assert!((sum.objective - whole.objective).abs() < 1e-9 * whole.objective.abs().max(1.0));
-        for (a, b) in sum.c.iter().zip(&whole.c).chain(sum.a.iter().zip(&whole.a)) {
+        for (a, b) in sum
+            .c
+            .iter()
+            .zip(&whole.c)
+            .chain(sum.a.iter().zip(&whole.a))
+            .chain(sum.g.iter().zip(&whole.g))
+        {
             assert!((a - b).abs() < 1e-9 * b.abs().max(1.0));
         }
         let m1 = model.m_step(&sum, true).unwrap();
@@ -770,5 +1027,7 @@ mod tests {
         for (a, b) in m1.t().iter().zip(m2.t()) {
             assert!((a - b).abs() < 1e-9 * b.abs().max(1.0));
         }
+        assert!((m1.prior_offset() - m2.prior_offset()).abs() <= 1e-9 * m2.prior_offset());
+        assert_eq!(m1.prior_offset() > 0.0, prior_offset);
     }
 }
