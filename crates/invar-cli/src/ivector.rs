@@ -111,6 +111,11 @@ pub struct TrainArgs {
     /// Skip the minimum-divergence step.
     #[arg(long)]
     pub no_min_divergence: bool,
+    /// Train the zero-mean model (centred statistics, prior N(0, I), the mean supervector fixed
+    /// at the UBM's) instead of Kaldi's prior-offset model, the default (`ivector-extractor.cc`:
+    /// uncentred statistics, prior N(100·e₀, I), the mean re-estimated).
+    #[arg(long)]
+    pub zero_mean: bool,
     /// Seed of the random initial T [default: 0]
     #[arg(long)]
     pub seed: Option<u64>,
@@ -191,6 +196,9 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     }
     if args.no_min_divergence {
         cfg.min_divergence = false;
+    }
+    if args.zero_mean {
+        cfg.prior_offset = false;
     }
     let ubm = load_ubm(&args.ubm)?;
     cfg.validate(ubm.components() * ubm.dims())?;
