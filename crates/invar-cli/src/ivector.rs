@@ -516,6 +516,7 @@ mod tests {
                 rank: Some(5),
                 iters: Some(4),
                 no_min_divergence: false,
+                zero_mean: false,
                 seed: Some(3),
                 json: None,
             }),
