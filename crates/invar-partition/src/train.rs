@@ -10,6 +10,7 @@ use invar_io::Matrix;
 use invar_train::{
     AdaMaxConfig, BatchSource, CheckpointConfig, EarlyStoppingConfig, Metrics, OptimizerConfig,
     ShuffledOrder, StepContext, StepOutput, TrainConfig, TrainStep, TrainSummary, Trainer,
+    ValidContext, ValidOutput,
 };
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -71,6 +72,15 @@ impl PairBatches {
         }
     }
 
+    /// The validation batches: `pairs` cut into batches in their order, the same every epoch.
+    pub fn in_order(pairs: Vec<Pair>, batch_size: usize, device: Device) -> Self {
+        Self {
+            order: ShuffledOrder::in_order(pairs.len(), batch_size, "validation pair batches"),
+            pairs,
+            device,
+        }
+    }
+
     /// The pairs of batch `index` of the current epoch, in order.
     pub fn batch_pairs(&self, index: usize) -> invar_train::Result<Vec<Pair>> {
         Ok(self
@@ -95,13 +105,12 @@ impl BatchSource for PairBatches {
     }
 }
 
-/// The model and loss: `V` `[M, D]`, all frames `[N, M]` on the device, the validation batches.
+/// The model and loss: `V` `[M, D]` and all frames `[N, M]` on the device.
 #[derive(Debug)]
 pub struct PartitionStep {
     v: Var,
     frames: Tensor,
     loss: LossConfig,
-    val: Vec<PairBatch>,
 }
 
 /// The loss of one batch and its parts, as the training step computes it: `W = rownorm(|V|)`,
@@ -148,36 +157,24 @@ impl TrainStep<PairBatch> for PartitionStep {
         })
     }
 
-    fn validate(&mut self) -> invar_train::Result<Metrics> {
-        let mut loss = 0.0;
-        let mut n = 0usize;
-        let (mut same, mut n_same, mut diff, mut n_diff) = (0.0, 0usize, 0.0, 0usize);
-        for b in &self.val {
-            let parts = pair_loss(self.v.as_tensor(), &self.frames, b, &self.loss)
-                .map_err(|e| invar_train::Error::method("partition validation", e))?;
-            let k = b.x.elem_count();
-            loss += f64::from(parts.total.to_scalar::<f32>()?) * k as f64;
-            n += k;
-            if let Some(s) = parts.same_sqrt_js {
-                same += s * b.n_same as f64;
-                n_same += b.n_same;
-            }
-            if let Some(d) = parts.diff_sqrt_js {
-                diff += d * (k - b.n_same) as f64;
-                n_diff += k - b.n_same;
-            }
+    /// The loss over the batch's pairs, √JS over its same and its different pairs.
+    fn valid_step(
+        &mut self,
+        b: &PairBatch,
+        _ctx: &ValidContext,
+    ) -> invar_train::Result<ValidOutput> {
+        let parts = pair_loss(self.v.as_tensor(), &self.frames, b, &self.loss)
+            .map_err(|e| invar_train::Error::method("partition validation", e))?;
+        let k = b.x.elem_count();
+        let mut out = ValidOutput::new();
+        out.mean("loss", f64::from(parts.total.to_scalar::<f32>()?), k as f64);
+        if let Some(s) = parts.same_sqrt_js {
+            out.mean("same_sqrt_js", s, b.n_same as f64);
         }
-        let mut m = Metrics::new();
-        if n > 0 {
-            m.insert("loss".into(), loss / n as f64);
+        if let Some(d) = parts.diff_sqrt_js {
+            out.mean("diff_sqrt_js", d, (k - b.n_same) as f64);
         }
-        if n_same > 0 {
-            m.insert("same_sqrt_js".into(), same / n_same as f64);
-        }
-        if n_diff > 0 {
-            m.insert("diff_sqrt_js".into(), diff / n_diff as f64);
-        }
-        Ok(m)
+        Ok(out)
     }
 }
 
@@ -286,21 +283,19 @@ pub fn train(
     drop(v);
 
     let frames = Tensor::from_slice(&post.frames.data, (total, m), device)?;
-    let val = val_pairs
-        .chunks(cfg.optim.batch_size)
-        .map(|c| make_batch(c, device))
-        .collect::<Result<Vec<_>>>()?;
     let mut step = PartitionStep {
         v: var.clone(),
         frames,
         loss: cfg.loss.clone(),
-        val,
     };
     let mut source = PairBatches::new(train_pairs, cfg.optim.batch_size, device.clone());
+    let mut val = PairBatches::in_order(val_pairs, cfg.optim.batch_size, device.clone());
     let trainer = Trainer::new(tcfg, run_dir, device.clone())?
         .with_method_config(cfg)?
         .with_resume(resume);
-    let summary = trainer.fit(&varmap, &mut source, &mut step)?;
+    let valid: Option<&mut dyn BatchSource<Batch = PairBatch>> =
+        if validate { Some(&mut val) } else { None };
+    let summary = trainer.fit(&varmap, &mut source, valid, &mut step)?;
     let data = var.as_tensor().flatten_all()?.to_vec1::<f32>()?;
     let v = Matrix::new(m, d, data)?;
     Ok(Trained {

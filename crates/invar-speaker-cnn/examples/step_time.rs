@@ -166,7 +166,6 @@ fn main() -> Result<()> {
         regularizer,
         norm: &norm,
         log_features: false,
-        validation: None,
         batch_size: args.batch,
         device: device.clone(),
     };
@@ -190,7 +189,7 @@ fn main() -> Result<()> {
     let run_dir = tempfile::tempdir().context("cannot create a temporary run folder")?;
     let trainer = Trainer::new(train, run_dir.path(), device.clone())?;
     let mut source = Fixed { x, y };
-    let summary = trainer.fit(&varmap, &mut source, &mut step)?;
+    let summary = trainer.fit(&varmap, &mut source, None, &mut step)?;
     let metric = |name: &str| -> Result<Vec<f64>> {
         summary
             .history

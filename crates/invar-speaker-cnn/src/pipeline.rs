@@ -9,13 +9,13 @@ use candle_nn::VarMap;
 use invar_audio::{Audio, Frontend, FrontendConfig};
 use invar_eval::{identify, IdentifyReport, Prediction};
 use invar_io::Matrix;
-use invar_train::{TrainSummary, Trainer};
+use invar_train::{BatchSource, TrainSummary, Trainer};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::augment::Augmenter;
 use crate::data::{subtract_sliding_mean, subtract_utterance_mean};
-use crate::train::{new_model, ChunkBatches, ChunkScores, CnnStep};
+use crate::train::{new_model, ChunkBatch, ChunkBatches, ChunkScores, CnnStep};
 use crate::{ChunkSet, Error, Normalizer, Result, SpeakerCnn, SpeakerCnnConfig};
 
 /// One utterance: its id, its speaker and its samples.
@@ -297,11 +297,16 @@ pub fn train_cnn_resume(
         regularizer: config.regularizer.clone(),
         norm: &meta.normalizer,
         log_features: log,
-        validation: (!va_chunks.is_empty()).then_some(&va_chunks),
         batch_size: config.batch_size,
         device: device.clone(),
     };
-    let summary = trainer.fit(&varmap, &mut source, &mut step)?;
+    let mut val = ChunkBatches::in_order(&va_chunks, config.batch_size, device.clone());
+    let valid: Option<&mut dyn BatchSource<Batch = ChunkBatch>> = if va_chunks.is_empty() {
+        None
+    } else {
+        Some(&mut val)
+    };
+    let summary = trainer.fit(&varmap, &mut source, valid, &mut step)?;
     invar_io::write_json(run_dir.join(META_FILE), &meta)?;
     Ok(TrainedCnn {
         meta,
@@ -468,7 +473,6 @@ pub fn evaluate(
         regularizer: cfg.regularizer.clone(),
         norm: &trained.meta.normalizer,
         log_features: log,
-        validation: None,
         batch_size: cfg.batch_size.max(64),
         device: device.clone(),
     };

@@ -162,7 +162,7 @@ fn main() -> Result<()> {
     let run_dir = tempfile::tempdir().context("cannot create a temporary run folder")?;
     let trainer = Trainer::new(train, run_dir.path(), device.clone())?;
     let mut source = Fixed { x, y };
-    let summary = trainer.fit(&varmap, &mut source, &mut step)?;
+    let summary = trainer.fit(&varmap, &mut source, None, &mut step)?;
     let metric = |name: &str| -> Result<Vec<f64>> {
         summary
             .history

@@ -203,7 +203,7 @@ pub fn train(
         .with_method_config(&config)?
         .with_resume(resume);
     let mut step = PairStep::new(&model, &config);
-    let summary = trainer.fit(&varmap, &mut source, &mut step)?;
+    let summary = trainer.fit(&varmap, &mut source, None, &mut step)?;
     let meta = ModelMeta {
         model: config.model.clone(),
         normalizer,
