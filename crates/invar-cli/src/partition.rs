@@ -6,8 +6,8 @@ use crate::out_dir::opt;
 use clap::{Args, Subcommand};
 use invar_data::{FeatureSet, Layout};
 use invar_partition::{
-    apply_featureset, gold_classes, read_model, run as run_partition, Partition, PartitionConfig,
-    Posteriorgrams, SilhouetteConfig,
+    apply_featureset, gold_classes, run as run_partition, Partition, PartitionConfig,
+    Posteriorgrams, SilhouetteConfig, Trained,
 };
 
 /// Method 000: learn a speaker-invariant partition of posteriorgram classes, and apply it.
@@ -239,7 +239,7 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
 }
 
 fn apply(a: ApplyArgs) -> anyhow::Result<()> {
-    let mut partition = read_model(&a.model)?;
+    let mut partition = Trained::load(&a.model, &invar_ops::device("cpu")?)?.partition;
     if let Some(seed) = a.random_control {
         partition = Partition::random_hard(partition.inputs(), partition.outputs(), seed);
     }

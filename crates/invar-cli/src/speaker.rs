@@ -363,7 +363,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     )?;
     let conditions = RobustnessConfig::default().conditions;
     let baselines = args.baselines.then(BaselineConfig::default);
-    let results = invar_speaker_cnn::run_method(
+    let results = invar_speaker_cnn::run(
         &cfg,
         baselines.as_ref(),
         &train,
@@ -409,7 +409,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
 
 fn eval(args: EvalArgs) -> anyhow::Result<()> {
     let device = invar_ops::device(&args.device)?;
-    let trained = invar_speaker_cnn::load_cnn(&args.model, &device)?;
+    let trained = invar_speaker_cnn::Trained::load(&args.model, &device)?;
     let (_, test) = args.corpus.load()?;
     let _out = crate::out_dir::claim(
         &args.out,

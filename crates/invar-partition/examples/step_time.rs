@@ -192,7 +192,11 @@ fn main() -> Result<()> {
         false,
         Some(tcfg),
     )?;
-    let history = &trained.summary.history;
+    let history = &trained
+        .summary
+        .as_ref()
+        .context("the training loop returned no summary")?
+        .history;
     let metric = |name: &str| -> Result<Vec<f64>> {
         history
             .iter()

@@ -178,13 +178,14 @@ impl TrainStep<PairBatch> for PartitionStep {
     }
 }
 
-/// A trained partition and how training went.
+/// A trained (or loaded, [`Trained::load`]) partition and how training went.
 #[derive(Debug, Clone)]
 pub struct Trained {
     pub partition: Partition,
-    /// The raw `V` (`M × D`).
-    pub v: Matrix,
-    pub summary: TrainSummary,
+    /// The raw `V` (`M × D`); `None` for a loaded folder without `V.npy`.
+    pub v: Option<Matrix>,
+    /// How training went; `None` for a loaded model.
+    pub summary: Option<TrainSummary>,
 }
 
 /// The loop's configuration for 000: AdaMax, patience on the validation loss (or the training loss
@@ -300,8 +301,8 @@ pub fn train(
     let v = Matrix::new(m, d, data)?;
     Ok(Trained {
         partition: Partition::from_v(&v),
-        v,
-        summary,
+        v: Some(v),
+        summary: Some(summary),
     })
 }
 

@@ -23,8 +23,8 @@ use candle_core::Device;
 use invar_data::Layout;
 use invar_speaker_cnn::{
     cross_validate, evaluate, gmm_baseline, load_corpus, logistic_baseline, plot_robustness,
-    robustness, run_method, train_cnn, BaselineConfig, Condition, CorpusRecipe,
-    CrossValidationConfig, LabeledAudio, Nuisance, RobustnessConfig, SpeakerCnnConfig,
+    robustness, run, train_cnn, BaselineConfig, Condition, CorpusRecipe, CrossValidationConfig,
+    LabeledAudio, Nuisance, RobustnessConfig, SpeakerCnnConfig,
 };
 use invar_train::ProgressMode;
 use serde::Serialize;
@@ -227,9 +227,9 @@ fn train_or_load(
     train: &[LabeledAudio],
     dir: &Path,
     dev: &Device,
-) -> Result<invar_speaker_cnn::TrainedCnn> {
+) -> Result<invar_speaker_cnn::Trained> {
     if dir.join("summary.json").is_file() && dir.join(invar_speaker_cnn::META_FILE).is_file() {
-        let mut t = invar_speaker_cnn::load_cnn(dir, dev)?;
+        let mut t = invar_speaker_cnn::Trained::load(dir, dev)?;
         t.summary = Some(invar_io::read_json(dir.join("summary.json"))?);
         return Ok(t);
     }
@@ -282,7 +282,7 @@ fn lambda_stage(out: &Path, seeds: &[u64]) -> Result<()> {
         },
     ];
     let mut rows = Vec::new();
-    let score = |trained: &invar_speaker_cnn::TrainedCnn,
+    let score = |trained: &invar_speaker_cnn::Trained,
                  nuisance: Nuisance,
                  lambda: f64,
                  seed: u64|
@@ -442,7 +442,7 @@ fn timit_stage(out: &Path, configs: &[SpeakerCnnConfig]) -> Result<()> {
     let mut rows = Vec::new();
     for (i, cfg) in configs.iter().enumerate() {
         let base = (i == 0).then(BaselineConfig::default);
-        let r = run_method(
+        let r = run(
             &quiet(cfg.clone()),
             base.as_ref(),
             &train,

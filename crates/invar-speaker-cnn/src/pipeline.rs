@@ -185,11 +185,12 @@ pub struct ModelMeta {
 /// The file in a run folder that holds [`ModelMeta`].
 pub const META_FILE: &str = "speaker_cnn.json";
 
-/// A trained network with its normalisation and speakers.
-pub struct TrainedCnn {
+/// A trained (or loaded, [`Trained::load`]) network with its normalisation and speakers.
+pub struct Trained {
     pub meta: ModelMeta,
     pub varmap: VarMap,
     pub model: SpeakerCnn,
+    /// How training went; `None` for a loaded model.
     pub summary: Option<TrainSummary>,
     pub run_dir: PathBuf,
 }
@@ -201,7 +202,7 @@ pub fn train_cnn(
     train: &[LabeledAudio],
     run_dir: &Path,
     device: &Device,
-) -> Result<TrainedCnn> {
+) -> Result<Trained> {
     train_cnn_resume(config, train, run_dir, device, false)
 }
 
@@ -213,7 +214,7 @@ pub fn train_cnn_resume(
     run_dir: &Path,
     device: &Device,
     resume: bool,
-) -> Result<TrainedCnn> {
+) -> Result<Trained> {
     config.validate()?;
     if train.is_empty() {
         return Err(Error::Empty {
@@ -308,7 +309,7 @@ pub fn train_cnn_resume(
     };
     let summary = trainer.fit(&varmap, &mut source, valid, &mut step)?;
     invar_io::write_json(run_dir.join(META_FILE), &meta)?;
-    Ok(TrainedCnn {
+    Ok(Trained {
         meta,
         varmap,
         model,
@@ -317,28 +318,31 @@ pub fn train_cnn_resume(
     })
 }
 
-impl std::fmt::Debug for TrainedCnn {
+impl std::fmt::Debug for Trained {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TrainedCnn")
+        f.debug_struct("Trained")
             .field("meta", &self.meta)
             .field("run_dir", &self.run_dir)
             .finish_non_exhaustive()
     }
 }
 
-/// Loads a run written by [`train_cnn`]: `speaker_cnn.json` and `model.safetensors`.
-pub fn load_cnn(run_dir: &Path, device: &Device) -> Result<TrainedCnn> {
-    let meta: ModelMeta = invar_io::read_json(run_dir.join(META_FILE))?;
-    meta.config.validate()?;
-    let (varmap, model) = new_model(&meta.config, meta.bins, meta.speakers.len(), device)?;
-    invar_train::load_weights(&varmap, &run_dir.join("model.safetensors"))?;
-    Ok(TrainedCnn {
-        meta,
-        varmap,
-        model,
-        summary: None,
-        run_dir: run_dir.to_path_buf(),
-    })
+impl Trained {
+    /// Loads a run written by [`train_cnn`] (`speaker_cnn.json` and `model.safetensors`) onto
+    /// `device`.
+    pub fn load(run_dir: &Path, device: &Device) -> Result<Self> {
+        let meta: ModelMeta = invar_io::read_json(run_dir.join(META_FILE))?;
+        meta.config.validate()?;
+        let (varmap, model) = new_model(&meta.config, meta.bins, meta.speakers.len(), device)?;
+        invar_train::load_weights(&varmap, &run_dir.join("model.safetensors"))?;
+        Ok(Self {
+            meta,
+            varmap,
+            model,
+            summary: None,
+            run_dir: run_dir.to_path_buf(),
+        })
+    }
 }
 
 /// Accuracy of a trained model on test audio under one condition.
@@ -442,7 +446,7 @@ pub fn report(
 
 /// Evaluates `trained` on `test` under `condition`.
 pub fn evaluate(
-    trained: &TrainedCnn,
+    trained: &Trained,
     test: &[LabeledAudio],
     condition: Condition,
     device: &Device,

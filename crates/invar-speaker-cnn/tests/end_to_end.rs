@@ -79,7 +79,7 @@ fn learns_speakers_and_unit_l2_cancels_a_constant_gain() -> Result<()> {
     assert!((loud.chunk_accuracy - clean.chunk_accuracy).abs() < 1e-9);
     assert!((loud.chunk_loss - clean.chunk_loss).abs() < 1e-4 * clean.chunk_loss.max(1.0));
     // The run folder can be loaded back and gives the same numbers.
-    let back = invar_speaker_cnn::load_cnn(&tmp.path().join("run"), &dev)?;
+    let back = invar_speaker_cnn::Trained::load(&tmp.path().join("run"), &dev)?;
     let again = evaluate(&back, &test, Condition::Clean, &dev)?;
     assert!((again.chunk_loss - clean.chunk_loss).abs() < 1e-6);
     Ok(())

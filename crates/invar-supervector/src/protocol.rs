@@ -454,7 +454,7 @@ pub fn run_protocol(
         let train_labels: Vec<usize> = split.train.iter().map(|&r| set.labels[r]).collect();
         let mut cfg = config.clone();
         cfg.train.seed = config.train.seed.wrapping_add(i as u64);
-        let outcome = train(
+        let trained = train(
             &set.vectors,
             &split.train,
             &train_labels,
@@ -463,7 +463,7 @@ pub fn run_protocol(
             device,
             false,
         )?;
-        let codes = outcome.model.embed(&set.vectors, 256)?;
+        let codes = trained.embed(&set.vectors, 256)?;
         let mut reps: Vec<(&str, &Matrix, bool)> = vec![("raw", &set.vectors, true)];
         if let Some(iv) = ivectors {
             reps.push(("ivector", iv, false));
@@ -481,10 +481,10 @@ pub fn run_protocol(
             open_rows: split.open_test.len(),
             open_speakers: open.len(),
             open_speaker_names: open.iter().map(|&s| set.speakers[s].clone()).collect(),
-            final_train_loss: outcome
+            final_train_loss: trained
                 .summary
-                .history
-                .last()
+                .as_ref()
+                .and_then(|s| s.history.last())
                 .and_then(|r| r.get("train_loss")),
             rows: split.clone(),
         });

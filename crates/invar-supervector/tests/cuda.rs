@@ -17,7 +17,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
 use invar_supervector::{
     synthetic_supervectors, train, PairBatch, PairStep, SupervectorConfig, SyntheticConfig,
-    TiedAutoencoder, TrainedModel,
+    TiedAutoencoder, Trained,
 };
 use invar_train::{Optimizer, OptimizerConfig, ProgressMode, SgdConfig};
 use rand::{Rng, SeedableRng};
@@ -172,14 +172,16 @@ fn training_on_the_gpu_lowers_the_loss_like_the_cpu_and_reloads() {
         .unwrap();
         let losses: Vec<f64> = out
             .summary
+            .as_ref()
+            .unwrap()
             .history
             .iter()
             .map(|r| r.get("train_loss").unwrap())
             .collect();
-        let codes = out.model.embed(&set.vectors, 16).unwrap();
+        let codes = out.embed(&set.vectors, 16).unwrap();
         // The saved folder loads on the other device and gives the same codes.
         let other = if device.is_cpu() { gpu() } else { Device::Cpu };
-        let loaded = TrainedModel::load(dir.path(), &other).unwrap();
+        let loaded = Trained::load(dir.path(), &other).unwrap();
         let again = loaded.embed(&set.vectors, 16).unwrap();
         let worst = codes
             .data
