@@ -222,7 +222,7 @@ mod tests {
             (help(&["ivector", "train"], "seed"), iv.seed.to_string()),
             (
                 help(&["partition", "train"], "epochs"),
-                part.optim.epochs.to_string(),
+                part.train.epochs.to_string(),
             ),
             (
                 help(&["supervector", "eval"], "open-speakers"),
@@ -266,7 +266,7 @@ mod tests {
             ),
             (
                 help(&["speaker", "train"], "seed"),
-                format!("[default: {}]", original.init_seed),
+                format!("[default: {}]", original.seed),
             ),
             (
                 help(&["speaker", "train"], "min-count"),

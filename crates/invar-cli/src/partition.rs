@@ -144,10 +144,10 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
         cfg.loss.lambda = v;
     }
     if let Some(v) = a.epochs {
-        cfg.optim.epochs = v;
+        cfg.train.epochs = v;
     }
     if let Some(v) = a.batch_size {
-        cfg.optim.batch_size = v;
+        cfg.batch_size = v;
     }
     if let Some(v) = a.max_pairs_per_class {
         cfg.pairs.max_fragment_pairs_per_class = (v > 0).then_some(v);
@@ -199,7 +199,6 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
         &a.out,
         &device,
         a.resume,
-        None,
         sil.as_ref(),
     )?;
     if a.gold_corpus.is_some() {

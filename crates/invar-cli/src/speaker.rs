@@ -9,7 +9,6 @@ use invar_speaker_cnn::{
     BaselineConfig, CorpusRecipe, Evaluation, Nuisance, RobustnessConfig, SpeakerCnnConfig,
     Treatment,
 };
-use invar_train::OptimizerConfig;
 
 /// Method 001: the speaker CNN.
 #[derive(Debug, Args)]
@@ -147,12 +146,7 @@ impl ConfigArgs {
             cfg.features.frontend.frame.unit_norm = false;
         }
         if let Some(lr) = self.lr {
-            match &mut cfg.train.optimizer {
-                OptimizerConfig::Sgd(c) => c.lr = lr,
-                OptimizerConfig::Adam(c) => c.lr = lr,
-                OptimizerConfig::AdamW(c) => c.lr = lr,
-                OptimizerConfig::AdaMax(c) => c.lr = lr,
-            }
+            cfg.set_lr(lr);
         }
         if let Some(e) = self.epochs {
             cfg.train.epochs = e;
@@ -161,8 +155,7 @@ impl ConfigArgs {
             cfg.train.clip_grad_norm = c;
         }
         if let Some(s) = self.seed {
-            cfg.init_seed = s;
-            cfg.train.seed = s;
+            cfg.seed = s;
         }
         cfg.validate()?;
         Ok(cfg)

@@ -127,7 +127,7 @@ impl AutoencoderFlags {
             c.train.optimizer.set_lr(lr);
         }
         if let Some(b) = self.batch_size {
-            c.pairs.batch_size = b;
+            c.batch_size = b;
         }
         if self.max_pairs_per_speaker.is_some() {
             c.pairs.max_pairs_per_speaker = self.max_pairs_per_speaker;
@@ -139,8 +139,7 @@ impl AutoencoderFlags {
             c.pairs.different_weight = w;
         }
         if let Some(s) = self.seed {
-            c.train.seed = s;
-            c.protocol.seed = s;
+            c.seed = s;
         }
         Ok(c)
     }

@@ -16,7 +16,7 @@ mod posteriors;
 mod silhouette;
 mod train;
 
-pub use config::{LossConfig, ModelConfig, OptimConfig, PairConfig, PartitionConfig};
+pub use config::{default_train, LossConfig, ModelConfig, PairConfig, PartitionConfig};
 pub use error::{Error, Result};
 pub use invar_io::FrameTiming;
 pub use loss::{partition_loss, LossParts};
@@ -29,4 +29,4 @@ pub use pairs::{build_pairs, diagonal, gold_classes, FramePairs, PairStats};
 pub use pipeline::{run, Report};
 pub use posteriors::Posteriorgrams;
 pub use silhouette::{silhouette, SilhouetteConfig};
-pub use train::{pair_loss, train, train_config, PairBatch, PairBatches, PartitionStep, Trained};
+pub use train::{pair_loss, train, PairBatch, PairBatches, PartitionStep, Trained};

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use candle_core::Device;
 use invar_data::Class;
-use invar_train::{StopReason, TrainConfig};
+use invar_train::StopReason;
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -37,9 +37,8 @@ pub struct Report {
 
 /// Runs method 000 on `post` with `classes`: builds the frame pairs, trains (checkpoints and metrics in
 /// `out/train`), writes `W.npy`, `V.npy`, `mapping.json`, `W.svg`, `config.json` and `results.json`
-/// into `out`, and returns the report (with the partition). `train_override` replaces the loop's
-/// configuration derived from `cfg` (for example to silence progress); `silhouette_cfg` adds the
-/// silhouette of the classes before and after.
+/// into `out`, and returns the report (with the partition). `silhouette_cfg` adds the silhouette
+/// of the classes before and after.
 pub fn run(
     post: &Posteriorgrams,
     classes: &[Class],
@@ -47,7 +46,6 @@ pub fn run(
     out: &Path,
     device: &Device,
     resume: bool,
-    train_override: Option<TrainConfig>,
     silhouette_cfg: Option<&SilhouetteConfig>,
 ) -> Result<Report> {
     cfg.validate()?;
@@ -59,15 +57,7 @@ pub fn run(
         "frame pairs built from {} classes",
         stats.classes_used
     );
-    let trained = train(
-        post,
-        &pairs,
-        cfg,
-        &out.join("train"),
-        device,
-        resume,
-        train_override,
-    )?;
+    let trained = train(post, &pairs, cfg, &out.join("train"), device, resume)?;
     write_model(out, &trained.partition, trained.v.as_ref())?;
     invar_io::write_json(out.join("config.json"), cfg)?;
     let (silhouette_input, silhouette_output) = match silhouette_cfg {

@@ -8,8 +8,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{Init, VarMap};
 use invar_io::Matrix;
 use invar_train::{
-    AdaMaxConfig, BatchSource, CheckpointConfig, EarlyStoppingConfig, Metrics, OptimizerConfig,
-    ShuffledOrder, StepContext, StepOutput, TrainConfig, TrainStep, TrainSummary, Trainer,
+    BatchSource, Metrics, ShuffledOrder, StepContext, StepOutput, TrainStep, TrainSummary, Trainer,
     ValidContext, ValidOutput,
 };
 use rand::seq::SliceRandom;
@@ -188,40 +187,11 @@ pub struct Trained {
     pub summary: Option<TrainSummary>,
 }
 
-/// The loop's configuration for 000: AdaMax, patience on the validation loss (or the training loss
-/// when nothing is held out), the best weights restored at the end.
-pub fn train_config(cfg: &PartitionConfig, validate: bool) -> TrainConfig {
-    let monitor = if validate { "val_loss" } else { "train_loss" };
-    TrainConfig {
-        epochs: cfg.optim.epochs,
-        seed: cfg.seed,
-        optimizer: OptimizerConfig::AdaMax(AdaMaxConfig {
-            lr: cfg.optim.lr,
-            ..AdaMaxConfig::default()
-        }),
-        clip_grad_norm: None,
-        early_stopping: EarlyStoppingConfig {
-            monitor: monitor.into(),
-            gl_monitor: monitor.into(),
-            patience: Some(cfg.optim.patience),
-            min_delta: cfg.optim.min_delta,
-            ..EarlyStoppingConfig::default()
-        },
-        // Epochs take well under a second: a checkpoint every 10 (and at every new best) is plenty.
-        checkpoint: CheckpointConfig {
-            every: 10,
-            ..CheckpointConfig::default()
-        },
-        restore_best: true,
-        ..TrainConfig::default()
-    }
-}
-
 /// Trains a partition of `post`'s `M` classes into `cfg.model.outputs` on `pairs`: a seeded
 /// `validation_fraction` of the same and of the different pairs is held out, whole fragment pairs at
-/// a time (see `split`); checkpoints, metrics and
-/// curves go to `run_dir`; `resume` continues from its newest good checkpoint. `train` overrides the
-/// loop's configuration (progress, checkpoints) when given.
+/// a time (see `split`); checkpoints, metrics and curves go to `run_dir`; `resume` continues from
+/// its newest good checkpoint. The loop runs `cfg.train` with `cfg.seed`; with nothing held out it
+/// monitors the training loss instead of a validation metric.
 pub fn train(
     post: &Posteriorgrams,
     pairs: &FramePairs,
@@ -229,7 +199,6 @@ pub fn train(
     run_dir: &Path,
     device: &Device,
     resume: bool,
-    train: Option<TrainConfig>,
 ) -> Result<Trained> {
     cfg.validate()?;
     let total = post.frames.rows;
@@ -245,7 +214,7 @@ pub fn train(
         });
     }
     pairs.check_groups()?;
-    let (train_pairs, val_pairs) = split(pairs, cfg.optim.validation_fraction, cfg.seed);
+    let (train_pairs, val_pairs) = split(pairs, cfg.validation_fraction, cfg.seed);
     tracing::info!(
         train = train_pairs.len(),
         validation = val_pairs.len(),
@@ -261,7 +230,15 @@ pub fn train(
         });
     }
     let validate = !val_pairs.is_empty();
-    let tcfg = train.unwrap_or_else(|| train_config(cfg, validate));
+    let mut tcfg = cfg.loop_config();
+    if !validate {
+        let es = &mut tcfg.early_stopping;
+        for monitor in [&mut es.monitor, &mut es.gl_monitor] {
+            if monitor.starts_with("val_") {
+                *monitor = "train_loss".into();
+            }
+        }
+    }
     let (m, d) = (post.dim(), cfg.model.outputs);
 
     let varmap = VarMap::new();
@@ -289,8 +266,8 @@ pub fn train(
         frames,
         loss: cfg.loss.clone(),
     };
-    let mut source = PairBatches::new(train_pairs, cfg.optim.batch_size, device.clone());
-    let mut val = PairBatches::in_order(val_pairs, cfg.optim.batch_size, device.clone());
+    let mut source = PairBatches::new(train_pairs, cfg.batch_size, device.clone());
+    let mut val = PairBatches::in_order(val_pairs, cfg.batch_size, device.clone());
     let trainer = Trainer::new(tcfg, run_dir, device.clone())?
         .with_method_config(cfg)?
         .with_resume(resume);

@@ -141,8 +141,7 @@ fn main() -> Result<()> {
         };
     }
     if let Some(s) = kv.get("seed") {
-        cfg.init_seed = s.parse()?;
-        cfg.train.seed = s.parse()?;
+        cfg.seed = s.parse()?;
     }
     if get("unit_norm", "1") == "0" {
         cfg.features.frontend.frame.unit_norm = false;

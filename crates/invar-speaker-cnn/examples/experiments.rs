@@ -54,8 +54,7 @@ fn quiet(mut cfg: SpeakerCnnConfig) -> SpeakerCnnConfig {
 
 fn seeded(cfg: &SpeakerCnnConfig, seed: u64) -> SpeakerCnnConfig {
     let mut c = cfg.clone();
-    c.init_seed = seed;
-    c.train.seed = seed;
+    c.seed = seed;
     c
 }
 

@@ -116,7 +116,7 @@ fn main() -> Result<()> {
     })?;
     let mut config = SpeakerCnnConfig::original();
     config.batch_size = args.batch;
-    config.init_seed = args.seed;
+    config.seed = args.seed;
     if args.no_dropout {
         // The equivalence check: dropout masks come from different generators on the two sides.
         config.model.dropout = None;
@@ -174,9 +174,8 @@ fn main() -> Result<()> {
     } else {
         args.warmup + args.steps
     };
-    let mut train = config.train.clone();
+    let mut train = config.loop_config();
     train.epochs = steps;
-    train.seed = args.seed;
     train.early_stopping = EarlyStoppingConfig {
         monitor: "train_loss".into(),
         gl_monitor: "train_loss".into(),

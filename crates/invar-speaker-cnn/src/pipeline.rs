@@ -275,7 +275,7 @@ pub fn train_cnn_resume(
     );
     let bins = norm.dims();
     let (varmap, model) = new_model(config, bins, speakers.len(), device)?;
-    let mut train_cfg = config.train.clone();
+    let mut train_cfg = config.loop_config();
     if va_chunks.is_empty() {
         // Nothing to validate on: monitor the training loss and turn GL off.
         train_cfg.early_stopping.monitor = "train_loss".into();

@@ -228,7 +228,7 @@ pub fn new_model(
         bins,
         config.features.chunk_frames,
         classes,
-        config.init_seed,
+        config.seed,
         device,
     )?;
     Ok((varmap, model))

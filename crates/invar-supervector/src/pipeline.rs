@@ -57,7 +57,7 @@ pub fn run(
             ));
         }
     }
-    let split = ProtocolSplit::new(&set.labels, &config.protocol)?;
+    let split = ProtocolSplit::new(&set.labels, &config.protocol, config.seed)?;
     let distinct = |rows: &[usize]| {
         let mut s: Vec<usize> = rows.iter().map(|&r| set.labels[r]).collect();
         s.sort_unstable();

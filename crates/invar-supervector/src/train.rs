@@ -177,7 +177,7 @@ pub fn train(
     } else {
         Normalizer::identity(matrix.cols)
     };
-    let (model, varmap) = TiedAutoencoder::seeded(&config.model, config.train.seed, device)?;
+    let (model, varmap) = TiedAutoencoder::seeded(&config.model, config.seed, device)?;
     tracing::info!(
         params = model.num_params(),
         sizes = ?config.model.sizes,
@@ -189,11 +189,11 @@ pub fn train(
         rows,
         labels,
         config.pairs.max_pairs_per_speaker,
-        config.pairs.batch_size,
+        config.batch_size,
         config.pairs.different_weight > 0.0,
         device.clone(),
     )?;
-    let trainer = Trainer::new(config.train.clone(), run_dir, device.clone())?
+    let trainer = Trainer::new(config.loop_config(), run_dir, device.clone())?
         .with_method_config(&config)?
         .with_resume(resume);
     let mut step = PairStep::new(&model, &config);

@@ -155,7 +155,7 @@ fn training_on_the_gpu_lowers_the_loss_like_the_cpu_and_reloads() {
     config.train.epochs = 8;
     config.train.plot = false;
     config.train.progress = ProgressMode::Off;
-    config.pairs.batch_size = 32;
+    config.batch_size = 32;
 
     let mut runs = Vec::new();
     for device in [Device::Cpu, gpu()] {

@@ -14,7 +14,7 @@ fn small_config(epochs: usize) -> SupervectorConfig {
     c.train.epochs = epochs;
     c.train.plot = false;
     c.train.progress = invar_train::ProgressMode::Off;
-    c.pairs.batch_size = 32;
+    c.batch_size = 32;
     c
 }
 
