@@ -206,6 +206,7 @@ mod tests {
         let iv = invar_gmm::IvectorConfig::default();
         let part = invar_partition::PartitionConfig::default();
         let proto = invar_supervector::ProtocolConfig::default();
+        let sv = invar_supervector::SupervectorConfig::default();
         let cases = [
             (
                 help(&["gmm", "train"], "components"),
@@ -223,6 +224,14 @@ mod tests {
             (
                 help(&["partition", "train"], "epochs"),
                 part.train.epochs.to_string(),
+            ),
+            (
+                help(&["partition", "train"], "lr"),
+                part.train.optimizer.lr().to_string(),
+            ),
+            (
+                help(&["supervector", "train"], "lr"),
+                sv.train.optimizer.lr().to_string(),
             ),
             (
                 help(&["supervector", "eval"], "open-speakers"),

@@ -20,7 +20,7 @@ pub struct PartitionArgs {
 #[derive(Debug, Subcommand)]
 pub enum PartitionCommand {
     /// Train W from a posteriorgram set and term-discovery classes (or gold word classes).
-    Train(TrainArgs),
+    Train(Box<TrainArgs>),
     /// Map a posteriorgram set through a trained W (soft, or the binary partition with --hard).
     Apply(ApplyArgs),
 }
@@ -65,6 +65,9 @@ pub struct TrainArgs {
     /// Maximum training epochs; early stopping (patience 15) usually ends sooner [default: 500]
     #[arg(long)]
     pub epochs: Option<usize>,
+    /// Learning rate of the optimiser (AdaMax) [default: 0.002]
+    #[arg(long)]
+    pub lr: Option<f64>,
     /// Frame pairs per minibatch (default 1000).
     #[arg(long)]
     pub batch_size: Option<usize>,
@@ -124,7 +127,7 @@ pub struct ApplyArgs {
 
 pub fn run(args: PartitionArgs) -> anyhow::Result<()> {
     match args.command {
-        PartitionCommand::Train(a) => train(a),
+        PartitionCommand::Train(a) => train(*a),
         PartitionCommand::Apply(a) => apply(a),
     }
 }
@@ -145,6 +148,9 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     }
     if let Some(v) = a.epochs {
         cfg.train.epochs = v;
+    }
+    if let Some(v) = a.lr {
+        cfg.set_lr(v);
     }
     if let Some(v) = a.batch_size {
         cfg.batch_size = v;

@@ -124,7 +124,7 @@ impl AutoencoderFlags {
             c.train.epochs = e;
         }
         if let Some(lr) = self.lr {
-            c.train.optimizer.set_lr(lr);
+            c.set_lr(lr);
         }
         if let Some(b) = self.batch_size {
             c.batch_size = b;
