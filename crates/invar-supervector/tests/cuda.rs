@@ -192,7 +192,8 @@ fn training_on_the_gpu_lowers_the_loss_like_the_cpu_and_reloads() {
             worst < 1e-4,
             "codes reloaded on {other:?} differ by {worst}"
         );
-        runs.push((losses, out.summary.steps));
+        let steps = out.summary.as_ref().unwrap().steps;
+        runs.push((losses, steps));
     }
     let (cpu, cuda) = (&runs[0], &runs[1]);
     assert_eq!(cpu.1, cuda.1, "same number of steps");
