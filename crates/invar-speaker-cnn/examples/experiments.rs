@@ -23,8 +23,8 @@ use candle_core::Device;
 use invar_data::Layout;
 use invar_speaker_cnn::{
     cross_validate, evaluate, gmm_baseline, load_corpus, logistic_baseline, plot_robustness,
-    robustness, run, train_cnn, BaselineConfig, Condition, CorpusRecipe, CrossValidationConfig,
-    LabeledAudio, Nuisance, RobustnessConfig, SpeakerCnnConfig,
+    robustness, run, BaselineConfig, Condition, CorpusRecipe, CrossValidationConfig, LabeledAudio,
+    Nuisance, RobustnessConfig, SpeakerCnnConfig,
 };
 use invar_train::ProgressMode;
 use serde::Serialize;
@@ -147,7 +147,13 @@ fn seeds_stage(out: &Path, seeds: &[u64], configs: &[SpeakerCnnConfig]) -> Resul
         for &seed in seeds {
             let c = seeded(&quiet(cfg.clone()), seed);
             let started = std::time::Instant::now();
-            let trained = train_cnn(&c, &train, &out.join(format!("{}-{seed}", c.name)), &dev)?;
+            let trained = invar_speaker_cnn::train(
+                &c,
+                &train,
+                &out.join(format!("{}-{seed}", c.name)),
+                &dev,
+                false,
+            )?;
             let epochs = trained.summary.as_ref().map_or(0, |s| s.epochs);
             eprintln!(
                 "{} seed {seed}: {epochs} epochs in {:.0} s",
@@ -235,7 +241,7 @@ fn train_or_load(
     if dir.exists() {
         std::fs::remove_dir_all(dir)?;
     }
-    Ok(train_cnn(cfg, train, dir, dev)?)
+    Ok(invar_speaker_cnn::train(cfg, train, dir, dev, false)?)
 }
 
 #[derive(Serialize)]

@@ -47,8 +47,8 @@ pub use method::{run, Report};
 pub use model::{cross_entropy, regularizer, Forward, SpeakerCnn};
 pub use pipeline::{
     check_test_speakers, chunk_log_probs, compute_features, decide, evaluate, mean_normalise,
-    random_batch, report, speaker_labels, train_cnn, train_cnn_resume, Condition, Evaluation,
-    LabeledAudio, ModelMeta, Trained, META_FILE,
+    random_batch, report, speaker_labels, train, Condition, Evaluation, LabeledAudio, ModelMeta,
+    Trained, META_FILE,
 };
 pub use robustness::{
     comparison_treatments, robustness, BaselineRow, DivergedRun, RobustnessConfig,

@@ -6,8 +6,8 @@ use candle_core::Device;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    check_test_speakers, evaluate, gmm_baseline, logistic_baseline_resume, train_cnn_resume,
-    BaselineConfig, BaselineResult, Condition, Evaluation, LabeledAudio, Result, SpeakerCnnConfig,
+    check_test_speakers, evaluate, gmm_baseline, logistic_baseline_resume, BaselineConfig,
+    BaselineResult, Condition, Evaluation, LabeledAudio, Result, SpeakerCnnConfig,
 };
 
 /// What [`run`] returns (and writes as `results.json`).
@@ -46,7 +46,7 @@ pub fn run(
         b.validate()?;
     }
     check_test_speakers(train, test)?;
-    let trained = train_cnn_resume(config, train, out_dir, device, resume)?;
+    let trained = crate::train(config, train, out_dir, device, resume)?;
     let evaluations = conditions
         .iter()
         .map(|&c| evaluate(&trained, test, c, device))

@@ -196,19 +196,10 @@ pub struct Trained {
 }
 
 /// Trains the configured network on `train` (a per-speaker `validation_fraction` of the utterances
-/// is held out for early stopping) and writes the run into `run_dir`.
-pub fn train_cnn(
-    config: &SpeakerCnnConfig,
-    train: &[LabeledAudio],
-    run_dir: &Path,
-    device: &Device,
-) -> Result<Trained> {
-    train_cnn_resume(config, train, run_dir, device, false)
-}
-
-/// [`train_cnn`], continuing from the newest good checkpoint in `run_dir` when `resume` (the
-/// settings must be the checkpoint's; a folder without checkpoints starts fresh).
-pub fn train_cnn_resume(
+/// is held out for early stopping) and writes the run into `run_dir`; `resume` continues from the
+/// newest good checkpoint there (the settings must be the checkpoint's; a folder without
+/// checkpoints starts fresh).
+pub fn train(
     config: &SpeakerCnnConfig,
     train: &[LabeledAudio],
     run_dir: &Path,
@@ -328,7 +319,7 @@ impl std::fmt::Debug for Trained {
 }
 
 impl Trained {
-    /// Loads a run written by [`train_cnn`] (`speaker_cnn.json` and `model.safetensors`) onto
+    /// Loads a run written by [`train`] (`speaker_cnn.json` and `model.safetensors`) onto
     /// `device`.
     pub fn load(run_dir: &Path, device: &Device) -> Result<Self> {
         let meta: ModelMeta = invar_io::read_json(run_dir.join(META_FILE))?;

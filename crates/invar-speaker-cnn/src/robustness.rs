@@ -8,8 +8,8 @@ use candle_core::Device;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    evaluate, gmm_baseline, train_cnn, AugmentConfig, BaselineConfig, Condition, Error,
-    LabeledAudio, Nuisance, Result, SpeakerCnnConfig, ROBUST_CMN_WINDOW,
+    evaluate, gmm_baseline, AugmentConfig, BaselineConfig, Condition, Error, LabeledAudio,
+    Nuisance, Result, SpeakerCnnConfig, ROBUST_CMN_WINDOW,
 };
 
 /// A treatment's mean normalisation of the log features.
@@ -664,7 +664,7 @@ pub fn robustness(
                     reason,
                     treatment: *treatment,
                 };
-                let trained = match train_cnn(&cfg, train, &out_dir.join(&name), device) {
+                let trained = match crate::train(&cfg, train, &out_dir.join(&name), device, false) {
                     Ok(t) => t,
                     Err(e) if e.is_divergence() => {
                         tracing::warn!("{name}: {e}");
