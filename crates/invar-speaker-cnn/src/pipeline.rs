@@ -320,9 +320,22 @@ impl std::fmt::Debug for Trained {
 
 impl Trained {
     /// Loads a run written by [`train`] (`speaker_cnn.json` and `model.safetensors`) onto
-    /// `device`.
+    /// `device`. A folder written before the methods shared one config shape (issue 19) loads
+    /// too: its `config.init_seed` is read as `seed`, and its `config.train.seed` (a loaded model
+    /// has no loop) is dropped.
     pub fn load(run_dir: &Path, device: &Device) -> Result<Self> {
-        let meta: ModelMeta = invar_io::read_json(run_dir.join(META_FILE))?;
+        let path = run_dir.join(META_FILE);
+        let mut raw: serde_json::Value = invar_io::read_json(&path)?;
+        if let Some(c) = raw.get_mut("config").and_then(|c| c.as_object_mut()) {
+            if let Some(seed) = c.remove("init_seed") {
+                c.entry("seed").or_insert(seed);
+            }
+            if let Some(t) = c.get_mut("train").and_then(|t| t.as_object_mut()) {
+                t.remove("seed");
+            }
+        }
+        let meta: ModelMeta =
+            serde_json::from_value(raw).map_err(|source| invar_io::Error::Json { path, source })?;
         meta.config.validate()?;
         let (varmap, model) = new_model(&meta.config, meta.bins, meta.speakers.len(), device)?;
         invar_train::load_weights(&varmap, &run_dir.join("model.safetensors"))?;

@@ -82,6 +82,21 @@ fn learns_speakers_and_unit_l2_cancels_a_constant_gain() -> Result<()> {
     let back = invar_speaker_cnn::Trained::load(&tmp.path().join("run"), &dev)?;
     let again = evaluate(&back, &test, Condition::Clean, &dev)?;
     assert!((again.chunk_loss - clean.chunk_loss).abs() < 1e-6);
+    // A folder written before issue 19's config shape (`init_seed`, a `train.seed`) still loads.
+    let meta_path = tmp.path().join("run").join(invar_speaker_cnn::META_FILE);
+    let mut meta: serde_json::Value = invar_io::read_json(&meta_path)?;
+    let config = meta["config"]
+        .as_object_mut()
+        .ok_or_else(|| anyhow::anyhow!("no config"))?;
+    let seed = config
+        .remove("seed")
+        .ok_or_else(|| anyhow::anyhow!("no seed"))?;
+    config.insert("init_seed".into(), seed);
+    config["train"]["seed"] = 7.into();
+    invar_io::write_json(&meta_path, &meta)?;
+    let old = invar_speaker_cnn::Trained::load(&tmp.path().join("run"), &dev)?;
+    let again = evaluate(&old, &test, Condition::Clean, &dev)?;
+    assert!((again.chunk_loss - clean.chunk_loss).abs() < 1e-6);
     Ok(())
 }
 
