@@ -6,6 +6,39 @@ use std::path::Path;
 use anyhow::Context;
 use serde::de::DeserializeOwned;
 
+/// Settings of the method configs that moved when the three methods took one shape (issue 19):
+/// `deny_unknown_fields` refuses the old key, and this says where it went.
+const MOVED: [(&str, &str); 4] = [
+    (
+        "optim",
+        "method 000's `optim` section is gone: `epochs` → `train.epochs`, `lr` → \
+         `train.optimizer.lr`, `patience` → `train.early_stopping.patience`, `min_delta` → \
+         `train.early_stopping.min_delta`, `batch_size` and `validation_fraction` → top level",
+    ),
+    (
+        "init_seed",
+        "`init_seed` is now the top-level `seed`, which seeds the weights and the loop",
+    ),
+    (
+        "seed",
+        "`protocol.seed` and `train.seed` moved to the method config's top-level `seed`",
+    ),
+    (
+        "batch_size",
+        "`pairs.batch_size` and `optim.batch_size` moved to the method config's top-level \
+         `batch_size`",
+    ),
+];
+
+/// The hint for a parser's message about an old key, if it is one.
+fn moved_hint(message: &str) -> String {
+    MOVED
+        .iter()
+        .find(|(key, _)| message.contains(&format!("unknown field `{key}`")))
+        .map(|(_, hint)| format!(" ({hint})"))
+        .unwrap_or_default()
+}
+
 /// Reads a config struct from `path` (JSON for `*.json`, else TOML).
 pub fn read<T: DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
     let text =
@@ -14,11 +47,17 @@ pub fn read<T: DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"));
     if is_json {
-        serde_json::from_str(&text)
-            .with_context(|| format!("{}: not a valid JSON config", path.display()))
+        serde_json::from_str(&text).map_err(|e| {
+            let hint = moved_hint(&e.to_string());
+            anyhow::Error::new(e)
+                .context(format!("{}: not a valid JSON config{hint}", path.display()))
+        })
     } else {
-        toml::from_str(&text)
-            .with_context(|| format!("{}: not a valid TOML config", path.display()))
+        toml::from_str(&text).map_err(|e| {
+            let hint = moved_hint(&e.to_string());
+            anyhow::Error::new(e)
+                .context(format!("{}: not a valid TOML config{hint}", path.display()))
+        })
     }
 }
 
@@ -55,5 +94,49 @@ mod tests {
             read::<Cfg>(&dir.path().join("none.toml")).unwrap_err()
         );
         assert!(e.contains("cannot read") && e.contains("none.toml"), "{e}");
+    }
+
+    /// Issue 19: the keys the three method configs dropped are refused, naming the new key and
+    /// the line; `train.seed` (still a key of the loop's config) is refused by `validate()`.
+    #[test]
+    fn old_method_config_keys_are_refused_naming_the_new_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = |name: &str, text: &str, read: &dyn Fn(&Path) -> anyhow::Result<()>| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            format!("{:#}", read(&p).expect_err(text))
+        };
+        let partition = |p: &Path| read::<invar_partition::PartitionConfig>(p).map(drop);
+        let speaker = |p: &Path| read::<invar_speaker_cnn::SpeakerCnnConfig>(p).map(drop);
+        let supervector = |p: &Path| read::<invar_supervector::SupervectorConfig>(p).map(drop);
+        let e = err("p.toml", "seed = 1\n[optim]\nepochs = 3\n", &partition);
+        assert!(
+            e.contains("`optim`") && e.contains("train.epochs") && e.contains("line 2"),
+            "{e}"
+        );
+        let e = err("p.json", r#"{"optim": {"lr": 0.1}}"#, &partition);
+        assert!(
+            e.contains("train.optimizer.lr") && e.contains("p.json"),
+            "{e}"
+        );
+        let e = err("s.toml", "init_seed = 4\n", &speaker);
+        assert!(e.contains("top-level `seed`"), "{e}");
+        let e = err("v.toml", "[protocol]\nseed = 2\n", &supervector);
+        assert!(
+            e.contains("top-level `seed`") && e.contains("line 2"),
+            "{e}"
+        );
+        let e = err("b.toml", "[pairs]\nbatch_size = 8\n", &supervector);
+        assert!(e.contains("top-level") && e.contains("`batch_size`"), "{e}");
+        // The new keys parse; a seed left in `train` is refused before any work.
+        let p = dir.path().join("new.toml");
+        std::fs::write(&p, "seed = 3\nbatch_size = 8\n[train]\nepochs = 2\n").unwrap();
+        let c = read::<invar_supervector::SupervectorConfig>(&p).unwrap();
+        assert_eq!((c.seed, c.batch_size, c.train.epochs), (3, 8, 2));
+        c.validate().unwrap();
+        std::fs::write(&p, "[train]\nseed = 3\n").unwrap();
+        let c = read::<invar_partition::PartitionConfig>(&p).unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("train.seed") && e.contains("`seed`"), "{e}");
     }
 }

@@ -206,6 +206,7 @@ mod tests {
         let iv = invar_gmm::IvectorConfig::default();
         let part = invar_partition::PartitionConfig::default();
         let proto = invar_supervector::ProtocolConfig::default();
+        let sv = invar_supervector::SupervectorConfig::default();
         let cases = [
             (
                 help(&["gmm", "train"], "components"),
@@ -222,7 +223,15 @@ mod tests {
             (help(&["ivector", "train"], "seed"), iv.seed.to_string()),
             (
                 help(&["partition", "train"], "epochs"),
-                part.optim.epochs.to_string(),
+                part.train.epochs.to_string(),
+            ),
+            (
+                help(&["partition", "train"], "lr"),
+                part.train.optimizer.lr().to_string(),
+            ),
+            (
+                help(&["supervector", "train"], "lr"),
+                sv.train.optimizer.lr().to_string(),
             ),
             (
                 help(&["supervector", "eval"], "open-speakers"),
@@ -266,7 +275,7 @@ mod tests {
             ),
             (
                 help(&["speaker", "train"], "seed"),
-                format!("[default: {}]", original.init_seed),
+                format!("[default: {}]", original.seed),
             ),
             (
                 help(&["speaker", "train"], "min-count"),

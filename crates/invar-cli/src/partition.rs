@@ -6,8 +6,8 @@ use crate::out_dir::opt;
 use clap::{Args, Subcommand};
 use invar_data::{FeatureSet, Layout};
 use invar_partition::{
-    apply_featureset, gold_classes, read_model, run as run_partition, Partition, PartitionConfig,
-    Posteriorgrams, SilhouetteConfig,
+    apply_featureset, gold_classes, run as run_partition, Partition, PartitionConfig,
+    Posteriorgrams, SilhouetteConfig, Trained,
 };
 
 /// Method 000: learn a speaker-invariant partition of posteriorgram classes, and apply it.
@@ -20,7 +20,7 @@ pub struct PartitionArgs {
 #[derive(Debug, Subcommand)]
 pub enum PartitionCommand {
     /// Train W from a posteriorgram set and term-discovery classes (or gold word classes).
-    Train(TrainArgs),
+    Train(Box<TrainArgs>),
     /// Map a posteriorgram set through a trained W (soft, or the binary partition with --hard).
     Apply(ApplyArgs),
 }
@@ -65,6 +65,9 @@ pub struct TrainArgs {
     /// Maximum training epochs; early stopping (patience 15) usually ends sooner [default: 500]
     #[arg(long)]
     pub epochs: Option<usize>,
+    /// Learning rate of the optimiser (AdaMax) [default: 0.002]
+    #[arg(long)]
+    pub lr: Option<f64>,
     /// Frame pairs per minibatch (default 1000).
     #[arg(long)]
     pub batch_size: Option<usize>,
@@ -124,7 +127,7 @@ pub struct ApplyArgs {
 
 pub fn run(args: PartitionArgs) -> anyhow::Result<()> {
     match args.command {
-        PartitionCommand::Train(a) => train(a),
+        PartitionCommand::Train(a) => train(*a),
         PartitionCommand::Apply(a) => apply(a),
     }
 }
@@ -144,10 +147,13 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
         cfg.loss.lambda = v;
     }
     if let Some(v) = a.epochs {
-        cfg.optim.epochs = v;
+        cfg.train.epochs = v;
+    }
+    if let Some(v) = a.lr {
+        cfg.set_lr(v);
     }
     if let Some(v) = a.batch_size {
-        cfg.optim.batch_size = v;
+        cfg.batch_size = v;
     }
     if let Some(v) = a.max_pairs_per_class {
         cfg.pairs.max_fragment_pairs_per_class = (v > 0).then_some(v);
@@ -199,7 +205,6 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
         &a.out,
         &device,
         a.resume,
-        None,
         sil.as_ref(),
     )?;
     if a.gold_corpus.is_some() {
@@ -239,7 +244,7 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
 }
 
 fn apply(a: ApplyArgs) -> anyhow::Result<()> {
-    let mut partition = read_model(&a.model)?;
+    let mut partition = Trained::load(&a.model, &invar_ops::device("cpu")?)?.partition;
     if let Some(seed) = a.random_control {
         partition = Partition::random_hard(partition.inputs(), partition.outputs(), seed);
     }

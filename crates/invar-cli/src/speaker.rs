@@ -9,7 +9,6 @@ use invar_speaker_cnn::{
     BaselineConfig, CorpusRecipe, Evaluation, Nuisance, RobustnessConfig, SpeakerCnnConfig,
     Treatment,
 };
-use invar_train::OptimizerConfig;
 
 /// Method 001: the speaker CNN.
 #[derive(Debug, Args)]
@@ -160,12 +159,7 @@ impl ConfigArgs {
             cfg.features.frontend.frame.unit_norm = false;
         }
         if let Some(lr) = self.lr {
-            match &mut cfg.train.optimizer {
-                OptimizerConfig::Sgd(c) => c.lr = lr,
-                OptimizerConfig::Adam(c) => c.lr = lr,
-                OptimizerConfig::AdamW(c) => c.lr = lr,
-                OptimizerConfig::AdaMax(c) => c.lr = lr,
-            }
+            cfg.set_lr(lr);
         }
         if let Some(e) = self.epochs {
             cfg.train.epochs = e;
@@ -174,8 +168,7 @@ impl ConfigArgs {
             cfg.train.clip_grad_norm = c;
         }
         if let Some(s) = self.seed {
-            cfg.init_seed = s;
-            cfg.train.seed = s;
+            cfg.seed = s;
         }
         cfg.validate()?;
         Ok(cfg)
@@ -376,7 +369,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     )?;
     let conditions = RobustnessConfig::default().conditions;
     let baselines = args.baselines.then(BaselineConfig::default);
-    let results = invar_speaker_cnn::run_method(
+    let results = invar_speaker_cnn::run(
         &cfg,
         baselines.as_ref(),
         &train,
@@ -422,7 +415,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
 
 fn eval(args: EvalArgs) -> anyhow::Result<()> {
     let device = invar_ops::device(&args.device)?;
-    let trained = invar_speaker_cnn::load_cnn(&args.model, &device)?;
+    let trained = invar_speaker_cnn::Trained::load(&args.model, &device)?;
     let (_, test) = args.corpus.load()?;
     let _out = crate::out_dir::claim(
         &args.out,

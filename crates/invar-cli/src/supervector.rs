@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::out_dir::opt;
 use clap::{Args, Subcommand};
 use invar_data::SupervectorSet;
-use invar_supervector::{format_table, Activation, SupervectorConfig, TrainedModel};
+use invar_supervector::{format_table, Activation, SupervectorConfig, Trained};
 use serde::Serialize;
 
 /// Method 002: the tied supervector autoencoder.
@@ -124,10 +124,10 @@ impl AutoencoderFlags {
             c.train.epochs = e;
         }
         if let Some(lr) = self.lr {
-            c.train.optimizer.set_lr(lr);
+            c.set_lr(lr);
         }
         if let Some(b) = self.batch_size {
-            c.pairs.batch_size = b;
+            c.batch_size = b;
         }
         if self.max_pairs_per_speaker.is_some() {
             c.pairs.max_pairs_per_speaker = self.max_pairs_per_speaker;
@@ -139,8 +139,7 @@ impl AutoencoderFlags {
             c.pairs.different_weight = w;
         }
         if let Some(s) = self.seed {
-            c.train.seed = s;
-            c.protocol.seed = s;
+            c.seed = s;
         }
         Ok(c)
     }
@@ -263,7 +262,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| args.out.join("results.json"));
     if args.all_rows {
         let rows: Vec<usize> = (0..set.vectors.rows).collect();
-        let outcome = invar_supervector::train(
+        let trained = invar_supervector::train(
             &set.vectors,
             &rows,
             &set.labels,
@@ -272,21 +271,20 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
             &device,
             args.resume,
         )?;
-        let codes = outcome.model.embed(&set.vectors, 256)?;
+        let codes = trained.embed(&set.vectors, 256)?;
         write_codes(&args.out, &codes, &ids, &set)?;
+        let summary = trained.summary.as_ref();
         let results = TrainResults {
             stage: "supervector train",
             rows: set.vectors.rows,
             dim: set.vectors.cols,
             speakers: set.speakers.len(),
-            params: outcome.model.model.num_params(),
-            epochs: outcome.summary.epochs,
-            final_train_loss: outcome
-                .summary
-                .history
-                .last()
+            params: trained.model.num_params(),
+            epochs: summary.map_or(0, |s| s.epochs),
+            final_train_loss: summary
+                .and_then(|s| s.history.last())
                 .and_then(|r| r.get("train_loss")),
-            diverged: outcome.summary.diverged.clone(),
+            diverged: summary.and_then(|s| s.diverged.clone()),
             split: None,
             table: &[],
             config: &config,
@@ -306,7 +304,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         Some(p) => Some(invar_io::read_npy(p)?),
         None => None,
     };
-    let report = invar_supervector::run_method(
+    let report = invar_supervector::run(
         &set,
         ivectors.as_ref(),
         &config,
@@ -315,19 +313,18 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         args.resume,
     )?;
     write_codes(&args.out, &report.codes, &ids, &set)?;
+    let summary = report.model.summary.as_ref();
     let results = TrainResults {
         stage: "supervector train",
         rows: set.vectors.rows,
         dim: set.vectors.cols,
         speakers: set.speakers.len(),
         params: report.model.model.num_params(),
-        epochs: report.train.epochs,
-        final_train_loss: report
-            .train
-            .history
-            .last()
+        epochs: summary.map_or(0, |s| s.epochs),
+        final_train_loss: summary
+            .and_then(|s| s.history.last())
             .and_then(|r| r.get("train_loss")),
-        diverged: report.train.diverged.clone(),
+        diverged: summary.and_then(|s| s.diverged.clone()),
         split: Some(&report.counts),
         table: &report.table,
         config: &config,
@@ -371,7 +368,7 @@ struct EmbedResults {
 
 fn embed(args: EmbedArgs) -> anyhow::Result<()> {
     let device = invar_ops::device(&args.device)?;
-    let model = TrainedModel::load(&args.model, &device)?;
+    let model = Trained::load(&args.model, &device)?;
     let (set, ids) = args.input.load()?;
     let codes = model.embed(&set.vectors, 256)?;
     let _out = crate::out_dir::claim(

@@ -249,7 +249,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             }
         }
     };
-    let splits = make_splits(&set.labels, &config.protocol, &plan)?;
+    let splits = make_splits(&set.labels, &config.protocol, config.seed, &plan)?;
     let device = invar_ops::device(&args.device)?;
     let _out = crate::out_dir::claim(
         &args.out,

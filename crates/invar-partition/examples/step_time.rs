@@ -23,7 +23,7 @@ use anyhow::{bail, Context, Result};
 use candle_core::{Device, Tensor};
 use candle_nn::Init;
 use invar_io::Matrix;
-use invar_partition::{train, train_config, FramePairs, PartitionConfig, Posteriorgrams};
+use invar_partition::{train, FramePairs, PartitionConfig, Posteriorgrams};
 use invar_train::{EarlyStoppingConfig, ProgressMode};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -55,7 +55,7 @@ fn parse() -> Result<Args> {
         device: "cpu".into(),
         m: 1024,
         d: defaults.model.outputs,
-        batch: defaults.optim.batch_size,
+        batch: defaults.batch_size,
         frames: 20_000,
         seed: 0,
         check_dir: None,
@@ -106,15 +106,15 @@ fn main() -> Result<()> {
     })?;
     let mut cfg = PartitionConfig::default();
     cfg.model.outputs = args.d;
-    cfg.optim.batch_size = args.batch;
-    cfg.optim.validation_fraction = 0.0;
+    cfg.batch_size = args.batch;
+    cfg.validation_fraction = 0.0;
     cfg.seed = args.seed;
     let steps = if args.check_dir.is_some() {
         3
     } else {
         args.warmup + args.steps
     };
-    cfg.optim.epochs = steps;
+    cfg.train.epochs = steps;
 
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0x0000_9A27);
     let frames = Matrix::new(
@@ -171,7 +171,7 @@ fn main() -> Result<()> {
         candle_core::safetensors::save(&tensors, dir.join("partition.safetensors"))?;
     }
 
-    let mut tcfg = train_config(&cfg, false);
+    let tcfg = &mut cfg.train;
     let optimizer = serde_json::to_value(&tcfg.optimizer)?;
     tcfg.early_stopping = EarlyStoppingConfig {
         monitor: "train_loss".into(),
@@ -183,16 +183,12 @@ fn main() -> Result<()> {
     tcfg.plot = false;
     tcfg.progress = ProgressMode::Off;
     let run_dir = tempfile::tempdir().context("cannot create a temporary run folder")?;
-    let trained = train(
-        &post,
-        &pairs,
-        &cfg,
-        run_dir.path(),
-        &device,
-        false,
-        Some(tcfg),
-    )?;
-    let history = &trained.summary.history;
+    let trained = train(&post, &pairs, &cfg, run_dir.path(), &device, false)?;
+    let history = &trained
+        .summary
+        .as_ref()
+        .context("the training loop returned no summary")?
+        .history;
     let metric = |name: &str| -> Result<Vec<f64>> {
         history
             .iter()

@@ -2,6 +2,9 @@
 
 use invar_io::FrameTiming;
 use invar_ops::FrameDistance;
+use invar_train::{
+    AdaMaxConfig, CheckpointConfig, EarlyStoppingConfig, OptimizerConfig, TrainConfig,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
@@ -75,48 +78,71 @@ impl Default for PairConfig {
     }
 }
 
-/// Minibatches, split and stopping.
+/// Everything method 000 needs; written beside every run's outputs. The shape the three methods
+/// share: the method's sections, `batch_size` and `validation_fraction`, the loop's `train`, and
+/// one `seed`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct OptimConfig {
-    /// Frame pairs per minibatch (the paper: 1000).
-    pub batch_size: usize,
-    /// AdaMax learning rate (the paper: 0.002).
-    pub lr: f64,
-    /// Maximum number of epochs.
-    pub epochs: usize,
-    /// Stop after this many epochs without a validation improvement (the paper: 15).
-    pub patience: usize,
-    /// An improvement must lower the validation loss by more than this (the loss lies in [0, 1+λ]);
-    /// without it, gains of 1e-6 an epoch keep a converged run going for hundreds of epochs.
-    pub min_delta: f64,
-    /// Fraction of the pairs held out for validation (the paper: 0.3).
-    pub validation_fraction: f64,
-}
-
-impl Default for OptimConfig {
-    fn default() -> Self {
-        Self {
-            batch_size: 1000,
-            lr: 0.002,
-            epochs: 500,
-            patience: 15,
-            min_delta: 1e-4,
-            validation_fraction: 0.3,
-        }
-    }
-}
-
-/// Everything method 000 needs; written beside every run's outputs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct PartitionConfig {
     pub model: ModelConfig,
     pub loss: LossConfig,
     pub pairs: PairConfig,
-    pub optim: OptimConfig,
-    /// Drives V's initialisation, pair sampling, the split and the batch order.
+    /// Frame pairs per minibatch (the paper: 1000).
+    pub batch_size: usize,
+    /// Fraction of the pairs held out for validation (the paper: 0.3).
+    pub validation_fraction: f64,
+    /// The training loop: AdaMax at lr 0.002 (the paper), at most 500 epochs, patience 15 on the
+    /// validation loss with `min_delta` 1e-4 (the loss lies in [0, 1+λ]; without it, gains of 1e-6
+    /// an epoch keep a converged run going for hundreds of epochs), the best epoch's weights
+    /// restored, a checkpoint every 10 epochs. A section that gives some settings keeps the others.
+    /// Its `seed` must stay 0: the loop's seed is `seed`.
+    #[serde(deserialize_with = "train_over_defaults")]
+    pub train: TrainConfig,
+    /// Drives V's initialisation, pair sampling, the split and the loop (batch order).
     pub seed: u64,
+}
+
+impl Default for PartitionConfig {
+    fn default() -> Self {
+        Self {
+            model: ModelConfig::default(),
+            loss: LossConfig::default(),
+            pairs: PairConfig::default(),
+            batch_size: 1000,
+            validation_fraction: 0.3,
+            train: default_train(),
+            seed: 0,
+        }
+    }
+}
+
+/// 000's loop (see [`PartitionConfig::train`]).
+pub fn default_train() -> TrainConfig {
+    TrainConfig {
+        epochs: 500,
+        optimizer: OptimizerConfig::AdaMax(AdaMaxConfig {
+            lr: 0.002,
+            ..AdaMaxConfig::default()
+        }),
+        early_stopping: EarlyStoppingConfig {
+            patience: Some(15),
+            min_delta: 1e-4,
+            ..EarlyStoppingConfig::default()
+        },
+        // Epochs take well under a second: a checkpoint every 10 (and at every new best) is plenty.
+        checkpoint: CheckpointConfig {
+            every: 10,
+            ..CheckpointConfig::default()
+        },
+        restore_best: true,
+        ..TrainConfig::default()
+    }
+}
+
+fn train_over_defaults<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<TrainConfig, D::Error> {
+    TrainConfig::deserialize_over(default_train(), d)
 }
 
 fn positive(field: &'static str, v: f64) -> Result<()> {
@@ -131,6 +157,19 @@ fn positive(field: &'static str, v: f64) -> Result<()> {
 }
 
 impl PartitionConfig {
+    /// Sets the learning rate of the loop's optimiser (the CLI's `--lr`).
+    pub fn set_lr(&mut self, lr: f64) {
+        self.train.optimizer.set_lr(lr);
+    }
+
+    /// The loop's configuration as the run uses it: `train` with the run's `seed`.
+    pub fn loop_config(&self) -> TrainConfig {
+        TrainConfig {
+            seed: self.seed,
+            ..self.train.clone()
+        }
+    }
+
     /// Turns out-of-range values into errors before any work starts.
     pub fn validate(&self) -> Result<()> {
         if self.model.outputs < 2 {
@@ -164,26 +203,53 @@ impl PartitionConfig {
         if self.pairs.min_frames == 0 {
             return Err(Error::config("pairs.min_frames", "must be at least 1"));
         }
-        if self.optim.batch_size == 0 {
-            return Err(Error::config("optim.batch_size", "must be at least 1"));
+        if self.batch_size == 0 {
+            return Err(Error::config("batch_size", "must be at least 1"));
         }
-        positive("optim.lr", self.optim.lr)?;
-        if !(self.optim.min_delta.is_finite() && self.optim.min_delta >= 0.0) {
-            return Err(Error::config(
-                "optim.min_delta",
-                format!("must be finite and ≥ 0, got {}", self.optim.min_delta),
-            ));
-        }
-        if self.optim.epochs == 0 {
-            return Err(Error::config("optim.epochs", "must be at least 1"));
-        }
-        let f = self.optim.validation_fraction;
+        let f = self.validation_fraction;
         if !(f.is_finite() && (0.0..1.0).contains(&f)) {
             return Err(Error::config(
-                "optim.validation_fraction",
+                "validation_fraction",
                 format!("must be in [0, 1), got {f}"),
             ));
         }
+        if self.train.seed != 0 {
+            return Err(Error::config(
+                "train.seed",
+                "is set by the top-level `seed`; remove it from `train` and set `seed`",
+            ));
+        }
+        self.train
+            .validate()
+            .map_err(|e| Error::config("train", e.to_string()))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 19: 000's loop lives in `train` (its old `optim` values as defaults), and a section
+    /// that gives only some settings keeps 000's others (not `TrainConfig::default()`'s).
+    #[test]
+    fn the_train_section_keeps_000s_loop() {
+        let c: PartitionConfig =
+            serde_json::from_str(r#"{"seed": 4, "train": {"epochs": 8}}"#).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.train.epochs, 8);
+        assert_eq!(c.train.optimizer.kind(), "adamax");
+        assert_eq!(c.train.optimizer.lr(), 0.002);
+        assert_eq!(c.train.early_stopping.patience, Some(15));
+        assert_eq!(c.train.early_stopping.min_delta, 1e-4);
+        assert_eq!(c.train.checkpoint.every, 10);
+        assert!(c.train.restore_best);
+        assert_eq!((c.batch_size, c.validation_fraction), (1000, 0.3));
+        // The loop runs with the method's seed.
+        assert_eq!(c.loop_config().seed, 4);
+        assert_eq!(c.train.seed, 0);
+        let mut d = PartitionConfig::default();
+        d.set_lr(0.01);
+        assert_eq!(d.train.optimizer.lr(), 0.01);
     }
 }

@@ -16,17 +16,17 @@ mod posteriors;
 mod silhouette;
 mod train;
 
-pub use config::{LossConfig, ModelConfig, OptimConfig, PairConfig, PartitionConfig};
+pub use config::{default_train, LossConfig, ModelConfig, PairConfig, PartitionConfig};
 pub use error::{Error, Result};
 pub use invar_io::FrameTiming;
 pub use loss::{partition_loss, LossParts};
 pub use model::{project, weights, weights_f32, Mapping, Partition};
 pub use output::{
-    apply_featureset, model_files, plot_heatmap, read_model, write_model, HEATMAP_FILE,
-    MAPPING_FILE, V_FILE, W_FILE,
+    apply_featureset, model_files, plot_heatmap, write_model, HEATMAP_FILE, MAPPING_FILE, V_FILE,
+    W_FILE,
 };
 pub use pairs::{build_pairs, diagonal, gold_classes, FramePairs, PairStats};
-pub use pipeline::{run, PartitionReport};
+pub use pipeline::{run, Report};
 pub use posteriors::Posteriorgrams;
 pub use silhouette::{silhouette, SilhouetteConfig};
-pub use train::{pair_loss, train, train_config, PairBatch, PairBatches, PartitionStep, Trained};
+pub use train::{pair_loss, train, PairBatch, PairBatches, PartitionStep, Trained};

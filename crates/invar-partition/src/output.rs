@@ -7,7 +7,7 @@ use invar_data::{FeatureEntry, FeatureSet, FeatureSetWriter};
 use invar_io::Matrix;
 use rayon::prelude::*;
 
-use crate::{Error, Partition, Result};
+use crate::{Error, Partition, Result, Trained};
 
 /// `W`'s file in a model folder.
 pub const W_FILE: &str = "W.npy";
@@ -38,14 +38,43 @@ pub fn write_model(dir: &Path, partition: &Partition, v: Option<&Matrix>) -> Res
     Ok(())
 }
 
-/// Reads the partition of a model folder (its `W.npy`), checking that rows are distributions.
-pub fn read_model(dir: &Path) -> Result<Partition> {
-    let path = dir.join(W_FILE);
-    let w = invar_io::read_npy(&path)?;
-    Partition::new(w).map_err(|e| Error::Model {
-        path,
-        reason: e.to_string(),
-    })
+impl Trained {
+    /// Reads a model folder: `W.npy` (rows checked to be distributions) and `V.npy` when present
+    /// (of W's shape). The partition is host data, so `device` is not used; the three methods'
+    /// loaders share the signature `Trained::load(dir, device)`.
+    pub fn load(dir: &Path, device: &candle_core::Device) -> Result<Self> {
+        let _ = device;
+        let path = dir.join(W_FILE);
+        let w = invar_io::read_npy(&path)?;
+        let partition = Partition::new(w).map_err(|e| Error::Model {
+            path,
+            reason: e.to_string(),
+        })?;
+        let v_path = dir.join(V_FILE);
+        let v = if v_path.is_file() {
+            let v = invar_io::read_npy(&v_path)?;
+            if (v.rows, v.cols) != (partition.inputs(), partition.outputs()) {
+                return Err(Error::Model {
+                    path: v_path,
+                    reason: format!(
+                        "V is {}×{}, W is {}×{}",
+                        v.rows,
+                        v.cols,
+                        partition.inputs(),
+                        partition.outputs()
+                    ),
+                });
+            }
+            Some(v)
+        } else {
+            None
+        };
+        Ok(Self {
+            partition,
+            v,
+            summary: None,
+        })
+    }
 }
 
 /// A heat map of `W` as `W.svg` and `W.png` beside `path` (inputs down, grouped by the output
@@ -171,5 +200,30 @@ mod tests {
         let lines: Vec<&str> = svg.lines().map(str::trim).collect();
         assert!(lines.contains(&"weight W[input, output]"));
         assert!(lines.contains(&"input class (grouped by output)"));
+    }
+
+    /// `Trained::load` reads back what `write_model` wrote (W, and V when written), and refuses a
+    /// V of another shape than W, naming the file.
+    #[test]
+    fn a_model_folder_loads_back() {
+        let v = Matrix::new(4, 2, vec![0.3, -1.0, 2.0, 0.1, -0.5, 0.4, 0.0, 1.5]).unwrap();
+        let partition = Partition::from_v(&v);
+        let dir = tempfile::tempdir().unwrap();
+        write_model(dir.path(), &partition, Some(&v)).unwrap();
+        let cpu = candle_core::Device::Cpu;
+        let back = Trained::load(dir.path(), &cpu).unwrap();
+        assert_eq!(back.partition.w.data, partition.w.data);
+        assert_eq!(back.v.as_ref().map(|v| &v.data), Some(&v.data));
+        assert!(back.summary.is_none());
+        let w_only = tempfile::tempdir().unwrap();
+        write_model(w_only.path(), &partition, None).unwrap();
+        assert!(Trained::load(w_only.path(), &cpu).unwrap().v.is_none());
+        invar_io::write_npy(
+            dir.path().join(V_FILE),
+            &Matrix::new(2, 2, vec![0.0; 4]).unwrap(),
+        )
+        .unwrap();
+        let err = Trained::load(dir.path(), &cpu).unwrap_err().to_string();
+        assert!(err.contains(V_FILE) && err.contains("2×2"), "{err}");
     }
 }

@@ -4,17 +4,17 @@ use std::path::Path;
 
 use candle_core::Device;
 use invar_data::Class;
-use invar_train::{StopReason, TrainConfig};
+use invar_train::StopReason;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    build_pairs, silhouette, train, write_model, PairStats, Partition, PartitionConfig,
+    build_pairs, silhouette, train, write_model, Error, PairStats, Partition, PartitionConfig,
     Posteriorgrams, Result, SilhouetteConfig,
 };
 
 /// What a run did and found; written as `results.json` beside the model.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PartitionReport {
+pub struct Report {
     pub config: PartitionConfig,
     pub inputs: usize,
     pub outputs: usize,
@@ -37,9 +37,8 @@ pub struct PartitionReport {
 
 /// Runs method 000 on `post` with `classes`: builds the frame pairs, trains (checkpoints and metrics in
 /// `out/train`), writes `W.npy`, `V.npy`, `mapping.json`, `W.svg`, `config.json` and `results.json`
-/// into `out`, and returns the report (with the partition). `train_override` replaces the loop's
-/// configuration derived from `cfg` (for example to silence progress); `silhouette_cfg` adds the
-/// silhouette of the classes before and after.
+/// into `out`, and returns the report (with the partition). `silhouette_cfg` adds the silhouette
+/// of the classes before and after.
 pub fn run(
     post: &Posteriorgrams,
     classes: &[Class],
@@ -47,9 +46,8 @@ pub fn run(
     out: &Path,
     device: &Device,
     resume: bool,
-    train_override: Option<TrainConfig>,
     silhouette_cfg: Option<&SilhouetteConfig>,
-) -> Result<PartitionReport> {
+) -> Result<Report> {
     cfg.validate()?;
     let (pairs, stats) = build_pairs(post, classes, &cfg.pairs, cfg.seed)?;
     tracing::info!(
@@ -59,16 +57,8 @@ pub fn run(
         "frame pairs built from {} classes",
         stats.classes_used
     );
-    let trained = train(
-        post,
-        &pairs,
-        cfg,
-        &out.join("train"),
-        device,
-        resume,
-        train_override,
-    )?;
-    write_model(out, &trained.partition, Some(&trained.v))?;
+    let trained = train(post, &pairs, cfg, &out.join("train"), device, resume)?;
+    write_model(out, &trained.partition, trained.v.as_ref())?;
     invar_io::write_json(out.join("config.json"), cfg)?;
     let (silhouette_input, silhouette_output) = match silhouette_cfg {
         Some(s) => (
@@ -77,24 +67,27 @@ pub fn run(
         ),
         None => (None, None),
     };
-    let best_metrics = trained
+    // `train` always returns its loop's summary; only a loaded model has none.
+    let summary = trained
         .summary
+        .ok_or_else(|| Error::config("train", "the training loop returned no summary"))?;
+    let best_metrics = summary
         .best_epoch
-        .and_then(|b| trained.summary.history.iter().find(|r| r.epoch == b))
-        .or(trained.summary.history.last())
+        .and_then(|b| summary.history.iter().find(|r| r.epoch == b))
+        .or(summary.history.last())
         .map(|r| r.metrics.clone())
         .unwrap_or_default();
-    let report = PartitionReport {
+    let report = Report {
         config: cfg.clone(),
         inputs: trained.partition.inputs(),
         outputs: trained.partition.outputs(),
         outputs_in_use: trained.partition.mapping().outputs_in_use,
         pairs: stats,
-        epochs: trained.summary.epochs,
-        best_epoch: trained.summary.best_epoch,
-        best_value: trained.summary.best_value,
-        stop: trained.summary.stop.clone(),
-        diverged: trained.summary.diverged.clone(),
+        epochs: summary.epochs,
+        best_epoch: summary.best_epoch,
+        best_value: summary.best_value,
+        stop: summary.stop.clone(),
+        diverged: summary.diverged.clone(),
         best_metrics,
         silhouette_input,
         silhouette_output,

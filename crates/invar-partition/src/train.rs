@@ -8,8 +8,8 @@ use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{Init, VarMap};
 use invar_io::Matrix;
 use invar_train::{
-    AdaMaxConfig, BatchSource, CheckpointConfig, EarlyStoppingConfig, Metrics, OptimizerConfig,
-    ShuffledOrder, StepContext, StepOutput, TrainConfig, TrainStep, TrainSummary, Trainer,
+    BatchSource, Metrics, ShuffledOrder, StepContext, StepOutput, TrainStep, TrainSummary, Trainer,
+    ValidContext, ValidOutput,
 };
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -71,6 +71,15 @@ impl PairBatches {
         }
     }
 
+    /// The validation batches: `pairs` cut into batches in their order, the same every epoch.
+    pub fn in_order(pairs: Vec<Pair>, batch_size: usize, device: Device) -> Self {
+        Self {
+            order: ShuffledOrder::in_order(pairs.len(), batch_size, "validation pair batches"),
+            pairs,
+            device,
+        }
+    }
+
     /// The pairs of batch `index` of the current epoch, in order.
     pub fn batch_pairs(&self, index: usize) -> invar_train::Result<Vec<Pair>> {
         Ok(self
@@ -95,13 +104,12 @@ impl BatchSource for PairBatches {
     }
 }
 
-/// The model and loss: `V` `[M, D]`, all frames `[N, M]` on the device, the validation batches.
+/// The model and loss: `V` `[M, D]` and all frames `[N, M]` on the device.
 #[derive(Debug)]
 pub struct PartitionStep {
     v: Var,
     frames: Tensor,
     loss: LossConfig,
-    val: Vec<PairBatch>,
 }
 
 /// The loss of one batch and its parts, as the training step computes it: `W = rownorm(|V|)`,
@@ -148,82 +156,42 @@ impl TrainStep<PairBatch> for PartitionStep {
         })
     }
 
-    fn validate(&mut self) -> invar_train::Result<Metrics> {
-        let mut loss = 0.0;
-        let mut n = 0usize;
-        let (mut same, mut n_same, mut diff, mut n_diff) = (0.0, 0usize, 0.0, 0usize);
-        for b in &self.val {
-            let parts = pair_loss(self.v.as_tensor(), &self.frames, b, &self.loss)
-                .map_err(|e| invar_train::Error::method("partition validation", e))?;
-            let k = b.x.elem_count();
-            loss += f64::from(parts.total.to_scalar::<f32>()?) * k as f64;
-            n += k;
-            if let Some(s) = parts.same_sqrt_js {
-                same += s * b.n_same as f64;
-                n_same += b.n_same;
-            }
-            if let Some(d) = parts.diff_sqrt_js {
-                diff += d * (k - b.n_same) as f64;
-                n_diff += k - b.n_same;
-            }
+    /// The loss over the batch's pairs, √JS over its same and its different pairs.
+    fn valid_step(
+        &mut self,
+        b: &PairBatch,
+        _ctx: &ValidContext,
+    ) -> invar_train::Result<ValidOutput> {
+        let parts = pair_loss(self.v.as_tensor(), &self.frames, b, &self.loss)
+            .map_err(|e| invar_train::Error::method("partition validation", e))?;
+        let k = b.x.elem_count();
+        let mut out = ValidOutput::new();
+        out.mean("loss", f64::from(parts.total.to_scalar::<f32>()?), k as f64);
+        if let Some(s) = parts.same_sqrt_js {
+            out.mean("same_sqrt_js", s, b.n_same as f64);
         }
-        let mut m = Metrics::new();
-        if n > 0 {
-            m.insert("loss".into(), loss / n as f64);
+        if let Some(d) = parts.diff_sqrt_js {
+            out.mean("diff_sqrt_js", d, (k - b.n_same) as f64);
         }
-        if n_same > 0 {
-            m.insert("same_sqrt_js".into(), same / n_same as f64);
-        }
-        if n_diff > 0 {
-            m.insert("diff_sqrt_js".into(), diff / n_diff as f64);
-        }
-        Ok(m)
+        Ok(out)
     }
 }
 
-/// A trained partition and how training went.
+/// A trained (or loaded, [`Trained::load`]) partition and how training went.
 #[derive(Debug, Clone)]
 pub struct Trained {
     pub partition: Partition,
-    /// The raw `V` (`M × D`).
-    pub v: Matrix,
-    pub summary: TrainSummary,
-}
-
-/// The loop's configuration for 000: AdaMax, patience on the validation loss (or the training loss
-/// when nothing is held out), the best weights restored at the end.
-pub fn train_config(cfg: &PartitionConfig, validate: bool) -> TrainConfig {
-    let monitor = if validate { "val_loss" } else { "train_loss" };
-    TrainConfig {
-        epochs: cfg.optim.epochs,
-        seed: cfg.seed,
-        optimizer: OptimizerConfig::AdaMax(AdaMaxConfig {
-            lr: cfg.optim.lr,
-            ..AdaMaxConfig::default()
-        }),
-        clip_grad_norm: None,
-        early_stopping: EarlyStoppingConfig {
-            monitor: monitor.into(),
-            gl_monitor: monitor.into(),
-            patience: Some(cfg.optim.patience),
-            min_delta: cfg.optim.min_delta,
-            ..EarlyStoppingConfig::default()
-        },
-        // Epochs take well under a second: a checkpoint every 10 (and at every new best) is plenty.
-        checkpoint: CheckpointConfig {
-            every: 10,
-            ..CheckpointConfig::default()
-        },
-        restore_best: true,
-        ..TrainConfig::default()
-    }
+    /// The raw `V` (`M × D`); `None` for a loaded folder without `V.npy`.
+    pub v: Option<Matrix>,
+    /// How training went; `None` for a loaded model.
+    pub summary: Option<TrainSummary>,
 }
 
 /// Trains a partition of `post`'s `M` classes into `cfg.model.outputs` on `pairs`: a seeded
 /// `validation_fraction` of the same and of the different pairs is held out, whole fragment pairs at
-/// a time (see `split`); checkpoints, metrics and
-/// curves go to `run_dir`; `resume` continues from its newest good checkpoint. `train` overrides the
-/// loop's configuration (progress, checkpoints) when given.
+/// a time (see `split`); checkpoints, metrics and curves go to `run_dir`; `resume` continues from
+/// its newest good checkpoint. The loop runs `cfg.train` with `cfg.seed`; with nothing held out it
+/// monitors the training loss instead of a validation metric.
 pub fn train(
     post: &Posteriorgrams,
     pairs: &FramePairs,
@@ -231,7 +199,6 @@ pub fn train(
     run_dir: &Path,
     device: &Device,
     resume: bool,
-    train: Option<TrainConfig>,
 ) -> Result<Trained> {
     cfg.validate()?;
     let total = post.frames.rows;
@@ -247,7 +214,7 @@ pub fn train(
         });
     }
     pairs.check_groups()?;
-    let (train_pairs, val_pairs) = split(pairs, cfg.optim.validation_fraction, cfg.seed);
+    let (train_pairs, val_pairs) = split(pairs, cfg.validation_fraction, cfg.seed);
     tracing::info!(
         train = train_pairs.len(),
         validation = val_pairs.len(),
@@ -263,7 +230,15 @@ pub fn train(
         });
     }
     let validate = !val_pairs.is_empty();
-    let tcfg = train.unwrap_or_else(|| train_config(cfg, validate));
+    let mut tcfg = cfg.loop_config();
+    if !validate {
+        let es = &mut tcfg.early_stopping;
+        for monitor in [&mut es.monitor, &mut es.gl_monitor] {
+            if monitor.starts_with("val_") {
+                *monitor = "train_loss".into();
+            }
+        }
+    }
     let (m, d) = (post.dim(), cfg.model.outputs);
 
     let varmap = VarMap::new();
@@ -286,27 +261,25 @@ pub fn train(
     drop(v);
 
     let frames = Tensor::from_slice(&post.frames.data, (total, m), device)?;
-    let val = val_pairs
-        .chunks(cfg.optim.batch_size)
-        .map(|c| make_batch(c, device))
-        .collect::<Result<Vec<_>>>()?;
     let mut step = PartitionStep {
         v: var.clone(),
         frames,
         loss: cfg.loss.clone(),
-        val,
     };
-    let mut source = PairBatches::new(train_pairs, cfg.optim.batch_size, device.clone());
+    let mut source = PairBatches::new(train_pairs, cfg.batch_size, device.clone());
+    let mut val = PairBatches::in_order(val_pairs, cfg.batch_size, device.clone());
     let trainer = Trainer::new(tcfg, run_dir, device.clone())?
         .with_method_config(cfg)?
         .with_resume(resume);
-    let summary = trainer.fit(&varmap, &mut source, &mut step)?;
+    let valid: Option<&mut dyn BatchSource<Batch = PairBatch>> =
+        if validate { Some(&mut val) } else { None };
+    let summary = trainer.fit(&varmap, &mut source, valid, &mut step)?;
     let data = var.as_tensor().flatten_all()?.to_vec1::<f32>()?;
     let v = Matrix::new(m, d, data)?;
     Ok(Trained {
         partition: Partition::from_v(&v),
-        v,
-        summary,
+        v: Some(v),
+        summary: Some(summary),
     })
 }
 

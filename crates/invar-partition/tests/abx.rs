@@ -11,7 +11,7 @@ use candle_core::Device;
 use invar_eval::abx::{AbxConfig, AbxDataset, AbxMode, FrameTiming};
 use invar_ops::FrameDistance;
 use invar_partition::{
-    build_pairs, silhouette, train, train_config, Partition, PartitionConfig, SilhouetteConfig,
+    build_pairs, silhouette, train, Partition, PartitionConfig, SilhouetteConfig,
 };
 use invar_train::ProgressMode;
 
@@ -46,24 +46,14 @@ fn partition_lowers_across_speaker_abx_and_a_random_one_does_not() {
     let mut cfg = PartitionConfig::default();
     cfg.model.outputs = 8;
     cfg.pairs.timing = common::timing();
-    cfg.optim.lr = 0.01;
-    cfg.optim.epochs = 60;
+    cfg.set_lr(0.01);
+    cfg.train.epochs = 60;
     cfg.seed = 2;
     let (pairs, _) = build_pairs(&c.post, &classes, &cfg.pairs, cfg.seed).unwrap();
-    let mut tcfg = train_config(&cfg, true);
-    tcfg.progress = ProgressMode::Off;
-    tcfg.plot = false;
+    cfg.train.progress = ProgressMode::Off;
+    cfg.train.plot = false;
     let dir = tempfile::tempdir().unwrap();
-    let trained = train(
-        &c.post,
-        &pairs,
-        &cfg,
-        dir.path(),
-        &Device::Cpu,
-        false,
-        Some(tcfg),
-    )
-    .unwrap();
+    let trained = train(&c.post, &pairs, &cfg, dir.path(), &Device::Cpu, false).unwrap();
     let soft = trained.partition;
     let hard = soft.hard();
     let random = Partition::random_hard(12, 8, 4);

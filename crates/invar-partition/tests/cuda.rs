@@ -17,8 +17,7 @@
 use candle_core::{DType, Device, Tensor, Var};
 use invar_io::Matrix;
 use invar_partition::{
-    partition_loss, train, train_config, weights, FramePairs, LossConfig, PartitionConfig,
-    Posteriorgrams,
+    partition_loss, train, weights, FramePairs, LossConfig, PartitionConfig, Posteriorgrams,
 };
 use invar_train::ProgressMode;
 use rand::seq::SliceRandom;
@@ -160,27 +159,17 @@ fn training_on_the_gpu_recovers_the_planted_partition_like_the_cpu() {
     }
     let mut cfg = PartitionConfig::default();
     cfg.model.outputs = true_classes;
-    cfg.optim.lr = 0.02;
-    cfg.optim.batch_size = 500;
-    cfg.optim.epochs = 60;
+    cfg.set_lr(0.02);
+    cfg.batch_size = 500;
+    cfg.train.epochs = 60;
     cfg.seed = 5;
-    let mut tcfg = train_config(&cfg, true);
-    tcfg.progress = ProgressMode::Off;
-    tcfg.plot = false;
+    cfg.train.progress = ProgressMode::Off;
+    cfg.train.plot = false;
 
     let mut runs = Vec::new();
     for device in [Device::Cpu, gpu()] {
         let dir = tempfile::tempdir().unwrap();
-        let trained = train(
-            &post,
-            &pairs,
-            &cfg,
-            dir.path(),
-            &device,
-            false,
-            Some(tcfg.clone()),
-        )
-        .unwrap();
+        let trained = train(&post, &pairs, &cfg, dir.path(), &device, false).unwrap();
         runs.push(trained);
     }
     let (cpu, cuda) = (&runs[0], &runs[1]);

@@ -6,7 +6,7 @@
 
 use candle_core::Device;
 use invar_io::Matrix;
-use invar_partition::{train, train_config, FramePairs, PartitionConfig, Posteriorgrams};
+use invar_partition::{train, FramePairs, PartitionConfig, Posteriorgrams};
 use invar_train::ProgressMode;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -54,24 +54,14 @@ fn training_recovers_the_planted_partition() {
 
     let mut cfg = PartitionConfig::default();
     cfg.model.outputs = true_classes;
-    cfg.optim.lr = 0.02;
-    cfg.optim.batch_size = 500;
-    cfg.optim.epochs = 60;
+    cfg.set_lr(0.02);
+    cfg.batch_size = 500;
+    cfg.train.epochs = 60;
     cfg.seed = 5;
-    let mut tcfg = train_config(&cfg, true);
-    tcfg.progress = ProgressMode::Off;
-    tcfg.plot = false;
+    cfg.train.progress = ProgressMode::Off;
+    cfg.train.plot = false;
     let dir = tempfile::tempdir().unwrap();
-    let trained = train(
-        &post,
-        &pairs,
-        &cfg,
-        dir.path(),
-        &Device::Cpu,
-        false,
-        Some(tcfg.clone()),
-    )
-    .unwrap();
+    let trained = train(&post, &pairs, &cfg, dir.path(), &Device::Cpu, false).unwrap();
 
     let mapping = trained.partition.mapping();
     assert_eq!(mapping.outputs_in_use, true_classes);
@@ -94,15 +84,6 @@ fn training_recovers_the_planted_partition() {
     );
 
     // Resuming the finished run changes nothing.
-    let again = train(
-        &post,
-        &pairs,
-        &cfg,
-        dir.path(),
-        &Device::Cpu,
-        true,
-        Some(tcfg),
-    )
-    .unwrap();
+    let again = train(&post, &pairs, &cfg, dir.path(), &Device::Cpu, true).unwrap();
     assert_eq!(again.partition.w.data, trained.partition.w.data);
 }

@@ -23,7 +23,9 @@ impl PartitionModel {
     /// Reads `W.npy` from a model folder of `invar partition train` (rows checked to be distributions).
     #[staticmethod]
     fn load(path: PathBuf) -> PyResult<Self> {
-        let partition = invar_partition::read_model(&path).py()?;
+        let partition = invar_partition::Trained::load(&path, &invar_ops::device("cpu").py()?)
+            .py()?
+            .partition;
         Ok(Self { partition })
     }
 
@@ -65,7 +67,7 @@ impl PartitionModel {
 /// A trained tied-weight autoencoder on supervectors, with its input normaliser.
 #[pyclass(module = "invar", name = "AutoencoderModel")]
 pub struct AutoencoderModel {
-    model: invar_supervector::TrainedModel,
+    model: invar_supervector::Trained,
 }
 
 #[pymethods]
@@ -74,7 +76,7 @@ impl AutoencoderModel {
     #[staticmethod]
     fn load(path: PathBuf) -> PyResult<Self> {
         let model =
-            invar_supervector::TrainedModel::load(&path, &invar_ops::device("cpu").py()?).py()?;
+            invar_supervector::Trained::load(&path, &invar_ops::device("cpu").py()?).py()?;
         Ok(Self { model })
     }
 
@@ -103,7 +105,7 @@ impl AutoencoderModel {
 /// A trained speaker CNN with its front-end, normaliser and speakers.
 #[pyclass(module = "invar", name = "SpeakerCnnModel")]
 pub struct SpeakerCnnModel {
-    cnn: invar_speaker_cnn::TrainedCnn,
+    cnn: invar_speaker_cnn::Trained,
 }
 
 impl SpeakerCnnModel {
@@ -132,7 +134,7 @@ impl SpeakerCnnModel {
     /// Reads `speaker_cnn.json` and `model.safetensors` from an `invar speaker train` folder.
     #[staticmethod]
     fn load(path: PathBuf) -> PyResult<Self> {
-        let cnn = invar_speaker_cnn::load_cnn(&path, &invar_ops::device("cpu").py()?).py()?;
+        let cnn = invar_speaker_cnn::Trained::load(&path, &invar_ops::device("cpu").py()?).py()?;
         Ok(Self { cnn })
     }
 

@@ -15,7 +15,7 @@ use anyhow::{Context, Result};
 use candle_core::Device;
 use invar_data::Layout;
 use invar_speaker_cnn::{
-    evaluate, gmm_baseline, load_corpus, logistic_baseline, train_cnn, BaselineConfig, Condition,
+    evaluate, gmm_baseline, load_corpus, logistic_baseline, BaselineConfig, Condition,
     CorpusRecipe, SpeakerCnnConfig,
 };
 use invar_train::{OptimizerConfig, ProgressMode};
@@ -141,8 +141,7 @@ fn main() -> Result<()> {
         };
     }
     if let Some(s) = kv.get("seed") {
-        cfg.init_seed = s.parse()?;
-        cfg.train.seed = s.parse()?;
+        cfg.seed = s.parse()?;
     }
     if get("unit_norm", "1") == "0" {
         cfg.features.frontend.frame.unit_norm = false;
@@ -156,7 +155,7 @@ fn main() -> Result<()> {
     cfg.train.progress = ProgressMode::Off;
     let t0 = Instant::now();
     let run_dir = out.join(format!("run-{}", std::process::id()));
-    let trained = train_cnn(&cfg, &train, &run_dir, &dev)?;
+    let trained = invar_speaker_cnn::train(&cfg, &train, &run_dir, &dev, false)?;
     let train_secs = t0.elapsed().as_secs_f64();
     if let Some(s) = &trained.summary {
         for r in &s.history {

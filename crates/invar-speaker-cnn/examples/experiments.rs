@@ -23,8 +23,8 @@ use candle_core::Device;
 use invar_data::Layout;
 use invar_speaker_cnn::{
     cross_validate, evaluate, gmm_baseline, load_corpus, logistic_baseline, plot_robustness,
-    robustness, run_method, train_cnn, BaselineConfig, Condition, CorpusRecipe,
-    CrossValidationConfig, LabeledAudio, Nuisance, RobustnessConfig, SpeakerCnnConfig,
+    robustness, run, BaselineConfig, Condition, CorpusRecipe, CrossValidationConfig, LabeledAudio,
+    Nuisance, RobustnessConfig, SpeakerCnnConfig,
 };
 use invar_train::ProgressMode;
 use serde::Serialize;
@@ -54,8 +54,7 @@ fn quiet(mut cfg: SpeakerCnnConfig) -> SpeakerCnnConfig {
 
 fn seeded(cfg: &SpeakerCnnConfig, seed: u64) -> SpeakerCnnConfig {
     let mut c = cfg.clone();
-    c.init_seed = seed;
-    c.train.seed = seed;
+    c.seed = seed;
     c
 }
 
@@ -148,7 +147,13 @@ fn seeds_stage(out: &Path, seeds: &[u64], configs: &[SpeakerCnnConfig]) -> Resul
         for &seed in seeds {
             let c = seeded(&quiet(cfg.clone()), seed);
             let started = std::time::Instant::now();
-            let trained = train_cnn(&c, &train, &out.join(format!("{}-{seed}", c.name)), &dev)?;
+            let trained = invar_speaker_cnn::train(
+                &c,
+                &train,
+                &out.join(format!("{}-{seed}", c.name)),
+                &dev,
+                false,
+            )?;
             let epochs = trained.summary.as_ref().map_or(0, |s| s.epochs);
             eprintln!(
                 "{} seed {seed}: {epochs} epochs in {:.0} s",
@@ -227,16 +232,16 @@ fn train_or_load(
     train: &[LabeledAudio],
     dir: &Path,
     dev: &Device,
-) -> Result<invar_speaker_cnn::TrainedCnn> {
+) -> Result<invar_speaker_cnn::Trained> {
     if dir.join("summary.json").is_file() && dir.join(invar_speaker_cnn::META_FILE).is_file() {
-        let mut t = invar_speaker_cnn::load_cnn(dir, dev)?;
+        let mut t = invar_speaker_cnn::Trained::load(dir, dev)?;
         t.summary = Some(invar_io::read_json(dir.join("summary.json"))?);
         return Ok(t);
     }
     if dir.exists() {
         std::fs::remove_dir_all(dir)?;
     }
-    Ok(train_cnn(cfg, train, dir, dev)?)
+    Ok(invar_speaker_cnn::train(cfg, train, dir, dev, false)?)
 }
 
 #[derive(Serialize)]
@@ -282,7 +287,7 @@ fn lambda_stage(out: &Path, seeds: &[u64]) -> Result<()> {
         },
     ];
     let mut rows = Vec::new();
-    let score = |trained: &invar_speaker_cnn::TrainedCnn,
+    let score = |trained: &invar_speaker_cnn::Trained,
                  nuisance: Nuisance,
                  lambda: f64,
                  seed: u64|
@@ -442,7 +447,7 @@ fn timit_stage(out: &Path, configs: &[SpeakerCnnConfig]) -> Result<()> {
     let mut rows = Vec::new();
     for (i, cfg) in configs.iter().enumerate() {
         let base = (i == 0).then(BaselineConfig::default);
-        let r = run_method(
+        let r = run(
             &quiet(cfg.clone()),
             base.as_ref(),
             &train,

@@ -116,7 +116,7 @@ fn main() -> Result<()> {
     })?;
     let mut config = SpeakerCnnConfig::original();
     config.batch_size = args.batch;
-    config.init_seed = args.seed;
+    config.seed = args.seed;
     if args.no_dropout {
         // The equivalence check: dropout masks come from different generators on the two sides.
         config.model.dropout = None;
@@ -166,7 +166,6 @@ fn main() -> Result<()> {
         regularizer,
         norm: &norm,
         log_features: false,
-        validation: None,
         batch_size: args.batch,
         device: device.clone(),
     };
@@ -175,9 +174,8 @@ fn main() -> Result<()> {
     } else {
         args.warmup + args.steps
     };
-    let mut train = config.train.clone();
+    let mut train = config.loop_config();
     train.epochs = steps;
-    train.seed = args.seed;
     train.early_stopping = EarlyStoppingConfig {
         monitor: "train_loss".into(),
         gl_monitor: "train_loss".into(),
@@ -190,7 +188,7 @@ fn main() -> Result<()> {
     let run_dir = tempfile::tempdir().context("cannot create a temporary run folder")?;
     let trainer = Trainer::new(train, run_dir.path(), device.clone())?;
     let mut source = Fixed { x, y };
-    let summary = trainer.fit(&varmap, &mut source, &mut step)?;
+    let summary = trainer.fit(&varmap, &mut source, None, &mut step)?;
     let metric = |name: &str| -> Result<Vec<f64>> {
         summary
             .history

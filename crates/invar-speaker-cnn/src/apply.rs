@@ -8,9 +8,7 @@ use invar_audio::Audio;
 use invar_io::Matrix;
 
 use crate::data::ChunkSet;
-use crate::pipeline::{
-    compute_features, decide, mean_normalise, Condition, LabeledAudio, TrainedCnn,
-};
+use crate::pipeline::{compute_features, decide, mean_normalise, Condition, LabeledAudio, Trained};
 use crate::{Error, Result};
 
 /// What the network says about each chunk of one signal.
@@ -22,7 +20,7 @@ pub struct ChunkOutputs {
     pub embeddings: Matrix,
 }
 
-impl TrainedCnn {
+impl Trained {
     /// The chunks of `audio` through the network, in batches of the configured size (at least 64,
     /// as evaluation uses). A signal shorter than one chunk is an error naming the length needed.
     pub fn apply(&self, audio: &Audio, device: &Device) -> Result<ChunkOutputs> {

@@ -7,8 +7,8 @@ use invar_audio::FrontendConfig;
 use invar_gmm::{DiagGmm, EmConfig};
 use invar_io::Matrix;
 use invar_train::{
-    AdamConfig, BatchSource, Metrics, OptimizerConfig, ShuffledOrder, StepContext, StepOutput,
-    TrainConfig, TrainStep, Trainer,
+    AdamConfig, BatchSource, OptimizerConfig, ShuffledOrder, StepContext, StepOutput, TrainConfig,
+    TrainStep, Trainer,
 };
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -192,9 +192,6 @@ impl TrainStep<(Tensor, Tensor)> for Softmax {
         let loss = candle_nn::loss::cross_entropy(&logits, &b.1)?;
         Ok(StepOutput::new(loss, b.1.elem_count()))
     }
-    fn validate(&mut self) -> invar_train::Result<Metrics> {
-        Ok(Metrics::new())
-    }
 }
 
 fn standardise(x: &mut Matrix, norm: &Normalizer) {
@@ -296,7 +293,7 @@ pub fn logistic_baseline_resume(
     };
     Trainer::new(config.logistic_train.clone(), run_dir, device.clone())?
         .with_resume(resume)
-        .fit(&varmap, &mut source, &mut step)?;
+        .fit(&varmap, &mut source, None, &mut step)?;
     let t_labels = test_labels(test, &speakers)?;
     conditions
         .iter()

@@ -248,7 +248,9 @@ pub const LOGMEL_CLIP_GRAD_NORM: f64 = 10.0;
 /// `apply-cmvn-sliding` default is 600, its x-vector recipes use 300).
 pub const ROBUST_CMN_WINDOW: usize = 300;
 
-/// Everything method 001 needs; the default is the original network.
+/// Everything method 001 needs; the default is the original network. The shape the three
+/// methods share: the method's sections, `batch_size` and `validation_fraction`, the loop's
+/// `train`, and one `seed`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SpeakerCnnConfig {
@@ -260,15 +262,23 @@ pub struct SpeakerCnnConfig {
     /// Random gain augmentation of the training chunks (off unless set).
     pub augment: AugmentConfig,
     pub batch_size: usize,
-    /// Seed of the weights (the loop's own seed is `train.seed`).
-    pub init_seed: u64,
     /// Fraction of each speaker's training utterances held out for validation / early stopping.
     pub validation_fraction: f64,
     /// The loop: Nesterov SGD (momentum 0.9; lr 0.01, the seed's 0.001 does not learn in this
     /// budget), at most 30 epochs, patience 10 on the validation loss with the best epoch restored
     /// (the seed's Prechelt GL_5 is available as `train.early_stopping.gl_alpha = 5`; on a small
-    /// validation split one noisy epoch trips it).
+    /// validation split one noisy epoch trips it). A section that gives some settings keeps the
+    /// original network's others. Its `seed` must stay 0: the loop's seed is `seed`.
+    #[serde(deserialize_with = "train_over_original")]
     pub train: TrainConfig,
+    /// Seed of the weights and of the loop (batch order, dropout).
+    pub seed: u64,
+}
+
+fn train_over_original<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<TrainConfig, D::Error> {
+    TrainConfig::deserialize_over(SpeakerCnnConfig::original().train, d)
 }
 
 impl Default for SpeakerCnnConfig {
@@ -291,7 +301,6 @@ impl SpeakerCnnConfig {
             regularizer: RegularizerConfig::default(),
             augment: AugmentConfig::default(),
             batch_size: 32,
-            init_seed: 0,
             validation_fraction: 0.2,
             train: TrainConfig {
                 epochs: 30,
@@ -309,6 +318,7 @@ impl SpeakerCnnConfig {
                 plot: false,
                 ..TrainConfig::default()
             },
+            seed: 0,
         }
     }
 
@@ -376,6 +386,19 @@ impl SpeakerCnnConfig {
                 "name",
                 format!("`{other}` is not a named config; use original, logmel or robust"),
             )),
+        }
+    }
+
+    /// Sets the learning rate of the loop's optimiser (the CLI's `--lr`).
+    pub fn set_lr(&mut self, lr: f64) {
+        self.train.optimizer.set_lr(lr);
+    }
+
+    /// The loop's configuration as the run uses it: `train` with the run's `seed`.
+    pub fn loop_config(&self) -> TrainConfig {
+        TrainConfig {
+            seed: self.seed,
+            ..self.train.clone()
         }
     }
 
@@ -499,6 +522,12 @@ impl SpeakerCnnConfig {
             return Err(Error::config(
                 "validation_fraction",
                 format!("must be in [0, 1), got {v}"),
+            ));
+        }
+        if self.train.seed != 0 {
+            return Err(Error::config(
+                "train.seed",
+                "is set by the top-level `seed`; remove it from `train` and set `seed`",
             ));
         }
         self.train.validate()?;

@@ -12,8 +12,8 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    evaluate, gmm_baseline, logistic_baseline, train_cnn, BaselineConfig, Condition, Error,
-    LabeledAudio, Result, SpeakerCnnConfig,
+    evaluate, gmm_baseline, logistic_baseline, BaselineConfig, Condition, Error, LabeledAudio,
+    Result, SpeakerCnnConfig,
 };
 
 /// How the folds are made.
@@ -206,7 +206,7 @@ pub fn cross_validate(
             continue;
         }
         let dir = out_dir.join(format!("fold-{k}"));
-        let trained = train_cnn(config, &train, &dir, device)?;
+        let trained = crate::train(config, &train, &dir, device, false)?;
         let e = evaluate(&trained, &test, Condition::Clean, device)?;
         scores.push(FoldScore {
             method: format!("cnn-{}", config.name),

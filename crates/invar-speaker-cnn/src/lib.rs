@@ -43,12 +43,12 @@ pub use data::{
 };
 pub use error::{Error, Result};
 pub use layers::{conv1d_bias, conv1d_valid, max_pool_time};
-pub use method::{run_method, MethodResults};
+pub use method::{run, Report};
 pub use model::{cross_entropy, regularizer, Forward, SpeakerCnn};
 pub use pipeline::{
-    check_test_speakers, chunk_log_probs, compute_features, decide, evaluate, load_cnn,
-    mean_normalise, random_batch, report, speaker_labels, train_cnn, train_cnn_resume, Condition,
-    Evaluation, LabeledAudio, ModelMeta, TrainedCnn, META_FILE,
+    check_test_speakers, chunk_log_probs, compute_features, decide, evaluate, mean_normalise,
+    random_batch, report, speaker_labels, train, Condition, Evaluation, LabeledAudio, ModelMeta,
+    Trained, META_FILE,
 };
 pub use robustness::{
     comparison_treatments, robustness, BaselineRow, DivergedRun, RobustnessConfig,

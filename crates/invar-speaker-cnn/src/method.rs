@@ -6,13 +6,13 @@ use candle_core::Device;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    check_test_speakers, evaluate, gmm_baseline, logistic_baseline_resume, train_cnn_resume,
-    BaselineConfig, BaselineResult, Condition, Evaluation, LabeledAudio, Result, SpeakerCnnConfig,
+    check_test_speakers, evaluate, gmm_baseline, logistic_baseline_resume, BaselineConfig,
+    BaselineResult, Condition, Evaluation, LabeledAudio, Result, SpeakerCnnConfig,
 };
 
-/// What [`run_method`] returns (and writes as `results.json`).
+/// What [`run`] returns (and writes as `results.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct MethodResults {
+pub struct Report {
     pub config: SpeakerCnnConfig,
     pub train_utterances: usize,
     pub test_utterances: usize,
@@ -31,7 +31,7 @@ pub struct MethodResults {
 /// `out_dir/results.json`. A test speaker absent from `train` is an error before any training;
 /// `resume` continues the runs in `out_dir` from their newest good checkpoints.
 #[allow(clippy::too_many_arguments)]
-pub fn run_method(
+pub fn run(
     config: &SpeakerCnnConfig,
     baselines: Option<&BaselineConfig>,
     train: &[LabeledAudio],
@@ -40,13 +40,13 @@ pub fn run_method(
     out_dir: &Path,
     device: &Device,
     resume: bool,
-) -> Result<MethodResults> {
+) -> Result<Report> {
     config.validate()?;
     if let Some(b) = baselines {
         b.validate()?;
     }
     check_test_speakers(train, test)?;
-    let trained = train_cnn_resume(config, train, out_dir, device, resume)?;
+    let trained = crate::train(config, train, out_dir, device, resume)?;
     let evaluations = conditions
         .iter()
         .map(|&c| evaluate(&trained, test, c, device))
@@ -64,7 +64,7 @@ pub fn run_method(
         )?);
         base.extend(gmm_baseline(b, train, test, conditions)?);
     }
-    let results = MethodResults {
+    let results = Report {
         config: config.clone(),
         train_utterances: train.len(),
         test_utterances: test.len(),

@@ -9,13 +9,13 @@ use candle_nn::VarMap;
 use invar_audio::{Audio, Frontend, FrontendConfig};
 use invar_eval::{identify, IdentifyReport, Prediction};
 use invar_io::Matrix;
-use invar_train::{TrainSummary, Trainer};
+use invar_train::{BatchSource, TrainSummary, Trainer};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::augment::Augmenter;
 use crate::data::{subtract_sliding_mean, subtract_utterance_mean};
-use crate::train::{new_model, ChunkBatches, ChunkScores, CnnStep};
+use crate::train::{new_model, ChunkBatch, ChunkBatches, ChunkScores, CnnStep};
 use crate::{ChunkSet, Error, Normalizer, Result, SpeakerCnn, SpeakerCnnConfig};
 
 /// One utterance: its id, its speaker and its samples.
@@ -185,35 +185,27 @@ pub struct ModelMeta {
 /// The file in a run folder that holds [`ModelMeta`].
 pub const META_FILE: &str = "speaker_cnn.json";
 
-/// A trained network with its normalisation and speakers.
-pub struct TrainedCnn {
+/// A trained (or loaded, [`Trained::load`]) network with its normalisation and speakers.
+pub struct Trained {
     pub meta: ModelMeta,
     pub varmap: VarMap,
     pub model: SpeakerCnn,
+    /// How training went; `None` for a loaded model.
     pub summary: Option<TrainSummary>,
     pub run_dir: PathBuf,
 }
 
 /// Trains the configured network on `train` (a per-speaker `validation_fraction` of the utterances
-/// is held out for early stopping) and writes the run into `run_dir`.
-pub fn train_cnn(
-    config: &SpeakerCnnConfig,
-    train: &[LabeledAudio],
-    run_dir: &Path,
-    device: &Device,
-) -> Result<TrainedCnn> {
-    train_cnn_resume(config, train, run_dir, device, false)
-}
-
-/// [`train_cnn`], continuing from the newest good checkpoint in `run_dir` when `resume` (the
-/// settings must be the checkpoint's; a folder without checkpoints starts fresh).
-pub fn train_cnn_resume(
+/// is held out for early stopping) and writes the run into `run_dir`; `resume` continues from the
+/// newest good checkpoint there (the settings must be the checkpoint's; a folder without
+/// checkpoints starts fresh).
+pub fn train(
     config: &SpeakerCnnConfig,
     train: &[LabeledAudio],
     run_dir: &Path,
     device: &Device,
     resume: bool,
-) -> Result<TrainedCnn> {
+) -> Result<Trained> {
     config.validate()?;
     if train.is_empty() {
         return Err(Error::Empty {
@@ -274,7 +266,7 @@ pub fn train_cnn_resume(
     );
     let bins = norm.dims();
     let (varmap, model) = new_model(config, bins, speakers.len(), device)?;
-    let mut train_cfg = config.train.clone();
+    let mut train_cfg = config.loop_config();
     if va_chunks.is_empty() {
         // Nothing to validate on: monitor the training loss and turn GL off.
         train_cfg.early_stopping.monitor = "train_loss".into();
@@ -297,13 +289,18 @@ pub fn train_cnn_resume(
         regularizer: config.regularizer.clone(),
         norm: &meta.normalizer,
         log_features: log,
-        validation: (!va_chunks.is_empty()).then_some(&va_chunks),
         batch_size: config.batch_size,
         device: device.clone(),
     };
-    let summary = trainer.fit(&varmap, &mut source, &mut step)?;
+    let mut val = ChunkBatches::in_order(&va_chunks, config.batch_size, device.clone());
+    let valid: Option<&mut dyn BatchSource<Batch = ChunkBatch>> = if va_chunks.is_empty() {
+        None
+    } else {
+        Some(&mut val)
+    };
+    let summary = trainer.fit(&varmap, &mut source, valid, &mut step)?;
     invar_io::write_json(run_dir.join(META_FILE), &meta)?;
-    Ok(TrainedCnn {
+    Ok(Trained {
         meta,
         varmap,
         model,
@@ -312,28 +309,44 @@ pub fn train_cnn_resume(
     })
 }
 
-impl std::fmt::Debug for TrainedCnn {
+impl std::fmt::Debug for Trained {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TrainedCnn")
+        f.debug_struct("Trained")
             .field("meta", &self.meta)
             .field("run_dir", &self.run_dir)
             .finish_non_exhaustive()
     }
 }
 
-/// Loads a run written by [`train_cnn`]: `speaker_cnn.json` and `model.safetensors`.
-pub fn load_cnn(run_dir: &Path, device: &Device) -> Result<TrainedCnn> {
-    let meta: ModelMeta = invar_io::read_json(run_dir.join(META_FILE))?;
-    meta.config.validate()?;
-    let (varmap, model) = new_model(&meta.config, meta.bins, meta.speakers.len(), device)?;
-    invar_train::load_weights(&varmap, &run_dir.join("model.safetensors"))?;
-    Ok(TrainedCnn {
-        meta,
-        varmap,
-        model,
-        summary: None,
-        run_dir: run_dir.to_path_buf(),
-    })
+impl Trained {
+    /// Loads a run written by [`train`] (`speaker_cnn.json` and `model.safetensors`) onto
+    /// `device`. A folder written before the methods shared one config shape (issue 19) loads
+    /// too: its `config.init_seed` is read as `seed`, and its `config.train.seed` (a loaded model
+    /// has no loop) is dropped.
+    pub fn load(run_dir: &Path, device: &Device) -> Result<Self> {
+        let path = run_dir.join(META_FILE);
+        let mut raw: serde_json::Value = invar_io::read_json(&path)?;
+        if let Some(c) = raw.get_mut("config").and_then(|c| c.as_object_mut()) {
+            if let Some(seed) = c.remove("init_seed") {
+                c.entry("seed").or_insert(seed);
+            }
+            if let Some(t) = c.get_mut("train").and_then(|t| t.as_object_mut()) {
+                t.remove("seed");
+            }
+        }
+        let meta: ModelMeta =
+            serde_json::from_value(raw).map_err(|source| invar_io::Error::Json { path, source })?;
+        meta.config.validate()?;
+        let (varmap, model) = new_model(&meta.config, meta.bins, meta.speakers.len(), device)?;
+        invar_train::load_weights(&varmap, &run_dir.join("model.safetensors"))?;
+        Ok(Self {
+            meta,
+            varmap,
+            model,
+            summary: None,
+            run_dir: run_dir.to_path_buf(),
+        })
+    }
 }
 
 /// Accuracy of a trained model on test audio under one condition.
@@ -437,7 +450,7 @@ pub fn report(
 
 /// Evaluates `trained` on `test` under `condition`.
 pub fn evaluate(
-    trained: &TrainedCnn,
+    trained: &Trained,
     test: &[LabeledAudio],
     condition: Condition,
     device: &Device,
@@ -468,7 +481,6 @@ pub fn evaluate(
         regularizer: cfg.regularizer.clone(),
         norm: &trained.meta.normalizer,
         log_features: log,
-        validation: None,
         batch_size: cfg.batch_size.max(64),
         device: device.clone(),
     };

@@ -8,8 +8,8 @@ use candle_core::Device;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    evaluate, gmm_baseline, train_cnn, AugmentConfig, BaselineConfig, Condition, Error,
-    LabeledAudio, Nuisance, Result, SpeakerCnnConfig, ROBUST_CMN_WINDOW,
+    evaluate, gmm_baseline, AugmentConfig, BaselineConfig, Condition, Error, LabeledAudio,
+    Nuisance, Result, SpeakerCnnConfig, ROBUST_CMN_WINDOW,
 };
 
 /// A treatment's mean normalisation of the log features.
@@ -163,7 +163,7 @@ pub struct RobustnessConfig {
     pub lambda: Option<f64>,
     /// Train with the unit-L2 signal scaling on, off, or both.
     pub unit_norm: Vec<bool>,
-    /// Weight/loop seeds (each run uses it for `init_seed` and `train.seed`).
+    /// Weight/loop seeds (each run's `seed`).
     pub seeds: Vec<u64>,
     pub conditions: Vec<Condition>,
     /// Treatments to compare instead of the `nuisances` grid (empty: the classic grid of
@@ -649,8 +649,7 @@ pub fn robustness(
                 if let Some(l) = grid.lambda {
                     cfg.regularizer.lambda = l;
                 }
-                cfg.init_seed = seed;
-                cfg.train.seed = seed;
+                cfg.seed = seed;
                 let nuisance = cfg.regularizer.nuisance;
                 let label = treatment.map_or_else(|| nuisance.to_string(), |t| t.to_string());
                 let name = format!(
@@ -665,7 +664,7 @@ pub fn robustness(
                     reason,
                     treatment: *treatment,
                 };
-                let trained = match train_cnn(&cfg, train, &out_dir.join(&name), device) {
+                let trained = match crate::train(&cfg, train, &out_dir.join(&name), device, false) {
                     Ok(t) => t,
                     Err(e) if e.is_divergence() => {
                         tracing::warn!("{name}: {e}");

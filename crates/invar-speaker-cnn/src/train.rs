@@ -4,7 +4,9 @@ use candle_core::{Device, Tensor};
 use candle_nn::VarMap;
 use rand_chacha::ChaCha8Rng;
 
-use invar_train::{BatchSource, Metrics, ShuffledOrder, StepContext, StepOutput, TrainStep};
+use invar_train::{
+    BatchSource, ShuffledOrder, StepContext, StepOutput, TrainStep, ValidContext, ValidOutput,
+};
 
 use crate::augment::{Augmenter, ChunkGain};
 use crate::{
@@ -31,6 +33,14 @@ impl<'a> ChunkBatches<'a> {
             device,
             augment: None,
             gains: Vec::new(),
+        }
+    }
+
+    /// The validation batches of `chunks`: in their order, the same every epoch, never augmented.
+    pub fn in_order(chunks: &'a ChunkSet, batch_size: usize, device: Device) -> Self {
+        Self {
+            order: ShuffledOrder::in_order(chunks.len(), batch_size, "speaker validation chunks"),
+            ..Self::new(chunks, batch_size, device)
         }
     }
 
@@ -98,7 +108,7 @@ pub struct CnnStep<'a> {
     pub regularizer: RegularizerConfig,
     pub norm: &'a Normalizer,
     pub log_features: bool,
-    pub validation: Option<&'a ChunkSet>,
+    /// The batch size [`CnnStep::score`] evaluates in.
     pub batch_size: usize,
     pub device: Device,
 }
@@ -132,26 +142,37 @@ impl CnnStep<'_> {
         Ok((loss, ce, r, f64::from(correct)))
     }
 
-    /// Mean cross-entropy, accuracy and R over `chunks`, in batches, without dropout.
+    /// One batch's cross-entropy, correct count and R (0 without a regulariser), without
+    /// dropout, as sums over its chunks.
+    fn scores(&self, x: &Tensor, y: &Tensor) -> crate::Result<ValidOutput> {
+        let (_, ce, r, correct) = self.loss(x, y, None)?;
+        let w = y.elem_count() as f64;
+        let r = match r {
+            Some(r) => f64::from(r.to_scalar::<f32>()?),
+            None => 0.0,
+        };
+        let mut out = ValidOutput::new();
+        out.mean("loss", f64::from(ce.to_scalar::<f32>()?), w)
+            .sum("acc", correct, w)
+            .mean("r", r, w);
+        Ok(out)
+    }
+
+    /// Mean cross-entropy, accuracy and R over `chunks`, in batches, without dropout: what the
+    /// training loop logs as `val_loss`, `val_acc` and `val_r` for a validation set.
     pub fn score(&self, chunks: &ChunkSet) -> crate::Result<ChunkScores> {
-        let (mut ce_sum, mut r_sum, mut correct) = (0.0, 0.0, 0.0);
-        let n = chunks.len();
-        let idx: Vec<usize> = (0..n).collect();
+        let mut total = ValidOutput::new();
+        let idx: Vec<usize> = (0..chunks.len()).collect();
         for part in idx.chunks(self.batch_size.max(1)) {
             let (x, y) = chunks.batch(part, &self.device)?;
-            let (_, ce, r, c) = self.loss(&x, &y, None)?;
-            let w = part.len() as f64;
-            ce_sum += f64::from(ce.to_scalar::<f32>()?) * w;
-            if let Some(r) = r {
-                r_sum += f64::from(r.to_scalar::<f32>()?) * w;
-            }
-            correct += c;
+            total.merge(&self.scores(&x, &y)?);
         }
-        let n = n.max(1) as f64;
+        let means = total.means();
+        let mean = |k: &str| means.get(k).copied().unwrap_or(0.0);
         Ok(ChunkScores {
-            loss: ce_sum / n,
-            accuracy: correct / n,
-            r: r_sum / n,
+            loss: mean("loss"),
+            accuracy: mean("acc"),
+            r: mean("r"),
         })
     }
 }
@@ -176,23 +197,19 @@ impl TrainStep<ChunkBatch> for CnnStep<'_> {
         Ok(out)
     }
 
-    fn validate(&mut self) -> invar_train::Result<Metrics> {
-        let Some(val) = self.validation else {
-            return Ok(Metrics::new());
-        };
-        let s = self
-            .score(val)
-            .map_err(|e| invar_train::Error::method("speaker cnn validation", e))?;
-        Ok(Metrics::from([
-            ("loss".to_string(), s.loss),
-            ("acc".to_string(), s.accuracy),
-            ("r".to_string(), s.r),
-        ]))
+    /// Cross-entropy (`val_loss`), accuracy (`val_acc`) and R (`val_r`) without dropout.
+    fn valid_step(
+        &mut self,
+        batch: &ChunkBatch,
+        _ctx: &ValidContext,
+    ) -> invar_train::Result<ValidOutput> {
+        self.scores(&batch.x, &batch.y)
+            .map_err(|e| invar_train::Error::method("speaker cnn validation", e))
     }
 
-    /// Chunk accuracy on the validation chunks; chance is one over the speakers.
+    /// Chunk accuracy on the validation chunks (absent without them, and then nothing is
+    /// flagged); chance is one over the speakers.
     fn chance(&self) -> Option<(&'static str, f64)> {
-        self.validation?;
         Some(("val_acc", 1.0 / self.model.classes().max(1) as f64))
     }
 }
@@ -211,7 +228,7 @@ pub fn new_model(
         bins,
         config.features.chunk_frames,
         classes,
-        config.init_seed,
+        config.seed,
         device,
     )?;
     Ok((varmap, model))

@@ -222,13 +222,15 @@ fn the_training_loop_runs_the_method_step_on_the_gpu_like_on_the_cpu() {
             regularizer: config.regularizer.clone(),
             norm: &norm,
             log_features: false,
-            validation: Some(&validation),
             batch_size: 8,
             device: device.clone(),
         };
         let mut source = ChunkBatches::new(&chunks, 8, device.clone());
+        let mut val = ChunkBatches::in_order(&validation, 8, device.clone());
         let trainer = Trainer::new(config.train.clone(), dir.path(), device.clone()).unwrap();
-        let summary = trainer.fit(&varmap, &mut source, &mut step).unwrap();
+        let summary = trainer
+            .fit(&varmap, &mut source, Some(&mut val), &mut step)
+            .unwrap();
         let curve: Vec<(f64, f64)> = summary
             .history
             .iter()

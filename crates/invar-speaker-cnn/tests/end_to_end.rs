@@ -5,7 +5,7 @@ use anyhow::Result;
 use candle_core::Device;
 use invar_data::Layout;
 use invar_speaker_cnn::{
-    evaluate, load_corpus, robustness, train_cnn, Condition, CorpusRecipe, LabeledAudio, Nuisance,
+    evaluate, load_corpus, robustness, Condition, CorpusRecipe, LabeledAudio, Nuisance,
     RobustnessConfig, SpeakerCnnConfig,
 };
 use invar_train::{OptimizerConfig, ProgressMode, SgdConfig};
@@ -48,7 +48,7 @@ fn learns_speakers_and_unit_l2_cancels_a_constant_gain() -> Result<()> {
     let (train, test) = corpus(&tmp.path().join("corpus"))?;
     let dev = Device::Cpu;
     let cfg = fast(SpeakerCnnConfig::original(), 20);
-    let trained = train_cnn(&cfg, &train, &tmp.path().join("run"), &dev)?;
+    let trained = invar_speaker_cnn::train(&cfg, &train, &tmp.path().join("run"), &dev, false)?;
     let clean = evaluate(&trained, &test, Condition::Clean, &dev)?;
     println!(
         "clean: chunk {:.3} utt {:.3} ({} chunks)",
@@ -79,8 +79,23 @@ fn learns_speakers_and_unit_l2_cancels_a_constant_gain() -> Result<()> {
     assert!((loud.chunk_accuracy - clean.chunk_accuracy).abs() < 1e-9);
     assert!((loud.chunk_loss - clean.chunk_loss).abs() < 1e-4 * clean.chunk_loss.max(1.0));
     // The run folder can be loaded back and gives the same numbers.
-    let back = invar_speaker_cnn::load_cnn(&tmp.path().join("run"), &dev)?;
+    let back = invar_speaker_cnn::Trained::load(&tmp.path().join("run"), &dev)?;
     let again = evaluate(&back, &test, Condition::Clean, &dev)?;
+    assert!((again.chunk_loss - clean.chunk_loss).abs() < 1e-6);
+    // A folder written before issue 19's config shape (`init_seed`, a `train.seed`) still loads.
+    let meta_path = tmp.path().join("run").join(invar_speaker_cnn::META_FILE);
+    let mut meta: serde_json::Value = invar_io::read_json(&meta_path)?;
+    let config = meta["config"]
+        .as_object_mut()
+        .ok_or_else(|| anyhow::anyhow!("no config"))?;
+    let seed = config
+        .remove("seed")
+        .ok_or_else(|| anyhow::anyhow!("no seed"))?;
+    config.insert("init_seed".into(), seed);
+    config["train"]["seed"] = 7.into();
+    invar_io::write_json(&meta_path, &meta)?;
+    let old = invar_speaker_cnn::Trained::load(&tmp.path().join("run"), &dev)?;
+    let again = evaluate(&old, &test, Condition::Clean, &dev)?;
     assert!((again.chunk_loss - clean.chunk_loss).abs() < 1e-6);
     Ok(())
 }
@@ -100,7 +115,13 @@ fn training_with_lambda_lowers_r_on_held_out_chunks() -> Result<()> {
         cfg.train.clip_grad_norm = None;
         cfg.regularizer.nuisance = Nuisance::Scale;
         cfg.regularizer.lambda = lambda;
-        let trained = train_cnn(&cfg, &train, &tmp.path().join(format!("run{lambda}")), &dev)?;
+        let trained = invar_speaker_cnn::train(
+            &cfg,
+            &train,
+            &tmp.path().join(format!("run{lambda}")),
+            &dev,
+            false,
+        )?;
         let e = evaluate(&trained, &test, Condition::Clean, &dev)?;
         println!(
             "λ = {lambda}: R {:.5}, chunk accuracy {:.3}",
@@ -162,7 +183,8 @@ fn default_configs_learn_and_logmel_matches_the_logistic_baseline() -> Result<()
         let mut cfg = cfg;
         cfg.train.epochs = 12;
         cfg.train.progress = ProgressMode::Off;
-        let trained = train_cnn(&cfg, &train, &tmp.path().join(&cfg.name), &dev)?;
+        let trained =
+            invar_speaker_cnn::train(&cfg, &train, &tmp.path().join(&cfg.name), &dev, false)?;
         let e = evaluate(&trained, &test, Condition::Clean, &dev)?;
         println!(
             "{}: chunk {:.3} utt {:.3} ({} chunks)",

@@ -49,7 +49,7 @@ fn parse() -> Result<Args> {
         warmup: 2,
         threads: 0,
         device: "cpu".into(),
-        batch: defaults.pairs.batch_size,
+        batch: defaults.batch_size,
         sizes: defaults.model.sizes,
         seed: 0,
         check_dir: None,
@@ -112,8 +112,8 @@ fn main() -> Result<()> {
     })?;
     let mut config = SupervectorConfig::default();
     config.model.sizes = args.sizes.clone();
-    config.pairs.batch_size = args.batch;
-    config.train.seed = args.seed;
+    config.batch_size = args.batch;
+    config.seed = args.seed;
     config.validate()?;
     let dim = args.sizes[0];
 
@@ -162,7 +162,7 @@ fn main() -> Result<()> {
     let run_dir = tempfile::tempdir().context("cannot create a temporary run folder")?;
     let trainer = Trainer::new(train, run_dir.path(), device.clone())?;
     let mut source = Fixed { x, y };
-    let summary = trainer.fit(&varmap, &mut source, &mut step)?;
+    let summary = trainer.fit(&varmap, &mut source, None, &mut step)?;
     let metric = |name: &str| -> Result<Vec<f64>> {
         summary
             .history

@@ -81,7 +81,6 @@ pub struct PairConfig {
     /// `None`: every same-speaker pair (the seed); `Some(k)`: at most `k` unordered pairs per speaker,
     /// drawn afresh each epoch. Each pair is used in both directions.
     pub max_pairs_per_speaker: Option<usize>,
-    pub batch_size: usize,
     /// Standard deviation of Gaussian noise added to the (normalised) input; 0 turns it off.
     pub input_noise: f32,
     /// Weight of the optional different-speaker term on the codes (0: off, the seed's method).
@@ -97,7 +96,6 @@ impl Default for PairConfig {
     fn default() -> Self {
         Self {
             max_pairs_per_speaker: None,
-            batch_size: 64,
             input_noise: 0.0,
             different_weight: 0.0,
             different_margin: 1.0,
@@ -116,8 +114,6 @@ pub struct ProtocolConfig {
     pub closed_utterances: f64,
     /// minDCF priors.
     pub p_targets: Vec<f64>,
-    /// Seed of the split (independent of the training seed).
-    pub seed: u64,
 }
 
 impl Default for ProtocolConfig {
@@ -126,19 +122,28 @@ impl Default for ProtocolConfig {
             open_speakers: 0.2,
             closed_utterances: 0.25,
             p_targets: vec![0.01],
-            seed: 0,
         }
     }
 }
 
-/// Everything method 002 needs: model, pairs, protocol and the training loop's settings.
+/// Everything method 002 needs. The shape the three methods share: the method's sections
+/// (model, pairs, protocol), `batch_size` (002 holds nothing out for validation), the loop's
+/// `train`, and one `seed`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SupervectorConfig {
     pub model: ModelConfig,
     pub pairs: PairConfig,
     pub protocol: ProtocolConfig,
+    /// Directed pairs per minibatch.
+    pub batch_size: usize,
+    /// The loop (see `default_train`). A section that gives some settings keeps the others. Its
+    /// `seed` must stay 0: the loop's seed is `seed`.
+    #[serde(deserialize_with = "train_over_defaults")]
     pub train: TrainConfig,
+    /// Seed of the weights, the loop (pair sampling, batch order, input noise) and the protocol
+    /// split.
+    pub seed: u64,
 }
 
 impl Default for SupervectorConfig {
@@ -147,9 +152,17 @@ impl Default for SupervectorConfig {
             model: ModelConfig::default(),
             pairs: PairConfig::default(),
             protocol: ProtocolConfig::default(),
+            batch_size: 64,
             train: default_train(),
+            seed: 0,
         }
     }
+}
+
+fn train_over_defaults<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<TrainConfig, D::Error> {
+    TrainConfig::deserialize_over(default_train(), d)
 }
 
 /// Adam at 1e-3 for 20 epochs (the seed names no optimiser), early stopping on the training loss
@@ -168,6 +181,19 @@ fn default_train() -> TrainConfig {
 }
 
 impl SupervectorConfig {
+    /// Sets the learning rate of the loop's optimiser (a command's `--lr`).
+    pub fn set_lr(&mut self, lr: f64) {
+        self.train.optimizer.set_lr(lr);
+    }
+
+    /// The loop's configuration as the run uses it: `train` with the run's `seed`.
+    pub fn loop_config(&self) -> TrainConfig {
+        TrainConfig {
+            seed: self.seed,
+            ..self.train.clone()
+        }
+    }
+
     /// Turns out-of-range values into errors before any work starts.
     pub fn validate(&self) -> Result<()> {
         let m = &self.model;
@@ -184,8 +210,8 @@ impl SupervectorConfig {
             ));
         }
         let p = &self.pairs;
-        if p.batch_size == 0 {
-            return Err(Error::config("pairs.batch_size", "must be at least 1"));
+        if self.batch_size == 0 {
+            return Err(Error::config("batch_size", "must be at least 1"));
         }
         if p.max_pairs_per_speaker == Some(0) {
             return Err(Error::config(
@@ -230,6 +256,12 @@ impl SupervectorConfig {
                 format!("each must lie in (0, 1), got {:?}", q.p_targets),
             ));
         }
+        if self.train.seed != 0 {
+            return Err(Error::config(
+                "train.seed",
+                "is set by the top-level `seed`; remove it from `train` and set `seed`",
+            ));
+        }
         self.train.validate()?;
         Ok(())
     }
@@ -238,6 +270,19 @@ impl SupervectorConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 19: a `train` section that gives the epochs keeps 002's loop (Adam, early stopping on
+    /// the training loss: there is no validation split), not `TrainConfig::default()`'s.
+    #[test]
+    fn a_partial_train_section_keeps_002s_loop() {
+        let c: SupervectorConfig =
+            serde_json::from_str(r#"{"batch_size": 16, "train": {"epochs": 3}}"#).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.train.epochs, 3);
+        assert_eq!(c.train.optimizer.kind(), "adam");
+        assert_eq!(c.train.early_stopping.monitor, "train_loss");
+        assert_eq!(c.batch_size, 16);
+    }
 
     #[test]
     fn defaults_are_the_seed_and_valid() {

@@ -24,12 +24,10 @@ pub use evaluate::{
 };
 pub use model::TiedAutoencoder;
 pub use pairs::{Normalizer, PairBatch, PairBatches, PairSampler};
-pub use pipeline::{run_method, MethodReport, SplitCounts, METRICS};
+pub use pipeline::{run, Report, SplitCounts, METRICS};
 pub use protocol::{
     format_summary, make_splits, run_protocol, score_split, summarize, EvalConfig, MeanSd,
     ProtocolReport, SplitInfo, SplitPlan, SplitResult, SummaryRow,
 };
 pub use synthetic::{synthetic_supervectors, SyntheticConfig};
-pub use train::{
-    resolve_sizes, train, ModelMeta, PairStep, TrainOutcome, TrainedModel, MODEL_META,
-};
+pub use train::{resolve_sizes, train, ModelMeta, PairStep, Trained, MODEL_META};

@@ -7,11 +7,10 @@ use candle_core::Device;
 use invar_data::SupervectorSet;
 use invar_eval::PairMetric;
 use invar_io::Matrix;
-use invar_train::TrainSummary;
 use serde::{Deserialize, Serialize};
 
 use crate::evaluate::{compare_rows, ComparisonRow, Protocol, ProtocolSplit};
-use crate::train::{train, TrainedModel};
+use crate::train::{train, Trained};
 use crate::{Error, Result, SupervectorConfig};
 
 /// Counts of the split.
@@ -24,16 +23,15 @@ pub struct SplitCounts {
     pub open_speakers: usize,
 }
 
-/// What [`run_method`] returns: the split, the training summary, the comparison table, and the
-/// codes of every row of the input matrix.
+/// What [`run`] returns: the split, the comparison table, the codes of every row of the input
+/// matrix, and the trained model (with the training summary).
 #[derive(Debug)]
-pub struct MethodReport {
+pub struct Report {
     pub split: ProtocolSplit,
     pub counts: SplitCounts,
-    pub train: TrainSummary,
     pub table: Vec<ComparisonRow>,
     pub codes: Matrix,
-    pub model: TrainedModel,
+    pub model: Trained,
 }
 
 /// The distances the seed names.
@@ -41,14 +39,14 @@ pub const METRICS: [PairMetric; 2] = [PairMetric::Angular, PairMetric::Euclidean
 
 /// Runs method 002 on `set` (and compares with `ivectors`, one row per supervector, if given),
 /// writing the training run into `run_dir`; `resume` continues it from its newest good checkpoint.
-pub fn run_method(
+pub fn run(
     set: &SupervectorSet,
     ivectors: Option<&Matrix>,
     config: &SupervectorConfig,
     run_dir: &Path,
     device: &Device,
     resume: bool,
-) -> Result<MethodReport> {
+) -> Result<Report> {
     config.validate()?;
     if let Some(iv) = ivectors {
         if iv.rows != set.vectors.rows {
@@ -59,7 +57,7 @@ pub fn run_method(
             ));
         }
     }
-    let split = ProtocolSplit::new(&set.labels, &config.protocol)?;
+    let split = ProtocolSplit::new(&set.labels, &config.protocol, config.seed)?;
     let distinct = |rows: &[usize]| {
         let mut s: Vec<usize> = rows.iter().map(|&r| set.labels[r]).collect();
         s.sort_unstable();
@@ -75,7 +73,7 @@ pub fn run_method(
     };
     tracing::info!(?counts, "protocol split");
     let train_labels: Vec<usize> = split.train.iter().map(|&r| set.labels[r]).collect();
-    let outcome = train(
+    let trained = train(
         &set.vectors,
         &split.train,
         &train_labels,
@@ -84,7 +82,7 @@ pub fn run_method(
         device,
         resume,
     )?;
-    let codes = outcome.model.embed(&set.vectors, 256)?;
+    let codes = trained.embed(&set.vectors, 256)?;
     let mut reps: Vec<(&str, &Matrix)> = vec![("raw", &set.vectors)];
     if let Some(iv) = ivectors {
         reps.push(("ivector", iv));
@@ -111,12 +109,11 @@ pub fn run_method(
             )?);
         }
     }
-    Ok(MethodReport {
+    Ok(Report {
         split,
         counts,
-        train: outcome.summary,
         table,
         codes,
-        model: outcome.model,
+        model: trained,
     })
 }

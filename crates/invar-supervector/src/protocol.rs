@@ -25,8 +25,7 @@ use crate::{Error, ProtocolConfig, Result, SupervectorConfig};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SplitPlan {
-    /// `k` seeded random splits ([`ProtocolSplit::new`] with the protocol seed `seed + i` for split
-    /// `i`): `open_speakers` of the speakers held out, `closed_utterances` of each training
+    /// `k` seeded random splits ([`ProtocolSplit::new`] with the seed `seed + i` for split `i`): `open_speakers` of the speakers held out, `closed_utterances` of each training
     /// speaker's rows held out.
     Random { k: usize },
     /// One split the user defines: these speakers (indices into the set's speakers) train, every
@@ -96,10 +95,12 @@ impl EvalConfig {
     }
 }
 
-/// The splits of `labels` (speaker index per row) that `plan` asks for.
+/// The splits of `labels` (speaker index per row) that `plan` asks for, drawn from `seed` (the
+/// method config's `seed`).
 pub fn make_splits(
     labels: &[usize],
     protocol: &ProtocolConfig,
+    seed: u64,
     plan: &SplitPlan,
 ) -> Result<Vec<ProtocolSplit>> {
     match plan {
@@ -114,13 +115,7 @@ pub fn make_splits(
                 ));
             }
             (0..*k as u64)
-                .map(|i| {
-                    let cfg = ProtocolConfig {
-                        seed: protocol.seed.wrapping_add(i),
-                        ..protocol.clone()
-                    };
-                    ProtocolSplit::new(labels, &cfg)
-                })
+                .map(|i| ProtocolSplit::new(labels, protocol, seed.wrapping_add(i)))
                 .collect()
         }
         SplitPlan::Speakers {
@@ -172,7 +167,7 @@ pub fn make_splits(
                         open_speakers: 0.0,
                         ..protocol.clone()
                     };
-                    let s = ProtocolSplit::new(&sub, &cfg)?;
+                    let s = ProtocolSplit::new(&sub, &cfg, seed)?;
                     let back = |v: Vec<usize>| -> Vec<usize> {
                         let mut v: Vec<usize> = v.into_iter().map(|i| ours[i]).collect();
                         v.sort_unstable();
@@ -426,7 +421,7 @@ pub struct ProtocolReport {
 }
 
 /// For each split: trains the autoencoder on its training rows (into `run_root/split-{i}`, training
-/// seed `config.train.seed + i`), embeds every row, and scores raw supervectors, `ivectors` (one
+/// seed `config.seed + i`), embeds every row, and scores raw supervectors, `ivectors` (one
 /// row per supervector, if given) and the codes.
 pub fn run_protocol(
     set: &SupervectorSet,
@@ -453,8 +448,8 @@ pub fn run_protocol(
     for (i, split) in splits.iter().enumerate() {
         let train_labels: Vec<usize> = split.train.iter().map(|&r| set.labels[r]).collect();
         let mut cfg = config.clone();
-        cfg.train.seed = config.train.seed.wrapping_add(i as u64);
-        let outcome = train(
+        cfg.seed = config.seed.wrapping_add(i as u64);
+        let trained = train(
             &set.vectors,
             &split.train,
             &train_labels,
@@ -463,7 +458,7 @@ pub fn run_protocol(
             device,
             false,
         )?;
-        let codes = outcome.model.embed(&set.vectors, 256)?;
+        let codes = trained.embed(&set.vectors, 256)?;
         let mut reps: Vec<(&str, &Matrix, bool)> = vec![("raw", &set.vectors, true)];
         if let Some(iv) = ivectors {
             reps.push(("ivector", iv, false));
@@ -481,10 +476,10 @@ pub fn run_protocol(
             open_rows: split.open_test.len(),
             open_speakers: open.len(),
             open_speaker_names: open.iter().map(|&s| set.speakers[s].clone()).collect(),
-            final_train_loss: outcome
+            final_train_loss: trained
                 .summary
-                .history
-                .last()
+                .as_ref()
+                .and_then(|s| s.history.last())
                 .and_then(|r| r.get("train_loss")),
             rows: split.clone(),
         });
@@ -545,7 +540,7 @@ mod tests {
     fn random_splits_are_disjoint_covering_distinct_and_seeded() {
         let labels: Vec<usize> = (0..200).map(|i| i % 20).collect(); // 20 speakers × 10
         let cfg = ProtocolConfig::default();
-        let splits = make_splits(&labels, &cfg, &SplitPlan::Random { k: 4 }).unwrap();
+        let splits = make_splits(&labels, &cfg, 0, &SplitPlan::Random { k: 4 }).unwrap();
         assert_eq!(splits.len(), 4);
         for s in &splits {
             let mut all: Vec<usize> = [&s.train[..], &s.closed_test, &s.open_test].concat();
@@ -574,17 +569,13 @@ mod tests {
         }
         assert_eq!(
             splits,
-            make_splits(&labels, &cfg, &SplitPlan::Random { k: 4 }).unwrap()
+            make_splits(&labels, &cfg, 0, &SplitPlan::Random { k: 4 }).unwrap()
         );
-        let other = ProtocolConfig {
-            seed: 7,
-            ..cfg.clone()
-        };
         assert_ne!(
             splits,
-            make_splits(&labels, &other, &SplitPlan::Random { k: 4 }).unwrap()
+            make_splits(&labels, &cfg, 7, &SplitPlan::Random { k: 4 }).unwrap()
         );
-        assert!(make_splits(&labels, &cfg, &SplitPlan::Random { k: 0 }).is_err());
+        assert!(make_splits(&labels, &cfg, 0, &SplitPlan::Random { k: 0 }).is_err());
     }
 
     #[test]
@@ -595,7 +586,7 @@ mod tests {
             train_speakers: vec![0, 2, 3, 5],
             closed_rows: None,
         };
-        let s = &make_splits(&labels, &cfg, &plan).unwrap()[0];
+        let s = &make_splits(&labels, &cfg, 0, &plan).unwrap()[0];
         assert_eq!(
             speakers_of(&labels, &s.open_test),
             BTreeSet::from([1usize, 4])
@@ -617,7 +608,7 @@ mod tests {
             train_speakers: vec![0, 2, 3, 5],
             closed_rows: Some(closed.clone()),
         };
-        let s = &make_splits(&labels, &cfg, &plan).unwrap()[0];
+        let s = &make_splits(&labels, &cfg, 0, &plan).unwrap()[0];
         assert_eq!(s.closed_test, closed);
         assert!(s
             .train
@@ -628,12 +619,12 @@ mod tests {
             train_speakers: vec![0, 2, 3, 5],
             closed_rows: Some(vec![15]),
         };
-        assert!(make_splits(&labels, &cfg, &bad).is_err());
+        assert!(make_splits(&labels, &cfg, 0, &bad).is_err());
         let bad = SplitPlan::Speakers {
             train_speakers: vec![0, 1, 2, 3, 5],
             closed_rows: None,
         };
-        assert!(make_splits(&labels, &cfg, &bad).is_err());
+        assert!(make_splits(&labels, &cfg, 0, &bad).is_err());
     }
 
     fn result(split: usize, eer: f64, dcf: f64, count: u64) -> SplitResult {
@@ -708,6 +699,7 @@ mod tests {
         let splits = make_splits(
             &set.labels,
             &ProtocolConfig::default(),
+            0,
             &SplitPlan::Random { k: 2 },
         )
         .unwrap();
@@ -776,7 +768,7 @@ mod tests {
         let mut cfg = SupervectorConfig::default();
         cfg.model.sizes = vec![0, 8, 4];
         cfg.train.epochs = 2;
-        cfg.pairs.batch_size = 16;
+        cfg.batch_size = 16;
         cfg.protocol.open_speakers = 0.3;
         let eval = EvalConfig {
             scorings: vec![Scoring::Cosine, Scoring::Plda, Scoring::LnormSnorm],
@@ -786,7 +778,13 @@ mod tests {
             },
             ..EvalConfig::default()
         };
-        let splits = make_splits(&set.labels, &cfg.protocol, &SplitPlan::Random { k: 2 }).unwrap();
+        let splits = make_splits(
+            &set.labels,
+            &cfg.protocol,
+            cfg.seed,
+            &SplitPlan::Random { k: 2 },
+        )
+        .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let run = |root: &Path| {
             run_protocol(&set, None, &splits, &cfg, &eval, root, &Device::Cpu).unwrap()

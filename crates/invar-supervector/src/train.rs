@@ -1,7 +1,7 @@
 //! Training (through invar-train) and embedding: the step that maps one side of a same-speaker pair
 //! to the other, and the saved model folder (`model.safetensors` + `supervector.json`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use candle_core::backprop::GradStore;
 use candle_core::{Device, Tensor};
@@ -123,21 +123,14 @@ impl TrainStep<PairBatch> for PairStep<'_> {
     }
 }
 
-/// A trained (or loaded) autoencoder with the normaliser its inputs go through.
-pub struct TrainedModel {
+/// A trained (or loaded, [`Trained::load`]) autoencoder with the normaliser its inputs go through.
+pub struct Trained {
     pub model: TiedAutoencoder,
     pub varmap: VarMap,
     pub meta: ModelMeta,
     pub device: Device,
-}
-
-/// The result of [`train`]: the model and the training loop's summary.
-#[derive(Debug)]
-pub struct TrainOutcome {
-    pub model: TrainedModel,
-    pub summary: TrainSummary,
-    /// The model folder (`run_dir`): `model.safetensors`, `supervector.json`, the loop's files.
-    pub run_dir: PathBuf,
+    /// How training went; `None` for a loaded model.
+    pub summary: Option<TrainSummary>,
 }
 
 /// Resolves `sizes[0] == 0` to the data's width, narrowing any later layer wider than the one
@@ -165,7 +158,8 @@ pub fn resolve_sizes(config: &mut SupervectorConfig, dim: usize) -> Result<()> {
 }
 
 /// Trains the autoencoder on same-speaker pairs among `rows` of `matrix` (speakers `labels`, one per
-/// entry of `rows`), writing the run into `run_dir`. `resume` continues from its newest checkpoint.
+/// entry of `rows`), writing the run into `run_dir` (`model.safetensors`, `supervector.json`, the
+/// loop's files). `resume` continues from its newest checkpoint.
 pub fn train(
     matrix: &Matrix,
     rows: &[usize],
@@ -174,7 +168,7 @@ pub fn train(
     run_dir: &Path,
     device: &Device,
     resume: bool,
-) -> Result<TrainOutcome> {
+) -> Result<Trained> {
     let mut config = config.clone();
     resolve_sizes(&mut config, matrix.cols)?;
     config.validate()?;
@@ -183,7 +177,7 @@ pub fn train(
     } else {
         Normalizer::identity(matrix.cols)
     };
-    let (model, varmap) = TiedAutoencoder::seeded(&config.model, config.train.seed, device)?;
+    let (model, varmap) = TiedAutoencoder::seeded(&config.model, config.seed, device)?;
     tracing::info!(
         params = model.num_params(),
         sizes = ?config.model.sizes,
@@ -195,35 +189,32 @@ pub fn train(
         rows,
         labels,
         config.pairs.max_pairs_per_speaker,
-        config.pairs.batch_size,
+        config.batch_size,
         config.pairs.different_weight > 0.0,
         device.clone(),
     )?;
-    let trainer = Trainer::new(config.train.clone(), run_dir, device.clone())?
+    let trainer = Trainer::new(config.loop_config(), run_dir, device.clone())?
         .with_method_config(&config)?
         .with_resume(resume);
     let mut step = PairStep::new(&model, &config);
-    let summary = trainer.fit(&varmap, &mut source, &mut step)?;
+    let summary = trainer.fit(&varmap, &mut source, None, &mut step)?;
     let meta = ModelMeta {
         model: config.model.clone(),
         normalizer,
     };
     invar_io::write_json(run_dir.join(MODEL_META), &meta)?;
-    Ok(TrainOutcome {
-        model: TrainedModel {
-            model,
-            varmap,
-            meta,
-            device: device.clone(),
-        },
-        summary,
-        run_dir: run_dir.to_path_buf(),
+    Ok(Trained {
+        model,
+        varmap,
+        meta,
+        device: device.clone(),
+        summary: Some(summary),
     })
 }
 
-impl std::fmt::Debug for TrainedModel {
+impl std::fmt::Debug for Trained {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TrainedModel")
+        f.debug_struct("Trained")
             .field("sizes", &self.model.sizes())
             .field("params", &self.model.num_params())
             .field("device", &self.device)
@@ -231,8 +222,8 @@ impl std::fmt::Debug for TrainedModel {
     }
 }
 
-impl TrainedModel {
-    /// Loads `dir/supervector.json` and `dir/model.safetensors`.
+impl Trained {
+    /// Loads `dir/supervector.json` and `dir/model.safetensors` onto `device`.
     pub fn load(dir: &Path, device: &Device) -> Result<Self> {
         let meta_path = dir.join(MODEL_META);
         let weights = dir.join("model.safetensors");
@@ -265,6 +256,7 @@ impl TrainedModel {
             varmap,
             meta,
             device: device.clone(),
+            summary: None,
         })
     }
 

@@ -17,7 +17,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
 use invar_supervector::{
     synthetic_supervectors, train, PairBatch, PairStep, SupervectorConfig, SyntheticConfig,
-    TiedAutoencoder, TrainedModel,
+    TiedAutoencoder, Trained,
 };
 use invar_train::{Optimizer, OptimizerConfig, ProgressMode, SgdConfig};
 use rand::{Rng, SeedableRng};
@@ -155,7 +155,7 @@ fn training_on_the_gpu_lowers_the_loss_like_the_cpu_and_reloads() {
     config.train.epochs = 8;
     config.train.plot = false;
     config.train.progress = ProgressMode::Off;
-    config.pairs.batch_size = 32;
+    config.batch_size = 32;
 
     let mut runs = Vec::new();
     for device in [Device::Cpu, gpu()] {
@@ -172,14 +172,16 @@ fn training_on_the_gpu_lowers_the_loss_like_the_cpu_and_reloads() {
         .unwrap();
         let losses: Vec<f64> = out
             .summary
+            .as_ref()
+            .unwrap()
             .history
             .iter()
             .map(|r| r.get("train_loss").unwrap())
             .collect();
-        let codes = out.model.embed(&set.vectors, 16).unwrap();
+        let codes = out.embed(&set.vectors, 16).unwrap();
         // The saved folder loads on the other device and gives the same codes.
         let other = if device.is_cpu() { gpu() } else { Device::Cpu };
-        let loaded = TrainedModel::load(dir.path(), &other).unwrap();
+        let loaded = Trained::load(dir.path(), &other).unwrap();
         let again = loaded.embed(&set.vectors, 16).unwrap();
         let worst = codes
             .data
@@ -190,7 +192,8 @@ fn training_on_the_gpu_lowers_the_loss_like_the_cpu_and_reloads() {
             worst < 1e-4,
             "codes reloaded on {other:?} differ by {worst}"
         );
-        runs.push((losses, out.summary.steps));
+        let steps = out.summary.as_ref().unwrap().steps;
+        runs.push((losses, steps));
     }
     let (cpu, cuda) = (&runs[0], &runs[1]);
     assert_eq!(cpu.1, cuda.1, "same number of steps");

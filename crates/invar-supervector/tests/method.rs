@@ -5,8 +5,7 @@
 use candle_core::Device;
 use invar_eval::PairMetric;
 use invar_supervector::{
-    run_method, synthetic_supervectors, train, Protocol, SupervectorConfig, SyntheticConfig,
-    TrainedModel,
+    run, synthetic_supervectors, train, Protocol, SupervectorConfig, SyntheticConfig, Trained,
 };
 
 fn small_config(epochs: usize) -> SupervectorConfig {
@@ -15,7 +14,7 @@ fn small_config(epochs: usize) -> SupervectorConfig {
     c.train.epochs = epochs;
     c.train.plot = false;
     c.train.progress = invar_train::ProgressMode::Off;
-    c.pairs.batch_size = 32;
+    c.batch_size = 32;
     c
 }
 
@@ -40,17 +39,18 @@ fn training_lowers_the_loss_and_the_model_reloads() {
         false,
     )
     .unwrap();
-    let h = &out.summary.history;
+    let summary = out.summary.as_ref().unwrap();
+    let h = &summary.history;
     assert_eq!(h.len(), 8);
     let first = h[0].get("train_loss").unwrap();
     let last = h[7].get("train_loss").unwrap();
     assert!(last < 0.8 * first, "loss {first} → {last}");
     // 8 speakers × C(6, 2) pairs × 2 directions = 240 samples per epoch, 8 batches of 32.
-    assert_eq!(out.summary.steps, 8 * 8);
+    assert_eq!(summary.steps, 8 * 8);
 
-    let codes = out.model.embed(&set.vectors, 7).unwrap();
+    let codes = out.embed(&set.vectors, 7).unwrap();
     assert_eq!((codes.rows, codes.cols), (48, 6));
-    let loaded = TrainedModel::load(dir.path(), &Device::Cpu).unwrap();
+    let loaded = Trained::load(dir.path(), &Device::Cpu).unwrap();
     let again = loaded.embed(&set.vectors, 100).unwrap();
     // Same weights; only the GEMM blocking differs with the batch size (float rounding).
     let worst = codes
@@ -72,7 +72,7 @@ fn training_lowers_the_loss_and_the_model_reloads() {
         true,
     )
     .unwrap();
-    assert!(resumed.summary.resumed_from.is_some());
+    assert!(resumed.summary.unwrap().resumed_from.is_some());
     // A model built from a wrong width is refused with the sizes named.
     let wrong = invar_io::Matrix::zeros(3, 31);
     assert!(loaded.embed(&wrong, 4).is_err());
@@ -90,7 +90,7 @@ fn closed_set_codes_beat_raw_supervectors() {
     })
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let report = run_method(
+    let report = run(
         &set,
         None,
         &small_config(30),

@@ -118,7 +118,48 @@ impl Default for TrainConfig {
     }
 }
 
+/// Lays `given` over `base`, object by object; an object whose `kind` differs from the base's (another
+/// optimiser) replaces it whole.
+fn overlay(base: &mut serde_json::Value, given: serde_json::Value) {
+    use serde_json::Value;
+    match (base, given) {
+        (Value::Object(b), Value::Object(g))
+            if b.get("kind")
+                .is_none_or(|k| g.get("kind").is_none_or(|gk| gk == k)) =>
+        {
+            for (k, v) in g {
+                match b.get_mut(&k) {
+                    Some(slot) => overlay(slot, v),
+                    None => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}
+
 impl TrainConfig {
+    /// Reads a method's `train` section over the method's own `defaults` (for
+    /// `#[serde(deserialize_with)]`): the settings it gives replace the defaults, the others keep
+    /// them, so `train.epochs = 8` keeps the method's optimiser and early stopping rather than
+    /// falling back to [`TrainConfig::default`]. An `optimizer` of another `kind` replaces the
+    /// default one whole. Unknown settings are errors.
+    pub fn deserialize_over<'de, D>(
+        defaults: TrainConfig,
+        d: D,
+    ) -> std::result::Result<Self, D::Error>
+    where
+        D: serde::Deserializer<'de>,
+    {
+        use serde::de::Error as _;
+        let given = serde_json::Value::deserialize(d)?;
+        let mut base = serde_json::to_value(defaults).map_err(D::Error::custom)?;
+        overlay(&mut base, given);
+        serde_json::from_value(base).map_err(|e| D::Error::custom(format!("train: {e}")))
+    }
+
     /// Turns out-of-range values into errors before any work starts.
     pub fn validate(&self) -> Result<()> {
         if self.epochs == 0 {
@@ -173,5 +214,73 @@ impl TrainConfig {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AdaMaxConfig, SgdConfig};
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Method {
+        #[serde(deserialize_with = "over")]
+        train: TrainConfig,
+    }
+
+    fn defaults() -> TrainConfig {
+        TrainConfig {
+            epochs: 500,
+            optimizer: OptimizerConfig::AdaMax(AdaMaxConfig {
+                lr: 0.002,
+                ..AdaMaxConfig::default()
+            }),
+            restore_best: true,
+            early_stopping: EarlyStoppingConfig {
+                patience: Some(15),
+                ..EarlyStoppingConfig::default()
+            },
+            ..TrainConfig::default()
+        }
+    }
+
+    fn over<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<TrainConfig, D::Error> {
+        TrainConfig::deserialize_over(defaults(), d)
+    }
+
+    /// A method's `train` section keeps the method's defaults for what it does not give; another
+    /// optimiser kind replaces the default whole; unknown keys are refused.
+    #[test]
+    fn a_train_section_is_laid_over_the_methods_defaults() {
+        let m: Method = serde_json::from_str(r#"{"train": {"epochs": 8}}"#).unwrap();
+        assert_eq!(
+            m.train,
+            TrainConfig {
+                epochs: 8,
+                ..defaults()
+            }
+        );
+        let m: Method = serde_json::from_str(
+            r#"{"train": {"optimizer": {"lr": 0.01}, "early_stopping": {"min_delta": 0.1}}}"#,
+        )
+        .unwrap();
+        assert_eq!(m.train.optimizer.kind(), "adamax");
+        assert_eq!(m.train.optimizer.lr(), 0.01);
+        assert_eq!(m.train.early_stopping.patience, Some(15));
+        assert_eq!(m.train.early_stopping.min_delta, 0.1);
+        let m: Method = toml::from_str("[train.optimizer]\nkind = \"sgd\"\nlr = 0.5\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            m.train.optimizer,
+            OptimizerConfig::Sgd(SgdConfig {
+                lr: 0.5,
+                ..SgdConfig::default()
+            })
+        );
+        let e = serde_json::from_str::<Method>(r#"{"train": {"epoch": 8}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("train") && e.contains("epoch"), "{e}");
     }
 }

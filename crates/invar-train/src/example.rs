@@ -8,8 +8,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::{
-    seeded_var_builder, BatchSource, Metrics, Result, ShuffledOrder, StepContext, StepOutput,
-    TrainStep,
+    seeded_var_builder, BatchSource, Result, ShuffledOrder, StepContext, StepOutput, TrainStep,
+    ValidContext, ValidOutput,
 };
 
 /// `n` points in `dim` dimensions around `classes` centres; the centres come from `centre_seed`
@@ -76,6 +76,15 @@ impl BlobBatches {
             device,
         }
     }
+
+    /// The validation batches of `data`: the same order every epoch.
+    pub fn in_order(data: Blobs, batch_size: usize, device: Device) -> Self {
+        Self {
+            order: ShuffledOrder::in_order(data.len(), batch_size, "blob validation batches"),
+            data,
+            device,
+        }
+    }
 }
 
 /// Inputs `[B, dim]` and labels `[B]`.
@@ -108,11 +117,10 @@ impl BatchSource for BlobBatches {
     }
 }
 
-/// `softmax(x·W + b)` trained with cross-entropy; reports accuracy, validates on a held-out set.
+/// `softmax(x·W + b)` trained with cross-entropy; reports accuracy, in training and validation.
 #[derive(Debug)]
 pub struct SoftmaxRegression {
     linear: Linear,
-    val: BlobBatch,
 }
 
 impl SoftmaxRegression {
@@ -122,17 +130,12 @@ impl SoftmaxRegression {
         varmap: &VarMap,
         dim: usize,
         classes: usize,
-        val: &Blobs,
         seed: u64,
         device: &Device,
     ) -> Result<Self> {
         let vb = seeded_var_builder(varmap, seed, DType::F32, device);
         let linear = candle_nn::linear(dim, classes, vb.pp("linear"))?;
-        let val = BlobBatch {
-            x: Tensor::from_slice(&val.x, (val.len(), val.dim), device)?,
-            y: Tensor::from_slice(&val.y, val.len(), device)?,
-        };
-        Ok(Self { linear, val })
+        Ok(Self { linear })
     }
 
     /// Mean cross-entropy and accuracy of a batch.
@@ -160,11 +163,12 @@ impl TrainStep<BlobBatch> for SoftmaxRegression {
         Ok(out)
     }
 
-    fn validate(&mut self) -> Result<Metrics> {
-        let (loss, acc) = self.evaluate(&self.val)?;
-        Ok(Metrics::from([
-            ("loss".to_string(), f64::from(loss.to_scalar::<f32>()?)),
-            ("acc".to_string(), acc),
-        ]))
+    fn valid_step(&mut self, batch: &BlobBatch, _ctx: &ValidContext) -> Result<ValidOutput> {
+        let (loss, acc) = self.evaluate(batch)?;
+        let n = batch.y.elem_count() as f64;
+        let mut out = ValidOutput::new();
+        out.mean("loss", f64::from(loss.to_scalar::<f32>()?), n)
+            .mean("acc", acc, n);
+        Ok(out)
     }
 }

@@ -1,8 +1,9 @@
 //! invar-train: the one training loop that invar's methods share. A method brings its variables (a
-//! `candle_nn::VarMap`), a [`BatchSource`] and a [`TrainStep`] (forward pass → loss, plus validation);
-//! [`Trainer::fit`] owns everything else: seeded epochs, the optimiser (SGD with momentum or
-//! Nesterov momentum, Adam, AdamW, AdaMax — fused and in place on CPU), global-norm gradient
-//! clipping, validation, early stopping (patience and Prechelt's GL_α), a JSONL metric log, atomic
+//! `candle_nn::VarMap`), a [`BatchSource`] (and one of validation batches) and a [`TrainStep`]
+//! (forward pass → loss, plus a per-batch validation step); [`Trainer::fit`] owns everything else:
+//! seeded epochs, the optimiser (SGD with momentum or Nesterov momentum, Adam, AdamW, AdaMax —
+//! fused and in place on CPU), global-norm gradient clipping, validation (the weighted means over
+//! the validation batches), early stopping (patience and Prechelt's GL_α), a JSONL metric log, atomic
 //! checkpoints with a keep-last-N-and-best policy, resuming from the newest good checkpoint,
 //! NaN/Inf detection, progress, and SVG/PNG training curves.
 
@@ -38,6 +39,6 @@ pub use plot::plot_curves;
 pub use progress::ItemProgress;
 pub use trainer::{
     collapse, divergence, resume_differences, BatchSource, Collapse, Divergence, StepContext,
-    StepOutput, TrainStep, TrainSummary, Trainer, CHANCE_FACTOR, DIVERGENCE_FACTOR, KEPT_FRACTION,
-    LEARNED_FACTOR, RESUME_MAY_CHANGE,
+    StepOutput, TrainStep, TrainSummary, Trainer, ValidContext, ValidOutput, CHANCE_FACTOR,
+    DIVERGENCE_FACTOR, KEPT_FRACTION, LEARNED_FACTOR, RESUME_MAY_CHANGE,
 };

@@ -14,6 +14,8 @@ pub struct ShuffledOrder {
     len: usize,
     batch_size: usize,
     order: Vec<usize>,
+    /// `false` for a validation order ([`ShuffledOrder::in_order`]): `0..len` every epoch.
+    shuffle: bool,
     /// Named in the error for a batch past the end of the epoch.
     source: &'static str,
 }
@@ -26,15 +28,28 @@ impl ShuffledOrder {
             len,
             batch_size: batch_size.max(1),
             order: (0..len).collect(),
+            shuffle: true,
             source,
         }
     }
 
-    /// Shuffles a fresh `0..len` with `rng` and returns the number of batches.
+    /// The same batches in the fixed order `0..len` every epoch, drawing nothing from the
+    /// generator: a validation set's order.
+    pub fn in_order(len: usize, batch_size: usize, source: &'static str) -> Self {
+        Self {
+            shuffle: false,
+            ..Self::new(len, batch_size, source)
+        }
+    }
+
+    /// Shuffles a fresh `0..len` with `rng` (an [`in_order`](Self::in_order) order keeps `0..len`
+    /// and leaves `rng` alone) and returns the number of batches.
     pub fn start_epoch(&mut self, rng: &mut ChaCha8Rng) -> usize {
-        self.order.clear();
-        self.order.extend(0..self.len);
-        self.order.shuffle(rng);
+        if self.shuffle {
+            self.order.clear();
+            self.order.extend(0..self.len);
+            self.order.shuffle(rng);
+        }
         self.batches()
     }
 
@@ -105,6 +120,17 @@ mod tests {
             .flat_map(|b| fresh.batch(b).unwrap().to_vec())
             .collect();
         assert_eq!(got, first);
+    }
+
+    #[test]
+    fn an_in_order_source_keeps_its_order_and_draws_nothing() {
+        let mut o = ShuffledOrder::in_order(10, 4, "test");
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let before = rng.clone();
+        assert_eq!(o.start_epoch(&mut rng), 3);
+        assert_eq!(rng, before, "the generator is untouched");
+        let all: Vec<usize> = (0..3).flat_map(|b| o.batch(b).unwrap().to_vec()).collect();
+        assert_eq!(all, (0..10).collect::<Vec<_>>());
     }
 
     #[test]

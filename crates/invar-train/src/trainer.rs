@@ -71,14 +71,73 @@ impl StepOutput {
     }
 }
 
-/// A method's model and loss: one forward pass on a batch, and a validation pass.
+/// One validation batch's numbers: per metric, a sum and the weight it covers (samples, pairs,
+/// correct predictions over chunks), so that the loop's epoch value is `Σ sum / Σ weight` over
+/// the batches, whatever their sizes. A metric may have its own weight (000 weighs √JS of the
+/// same pairs by the batch's same pairs only).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ValidOutput {
+    sums: std::collections::BTreeMap<String, (f64, f64)>,
+}
+
+impl ValidOutput {
+    /// Nothing recorded.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a batch mean `mean` over `weight` items (its sum is `mean · weight`).
+    pub fn mean(&mut self, name: &str, mean: f64, weight: f64) -> &mut Self {
+        self.sum(name, mean * weight, weight)
+    }
+
+    /// Adds a sum over `weight` items (a count of correct predictions over the batch's size).
+    pub fn sum(&mut self, name: &str, sum: f64, weight: f64) -> &mut Self {
+        let e = self.sums.entry(name.to_owned()).or_insert((0.0, 0.0));
+        e.0 += sum;
+        e.1 += weight;
+        self
+    }
+
+    /// Adds every sum and weight of `other` (the next batch).
+    pub fn merge(&mut self, other: &ValidOutput) {
+        for (k, &(sum, weight)) in &other.sums {
+            self.sum(k, sum, weight);
+        }
+    }
+
+    /// Each metric's weighted mean, `Σ sum / Σ weight`; a metric whose weight is 0 is left out.
+    pub fn means(&self) -> Metrics {
+        self.sums
+            .iter()
+            .filter(|(_, &(_, w))| w > 0.0)
+            .map(|(k, &(s, w))| (k.clone(), s / w))
+            .collect()
+    }
+}
+
+/// What the loop hands a validation step besides the batch.
+#[derive(Debug, Clone, Copy)]
+pub struct ValidContext {
+    /// The epoch just trained (1-based).
+    pub epoch: usize,
+    /// The batch's index among the epoch's validation batches.
+    pub index: usize,
+}
+
+/// A method's model and loss: one forward pass on a batch, and one validation pass on a batch
+/// (burn-train's `TrainStep` and `ValidStep`); the loop does the averaging.
 pub trait TrainStep<B> {
     /// Computes the loss of `batch` (the loop does backward and the update).
     fn step(&mut self, batch: &B, ctx: &mut StepContext<'_>) -> Result<StepOutput>;
 
-    /// Validation metrics after an epoch, logged as `val_<name>` (e.g. `loss` → `val_loss`).
-    fn validate(&mut self) -> Result<Metrics> {
-        Ok(Metrics::new())
+    /// The numbers of one validation batch, without training behaviour (no dropout, no noise).
+    /// After each epoch the loop runs this on every batch of the validation source given to
+    /// [`Trainer::fit`] and logs `Σ sum / Σ weight` of each metric as `val_<name>` (`loss` →
+    /// `val_loss`). The default records nothing.
+    fn valid_step(&mut self, batch: &B, ctx: &ValidContext) -> Result<ValidOutput> {
+        let _ = (batch, ctx);
+        Ok(ValidOutput::new())
     }
 
     /// The validation metric that is an accuracy (its name in the log, e.g. `val_acc`) and its
@@ -299,8 +358,18 @@ impl Trainer {
         &self.run_dir
     }
 
-    /// Trains the variables of `varmap` with `step` on batches from `source`.
-    pub fn fit<S, T>(&self, varmap: &VarMap, source: &mut S, step: &mut T) -> Result<TrainSummary>
+    /// Trains the variables of `varmap` with `step` on batches from `source`, validating after each
+    /// epoch with [`TrainStep::valid_step`] on every batch of `valid` (when given). The validation
+    /// source gets its own generator each epoch (seeded from the run's seed and the epoch, never
+    /// the run's generator), so validating changes nothing about training; a fixed validation set
+    /// ignores it ([`ShuffledOrder::in_order`](crate::ShuffledOrder::in_order)).
+    pub fn fit<S, T>(
+        &self,
+        varmap: &VarMap,
+        source: &mut S,
+        mut valid: Option<&mut dyn BatchSource<Batch = S::Batch>>,
+        step: &mut T,
+    ) -> Result<TrainSummary>
     where
         S: BatchSource,
         T: TrainStep<S::Batch>,
@@ -367,6 +436,7 @@ impl Trainer {
                 &log,
                 &mut progress,
                 source,
+                valid.as_deref_mut(),
                 step,
             )?;
             let verdict = run.early.update(&cfg.early_stopping, &record)?;
@@ -457,6 +527,7 @@ impl Trainer {
         log: &MetricLog,
         progress: &mut Progress,
         source: &mut S,
+        valid: Option<&mut (dyn BatchSource<Batch = S::Batch> + '_)>,
         step: &mut T,
     ) -> Result<EpochRecord>
     where
@@ -538,8 +609,10 @@ impl Trainer {
                 .metrics
                 .insert("grad_norm".into(), norm_sum / batches as f64);
         }
-        for (k, v) in step.validate()? {
-            record.metrics.insert(format!("val_{k}"), v);
+        if let Some(valid) = valid {
+            for (k, v) in self.valid_epoch(epoch, valid, step)?.means() {
+                record.metrics.insert(format!("val_{k}"), v);
+            }
         }
         record.metrics.insert("lr".into(), cfg.optimizer.lr());
         record
@@ -551,6 +624,27 @@ impl Trainer {
         );
         log.epoch(&record)?;
         Ok(record)
+    }
+
+    /// Runs `step`'s validation on every batch of `valid` and sums the batches' numbers.
+    fn valid_epoch<B, T>(
+        &self,
+        epoch: usize,
+        valid: &mut (dyn BatchSource<Batch = B> + '_),
+        step: &mut T,
+    ) -> Result<ValidOutput>
+    where
+        T: TrainStep<B>,
+    {
+        let mut rng = ChaCha8Rng::seed_from_u64(self.config.seed);
+        rng.set_stream(epoch as u64);
+        let batches = valid.start_epoch(epoch, &mut rng)?;
+        let mut total = ValidOutput::new();
+        for index in 0..batches {
+            let batch = valid.batch(index)?;
+            total.merge(&step.valid_step(&batch, &ValidContext { epoch, index })?);
+        }
+        Ok(total)
     }
 
     fn checkpoint(&self, varmap: &VarMap, optimizer: &Optimizer, run: &RunState) -> Result<()> {

@@ -10,8 +10,8 @@ use candle_nn::VarMap;
 use invar_train::example::{BlobBatch, BlobBatches, Blobs, SoftmaxRegression};
 use invar_train::{
     checkpoint_path, list_checkpoints, load_checkpoint, CheckpointConfig, EarlyStoppingConfig,
-    Error, MetricLog, Metrics, OptimizerConfig, ProgressMode, SgdConfig, StepContext, StepOutput,
-    StopReason, TrainConfig, TrainStep, Trainer,
+    Error, MetricLog, OptimizerConfig, ProgressMode, SgdConfig, StepContext, StepOutput,
+    StopReason, TrainConfig, TrainStep, Trainer, ValidContext, ValidOutput,
 };
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -19,15 +19,20 @@ type TestResult = Result<(), Box<dyn std::error::Error>>;
 const DIM: usize = 8;
 const CLASSES: usize = 3;
 
-fn problem(
-    n: usize,
-    batch: usize,
-) -> Result<(VarMap, SoftmaxRegression, BlobBatches), Box<dyn std::error::Error>> {
+/// The model, its training batches and its validation set (300 points in one batch).
+type Problem = (VarMap, SoftmaxRegression, BlobBatches, BlobBatches);
+
+fn problem(n: usize, batch: usize) -> Result<Problem, Box<dyn std::error::Error>> {
     let train = Blobs::generate(n, DIM, CLASSES, 0.5, 11, 12);
     let val = Blobs::generate(300, DIM, CLASSES, 0.5, 11, 13);
     let varmap = VarMap::new();
-    let model = SoftmaxRegression::new(&varmap, DIM, CLASSES, &val, 5, &Device::Cpu)?;
-    Ok((varmap, model, BlobBatches::new(train, batch, Device::Cpu)))
+    let model = SoftmaxRegression::new(&varmap, DIM, CLASSES, 5, &Device::Cpu)?;
+    Ok((
+        varmap,
+        model,
+        BlobBatches::new(train, batch, Device::Cpu),
+        BlobBatches::in_order(val, 300, Device::Cpu),
+    ))
 }
 
 fn quiet(epochs: usize) -> TrainConfig {
@@ -60,6 +65,7 @@ fn weights(path: &Path) -> Result<HashMap<String, Vec<u32>>, Box<dyn std::error:
 struct Scripted {
     inner: SoftmaxRegression,
     val_losses: Vec<f64>,
+    /// The epoch of the last training step (0: none ran).
     epoch: usize,
 }
 
@@ -73,20 +79,26 @@ impl TrainStep<BlobBatch> for Scripted {
         self.inner.step(batch, ctx)
     }
 
-    fn validate(&mut self) -> invar_train::Result<Metrics> {
+    fn valid_step(
+        &mut self,
+        _batch: &BlobBatch,
+        ctx: &ValidContext,
+    ) -> invar_train::Result<ValidOutput> {
         let v = self
             .val_losses
-            .get(self.epoch - 1)
+            .get(ctx.epoch - 1)
             .copied()
             .unwrap_or(f64::MAX);
-        Ok(Metrics::from([("loss".to_string(), v)]))
+        let mut out = ValidOutput::new();
+        out.mean("loss", v, 1.0);
+        Ok(out)
     }
 }
 
 #[test]
 fn softmax_regression_learns_and_the_run_is_written_out() -> TestResult {
     let dir = tempfile::tempdir()?;
-    let (varmap, mut model, mut source) = problem(900, 30)?;
+    let (varmap, mut model, mut source, mut val) = problem(900, 30)?;
     let config = TrainConfig {
         plot: true,
         log_every: 10,
@@ -98,7 +110,7 @@ fn softmax_regression_learns_and_the_run_is_written_out() -> TestResult {
     };
     let summary = Trainer::new(config, dir.path(), Device::Cpu)?
         .with_method_config(&serde_json::json!({"model": "softmax", "dim": DIM}))?
-        .fit(&varmap, &mut source, &mut model)?;
+        .fit(&varmap, &mut source, Some(&mut val), &mut model)?;
     assert_eq!(summary.epochs, 8);
     assert_eq!(summary.steps, 8 * 30);
     assert_eq!(summary.stop, StopReason::MaxEpochs);
@@ -153,7 +165,7 @@ fn softmax_regression_learns_and_the_run_is_written_out() -> TestResult {
 #[test]
 fn checkpoint_policy_keeps_last_two_and_the_best() -> TestResult {
     let dir = tempfile::tempdir()?;
-    let (varmap, inner, mut source) = problem(60, 20)?;
+    let (varmap, inner, mut source, mut val) = problem(60, 20)?;
     let mut step = Scripted {
         inner,
         val_losses: vec![1.0, 0.5, 0.7, 0.8, 0.9, 0.95],
@@ -167,8 +179,12 @@ fn checkpoint_policy_keeps_last_two_and_the_best() -> TestResult {
         },
         ..quiet(6)
     };
-    let summary =
-        Trainer::new(config, dir.path(), Device::Cpu)?.fit(&varmap, &mut source, &mut step)?;
+    let summary = Trainer::new(config, dir.path(), Device::Cpu)?.fit(
+        &varmap,
+        &mut source,
+        Some(&mut val),
+        &mut step,
+    )?;
     assert_eq!(summary.best_epoch, Some(2));
     let kept: Vec<usize> = list_checkpoints(dir.path())?
         .into_iter()
@@ -176,14 +192,14 @@ fn checkpoint_policy_keeps_last_two_and_the_best() -> TestResult {
         .collect();
     assert_eq!(kept, vec![2, 5, 6]);
     // A fresh run into a folder with checkpoints is refused (they would mix); resuming is the way.
-    let (varmap, inner, mut source) = problem(60, 20)?;
+    let (varmap, inner, mut source, mut val) = problem(60, 20)?;
     let mut step = Scripted {
         inner,
         val_losses: vec![1.0; 6],
         epoch: 0,
     };
     let err = Trainer::new(quiet(6), dir.path(), Device::Cpu)?
-        .fit(&varmap, &mut source, &mut step)
+        .fit(&varmap, &mut source, Some(&mut val), &mut step)
         .expect_err("checkpoints present");
     assert!(err.to_string().contains("resume"), "{err}");
     // A half-written checkpoint directory of a killed process is cleaned up on the next start.
@@ -195,7 +211,7 @@ fn checkpoint_policy_keeps_last_two_and_the_best() -> TestResult {
     std::fs::write(stale.join("model.safetensors"), b"half")?;
     Trainer::new(quiet(6), dir.path(), Device::Cpu)?
         .with_resume(true)
-        .fit(&varmap, &mut source, &mut step)?;
+        .fit(&varmap, &mut source, Some(&mut val), &mut step)?;
     assert!(!stale.exists());
     // No temporary directories are left behind.
     let leftovers = std::fs::read_dir(dir.path().join("checkpoints"))?
@@ -205,7 +221,7 @@ fn checkpoint_policy_keeps_last_two_and_the_best() -> TestResult {
     assert_eq!(leftovers, 0);
     // Every 3 epochs without keep_best: only epochs 3 and 6, and the last one.
     let dir = tempfile::tempdir()?;
-    let (varmap, inner, mut source) = problem(60, 20)?;
+    let (varmap, inner, mut source, mut val) = problem(60, 20)?;
     let mut step = Scripted {
         inner,
         val_losses: vec![1.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99],
@@ -219,7 +235,12 @@ fn checkpoint_policy_keeps_last_two_and_the_best() -> TestResult {
         },
         ..quiet(7)
     };
-    Trainer::new(config, dir.path(), Device::Cpu)?.fit(&varmap, &mut source, &mut step)?;
+    Trainer::new(config, dir.path(), Device::Cpu)?.fit(
+        &varmap,
+        &mut source,
+        Some(&mut val),
+        &mut step,
+    )?;
     let kept: Vec<usize> = list_checkpoints(dir.path())?
         .into_iter()
         .map(|(e, _)| e)
@@ -239,7 +260,7 @@ fn generalization_loss_stops_the_run_and_resume_sees_it_finished() -> TestResult
         ..quiet(10)
     };
     // GL after epoch 3 = 100·(0.9/0.8 − 1) = 12.5 > 5.
-    let (varmap, inner, mut source) = problem(60, 20)?;
+    let (varmap, inner, mut source, mut val) = problem(60, 20)?;
     let mut step = Scripted {
         inner,
         val_losses: vec![1.0, 0.8, 0.9, 0.1],
@@ -248,6 +269,7 @@ fn generalization_loss_stops_the_run_and_resume_sees_it_finished() -> TestResult
     let summary = Trainer::new(config.clone(), dir.path(), Device::Cpu)?.fit(
         &varmap,
         &mut source,
+        Some(&mut val),
         &mut step,
     )?;
     assert_eq!(summary.epochs, 3);
@@ -263,7 +285,7 @@ fn generalization_loss_stops_the_run_and_resume_sees_it_finished() -> TestResult
         3
     );
     // Resuming a finished run trains nothing and reports the same end.
-    let (varmap, inner, mut source) = problem(60, 20)?;
+    let (varmap, inner, mut source, mut val) = problem(60, 20)?;
     let mut step = Scripted {
         inner,
         val_losses: vec![1.0, 0.8, 0.9, 0.1],
@@ -271,7 +293,7 @@ fn generalization_loss_stops_the_run_and_resume_sees_it_finished() -> TestResult
     };
     let again = Trainer::new(config, dir.path(), Device::Cpu)?
         .with_resume(true)
-        .fit(&varmap, &mut source, &mut step)?;
+        .fit(&varmap, &mut source, Some(&mut val), &mut step)?;
     assert_eq!(again.epochs, 3);
     assert_eq!(again.stop, summary.stop);
     assert_eq!(step.epoch, 0, "a step ran after the run had finished");
@@ -297,18 +319,20 @@ fn resume_skips_a_broken_newest_checkpoint_and_matches_the_uninterrupted_run() -
         ..quiet(4)
     };
     let full = tempfile::tempdir()?;
-    let (varmap, mut model, mut source) = problem(120, 16)?;
+    let (varmap, mut model, mut source, mut val) = problem(120, 16)?;
     Trainer::new(config.clone(), full.path(), Device::Cpu)?.fit(
         &varmap,
         &mut source,
+        Some(&mut val),
         &mut model,
     )?;
 
     let broken = tempfile::tempdir()?;
-    let (varmap, mut model, mut source) = problem(120, 16)?;
+    let (varmap, mut model, mut source, mut val) = problem(120, 16)?;
     Trainer::new(config.clone(), broken.path(), Device::Cpu)?.fit(
         &varmap,
         &mut source,
+        Some(&mut val),
         &mut model,
     )?;
     // Truncate the newest checkpoint's weights: it no longer loads completely.
@@ -318,10 +342,10 @@ fn resume_skips_a_broken_newest_checkpoint_and_matches_the_uninterrupted_run() -
     assert!(load_checkpoint(&checkpoint_path(broken.path(), 4), &Device::Cpu).is_err());
     std::fs::remove_file(broken.path().join("model.safetensors"))?;
 
-    let (varmap, mut model, mut source) = problem(120, 16)?;
+    let (varmap, mut model, mut source, mut val) = problem(120, 16)?;
     let summary = Trainer::new(config, broken.path(), Device::Cpu)?
         .with_resume(true)
-        .fit(&varmap, &mut source, &mut model)?;
+        .fit(&varmap, &mut source, Some(&mut val), &mut model)?;
     assert_eq!(
         summary.resumed_from,
         Some(checkpoint_path(broken.path(), 3))
@@ -337,7 +361,7 @@ fn resume_skips_a_broken_newest_checkpoint_and_matches_the_uninterrupted_run() -
 #[test]
 fn restore_best_puts_the_best_epochs_weights_in_the_model() -> TestResult {
     let dir = tempfile::tempdir()?;
-    let (varmap, inner, mut source) = problem(60, 20)?;
+    let (varmap, inner, mut source, mut val) = problem(60, 20)?;
     let mut step = Scripted {
         inner,
         val_losses: vec![1.0, 0.2, 0.7, 0.8],
@@ -347,8 +371,12 @@ fn restore_best_puts_the_best_epochs_weights_in_the_model() -> TestResult {
         restore_best: true,
         ..quiet(4)
     };
-    let summary =
-        Trainer::new(config, dir.path(), Device::Cpu)?.fit(&varmap, &mut source, &mut step)?;
+    let summary = Trainer::new(config, dir.path(), Device::Cpu)?.fit(
+        &varmap,
+        &mut source,
+        Some(&mut val),
+        &mut step,
+    )?;
     assert_eq!(summary.best_epoch, Some(2));
     let best = weights(&checkpoint_path(dir.path(), 2).join("model.safetensors"))?;
     assert_eq!(weights(&dir.path().join("model.safetensors"))?, best);
@@ -364,7 +392,7 @@ fn restore_best_puts_the_best_epochs_weights_in_the_model() -> TestResult {
 #[test]
 fn gradient_clipping_bounds_the_global_step() -> TestResult {
     let dir = tempfile::tempdir()?;
-    let (varmap, mut model, mut source) = problem(30, 30)?;
+    let (varmap, mut model, mut source, mut val) = problem(30, 30)?;
     let before = flat(&varmap)?;
     let config = TrainConfig {
         optimizer: OptimizerConfig::Sgd(SgdConfig {
@@ -380,8 +408,12 @@ fn gradient_clipping_bounds_the_global_step() -> TestResult {
         },
         ..quiet(1)
     };
-    let summary =
-        Trainer::new(config, dir.path(), Device::Cpu)?.fit(&varmap, &mut source, &mut model)?;
+    let summary = Trainer::new(config, dir.path(), Device::Cpu)?.fit(
+        &varmap,
+        &mut source,
+        Some(&mut val),
+        &mut model,
+    )?;
     let norm = summary.history[0]
         .get("grad_norm")
         .ok_or("grad_norm missing")?;
@@ -430,8 +462,12 @@ impl TrainStep<BlobBatch> for PoisonAt {
         Ok(out)
     }
 
-    fn validate(&mut self) -> invar_train::Result<Metrics> {
-        self.inner.validate()
+    fn valid_step(
+        &mut self,
+        batch: &BlobBatch,
+        ctx: &ValidContext,
+    ) -> invar_train::Result<ValidOutput> {
+        self.inner.valid_step(batch, ctx)
     }
 }
 
@@ -439,10 +475,10 @@ impl TrainStep<BlobBatch> for PoisonAt {
 fn nan_loss_names_the_step_and_keeps_the_last_good_checkpoint() -> TestResult {
     let dir = tempfile::tempdir()?;
     // 60 samples in batches of 20: 3 steps per epoch; step 8 is the second of epoch 3.
-    let (varmap, inner, mut source) = problem(60, 20)?;
+    let (varmap, inner, mut source, mut val) = problem(60, 20)?;
     let mut step = PoisonAt { inner, step: 8 };
     let err = Trainer::new(quiet(5), dir.path(), Device::Cpu)?
-        .fit(&varmap, &mut source, &mut step)
+        .fit(&varmap, &mut source, Some(&mut val), &mut step)
         .expect_err("a NaN loss must stop the run");
     match &err {
         Error::NonFiniteLoss { epoch, step, value } => {
@@ -462,11 +498,11 @@ fn nan_loss_names_the_step_and_keeps_the_last_good_checkpoint() -> TestResult {
     // The weights in memory were not touched by the NaN step and are finite.
     assert!(flat(&varmap)?.iter().all(|x| x.is_finite()));
     // Resuming continues from epoch 2's checkpoint (and fails again at the same step).
-    let (varmap, inner, mut source) = problem(60, 20)?;
+    let (varmap, inner, mut source, mut val) = problem(60, 20)?;
     let mut step = PoisonAt { inner, step: 8 };
     let again = Trainer::new(quiet(5), dir.path(), Device::Cpu)?
         .with_resume(true)
-        .fit(&varmap, &mut source, &mut step)
+        .fit(&varmap, &mut source, Some(&mut val), &mut step)
         .expect_err("still NaN");
     assert!(matches!(again, Error::NonFiniteLoss { step: 8, .. }));
     Ok(())
@@ -477,16 +513,16 @@ fn nan_loss_names_the_step_and_keeps_the_last_good_checkpoint() -> TestResult {
 #[test]
 fn a_refused_run_rewrites_no_config() -> TestResult {
     let dir = tempfile::tempdir()?;
-    let (varmap, mut model, mut source) = problem(300, 30)?;
+    let (varmap, mut model, mut source, mut val) = problem(300, 30)?;
     Trainer::new(quiet(2), dir.path(), Device::Cpu)?
         .with_method_config(&serde_json::json!({"lambda": 0.1}))?
-        .fit(&varmap, &mut source, &mut model)?;
+        .fit(&varmap, &mut source, Some(&mut val), &mut model)?;
     let config = std::fs::read(dir.path().join("config.json"))?;
     let log = std::fs::read(dir.path().join("metrics.jsonl"))?;
-    let (varmap, mut model, mut source) = problem(300, 30)?;
+    let (varmap, mut model, mut source, mut val) = problem(300, 30)?;
     let err = Trainer::new(quiet(3), dir.path(), Device::Cpu)?
         .with_method_config(&serde_json::json!({"lambda": 0.5}))?
-        .fit(&varmap, &mut source, &mut model)
+        .fit(&varmap, &mut source, Some(&mut val), &mut model)
         .err()
         .ok_or("a second run into a folder with checkpoints must be refused")?;
     assert!(err.to_string().contains("holds checkpoints"), "{err}");
@@ -516,14 +552,20 @@ fn sgd_config(epochs: usize) -> TrainConfig {
 #[test]
 fn a_bit_flip_in_checkpoint_tensors_is_refused_and_resume_falls_back() -> TestResult {
     let full = tempfile::tempdir()?;
-    let (varmap, mut model, mut source) = problem(120, 16)?;
-    Trainer::new(sgd_config(4), full.path(), Device::Cpu)?.fit(&varmap, &mut source, &mut model)?;
+    let (varmap, mut model, mut source, mut val) = problem(120, 16)?;
+    Trainer::new(sgd_config(4), full.path(), Device::Cpu)?.fit(
+        &varmap,
+        &mut source,
+        Some(&mut val),
+        &mut model,
+    )?;
 
     let flipped = tempfile::tempdir()?;
-    let (varmap, mut model, mut source) = problem(120, 16)?;
+    let (varmap, mut model, mut source, mut val) = problem(120, 16)?;
     Trainer::new(sgd_config(4), flipped.path(), Device::Cpu)?.fit(
         &varmap,
         &mut source,
+        Some(&mut val),
         &mut model,
     )?;
     for (epoch, file) in [(4, "model.safetensors"), (3, "optimizer.safetensors")] {
@@ -538,10 +580,10 @@ fn a_bit_flip_in_checkpoint_tensors_is_refused_and_resume_falls_back() -> TestRe
         assert!(text.contains(file) && text.contains("checksum"), "{text}");
     }
     std::fs::remove_file(flipped.path().join("model.safetensors"))?;
-    let (varmap, mut model, mut source) = problem(120, 16)?;
+    let (varmap, mut model, mut source, mut val) = problem(120, 16)?;
     let summary = Trainer::new(sgd_config(4), flipped.path(), Device::Cpu)?
         .with_resume(true)
-        .fit(&varmap, &mut source, &mut model)?;
+        .fit(&varmap, &mut source, Some(&mut val), &mut model)?;
     assert_eq!(
         summary.resumed_from,
         Some(checkpoint_path(flipped.path(), 2)),
@@ -558,16 +600,17 @@ fn a_bit_flip_in_checkpoint_tensors_is_refused_and_resume_falls_back() -> TestRe
 /// writing) its checkpoint: they are restored from `checkpoints/best.safetensors`.
 #[test]
 fn restore_best_survives_retention_removing_the_best_checkpoint() -> TestResult {
-    let scripted = |val: Vec<f64>| -> Result<_, Box<dyn std::error::Error>> {
-        let (varmap, inner, source) = problem(60, 20)?;
+    let scripted = |losses: Vec<f64>| -> Result<_, Box<dyn std::error::Error>> {
+        let (varmap, inner, source, val) = problem(60, 20)?;
         Ok((
             varmap,
             Scripted {
                 inner,
-                val_losses: val,
+                val_losses: losses,
                 epoch: 0,
             },
             source,
+            val,
         ))
     };
     let config = TrainConfig {
@@ -580,10 +623,11 @@ fn restore_best_survives_retention_removing_the_best_checkpoint() -> TestResult 
         ..quiet(5)
     };
     let dir = tempfile::tempdir()?;
-    let (varmap, mut step, mut source) = scripted(vec![1.0, 0.2, 0.7, 0.8, 0.9])?;
+    let (varmap, mut step, mut source, mut val) = scripted(vec![1.0, 0.2, 0.7, 0.8, 0.9])?;
     let summary = Trainer::new(config.clone(), dir.path(), Device::Cpu)?.fit(
         &varmap,
         &mut source,
+        Some(&mut val),
         &mut step,
     )?;
     assert_eq!(summary.best_epoch, Some(2));
@@ -598,8 +642,13 @@ fn restore_best_survives_retention_removing_the_best_checkpoint() -> TestResult 
     );
     // The same seed stopped after epoch 2: its final weights are epoch 2's.
     let two = tempfile::tempdir()?;
-    let (varmap, mut step, mut source) = scripted(vec![1.0, 0.2])?;
-    Trainer::new(quiet(2), two.path(), Device::Cpu)?.fit(&varmap, &mut source, &mut step)?;
+    let (varmap, mut step, mut source, mut val) = scripted(vec![1.0, 0.2])?;
+    Trainer::new(quiet(2), two.path(), Device::Cpu)?.fit(
+        &varmap,
+        &mut source,
+        Some(&mut val),
+        &mut step,
+    )?;
     let epoch2 = weights(&two.path().join("model.safetensors"))?;
     assert_eq!(weights(&dir.path().join("model.safetensors"))?, epoch2);
     assert_ne!(
@@ -617,19 +666,19 @@ fn restore_best_survives_retention_removing_the_best_checkpoint() -> TestResult 
             .map(String::as_str),
         Some("2")
     );
-    let (varmap, mut step, mut source) = scripted(vec![1.0, 0.2, 0.7, 0.8, 0.9])?;
+    let (varmap, mut step, mut source, mut val) = scripted(vec![1.0, 0.2, 0.7, 0.8, 0.9])?;
     Trainer::new(config.clone(), dir.path(), Device::Cpu)?
         .with_resume(true)
-        .fit(&varmap, &mut source, &mut step)?;
+        .fit(&varmap, &mut source, Some(&mut val), &mut step)?;
     assert_eq!(weights(&dir.path().join("model.safetensors"))?, epoch2);
     let mut damaged = bytes.clone();
     let last = damaged.len() - 2;
     damaged[last] ^= 1;
     std::fs::write(invar_train::best_weights_path(dir.path()), &damaged)?;
-    let (varmap, mut step, mut source) = scripted(vec![1.0, 0.2, 0.7, 0.8, 0.9])?;
+    let (varmap, mut step, mut source, mut val) = scripted(vec![1.0, 0.2, 0.7, 0.8, 0.9])?;
     let err = Trainer::new(config, dir.path(), Device::Cpu)?
         .with_resume(true)
-        .fit(&varmap, &mut source, &mut step)
+        .fit(&varmap, &mut source, Some(&mut val), &mut step)
         .expect_err("damaged best weights must not be restored");
     assert!(err.to_string().contains("best.safetensors"), "{err}");
     Ok(())
@@ -640,19 +689,19 @@ fn restore_best_survives_retention_removing_the_best_checkpoint() -> TestResult 
 #[test]
 fn resume_with_other_settings_is_refused_naming_them() -> TestResult {
     let dir = tempfile::tempdir()?;
-    let (varmap, mut model, mut source) = problem(120, 16)?;
+    let (varmap, mut model, mut source, mut val) = problem(120, 16)?;
     Trainer::new(sgd_config(2), dir.path(), Device::Cpu)?
         .with_method_config(&serde_json::json!({"loss": {"lambda": 0.1}}))?
-        .fit(&varmap, &mut source, &mut model)?;
+        .fit(&varmap, &mut source, Some(&mut val), &mut model)?;
     let before: Vec<Vec<u8>> = ["config.json", "metrics.jsonl", "summary.json"]
         .iter()
         .map(|f| std::fs::read(dir.path().join(f)))
         .collect::<Result<_, _>>()?;
-    let (varmap, mut model, mut source) = problem(120, 16)?;
+    let (varmap, mut model, mut source, mut val) = problem(120, 16)?;
     let err = Trainer::new(sgd_config(4), dir.path(), Device::Cpu)?
         .with_method_config(&serde_json::json!({"loss": {"lambda": 0.5}}))?
         .with_resume(true)
-        .fit(&varmap, &mut source, &mut model)
+        .fit(&varmap, &mut source, Some(&mut val), &mut model)
         .expect_err("a changed lambda must refuse the resume");
     match &err {
         Error::ResumeMismatch { differences, .. } => {
@@ -667,11 +716,11 @@ fn resume_with_other_settings_is_refused_naming_them() -> TestResult {
         .collect::<Result<_, _>>()?;
     assert!(before == after, "a refused resume rewrote a file");
     // More epochs, the same settings otherwise: the run continues.
-    let (varmap, mut model, mut source) = problem(120, 16)?;
+    let (varmap, mut model, mut source, mut val) = problem(120, 16)?;
     let summary = Trainer::new(sgd_config(4), dir.path(), Device::Cpu)?
         .with_method_config(&serde_json::json!({"loss": {"lambda": 0.1}}))?
         .with_resume(true)
-        .fit(&varmap, &mut source, &mut model)?;
+        .fit(&varmap, &mut source, Some(&mut val), &mut model)?;
     assert_eq!(summary.epochs, 4);
     assert_eq!(summary.resumed_from, Some(checkpoint_path(dir.path(), 2)));
     Ok(())
@@ -697,8 +746,12 @@ impl TrainStep<BlobBatch> for Explode {
         Ok(out)
     }
 
-    fn validate(&mut self) -> invar_train::Result<Metrics> {
-        self.inner.validate()
+    fn valid_step(
+        &mut self,
+        batch: &BlobBatch,
+        ctx: &ValidContext,
+    ) -> invar_train::Result<ValidOutput> {
+        self.inner.valid_step(batch, ctx)
     }
 }
 
@@ -715,14 +768,18 @@ fn an_exploding_loss_is_reported_as_diverged() -> TestResult {
         ..quiet(epochs)
     };
     let dir = tempfile::tempdir()?;
-    let (varmap, inner, mut source) = problem(60, 20)?;
+    let (varmap, inner, mut source, mut val) = problem(60, 20)?;
     let mut step = Explode {
         inner,
         from: 4,
         factor: 50.0,
     };
-    let summary =
-        Trainer::new(tiny_sgd(5), dir.path(), Device::Cpu)?.fit(&varmap, &mut source, &mut step)?;
+    let summary = Trainer::new(tiny_sgd(5), dir.path(), Device::Cpu)?.fit(
+        &varmap,
+        &mut source,
+        Some(&mut val),
+        &mut step,
+    )?;
     let d = summary
         .diverged
         .clone()
@@ -733,14 +790,18 @@ fn an_exploding_loss_is_reported_as_diverged() -> TestResult {
     assert_eq!(written["diverged"]["epoch"], 4);
     // The same run without the explosion is not flagged.
     let dir = tempfile::tempdir()?;
-    let (varmap, inner, mut source) = problem(60, 20)?;
+    let (varmap, inner, mut source, mut val) = problem(60, 20)?;
     let mut step = Explode {
         inner,
         from: 99,
         factor: 50.0,
     };
-    let summary =
-        Trainer::new(tiny_sgd(5), dir.path(), Device::Cpu)?.fit(&varmap, &mut source, &mut step)?;
+    let summary = Trainer::new(tiny_sgd(5), dir.path(), Device::Cpu)?.fit(
+        &varmap,
+        &mut source,
+        Some(&mut val),
+        &mut step,
+    )?;
     assert_eq!(summary.diverged, None);
     // Negative losses have no scale: never flagged.
     let mut history = Vec::new();
@@ -821,4 +882,89 @@ fn validation_accuracy_back_at_chance_is_a_divergence() {
         half[i].metrics.insert("train_loss".into(), *l);
     }
     assert_eq!(invar_train::collapse(&half, "val_acc", chance25), None);
+}
+
+/// Reports, for each validation batch, its size as the batch's mean `score` (and how often it was
+/// called), so the loop's average is known exactly.
+struct SizeScored {
+    inner: SoftmaxRegression,
+    calls: Vec<(usize, usize)>,
+}
+
+impl TrainStep<BlobBatch> for SizeScored {
+    fn step(
+        &mut self,
+        batch: &BlobBatch,
+        ctx: &mut StepContext<'_>,
+    ) -> invar_train::Result<StepOutput> {
+        self.inner.step(batch, ctx)
+    }
+
+    fn valid_step(
+        &mut self,
+        batch: &BlobBatch,
+        ctx: &ValidContext,
+    ) -> invar_train::Result<ValidOutput> {
+        let n = batch.y.elem_count();
+        self.calls.push((ctx.epoch, ctx.index));
+        let mut out = self.inner.valid_step(batch, ctx)?;
+        out.mean("size", n as f64, n as f64);
+        Ok(out)
+    }
+}
+
+/// Issue 19: the loop owns validation's averaging, weighted by each batch's weight. 300 points in
+/// batches of 70 (four of 70, one of 20): the logged `val_size` is Σ n² / Σ n = 66.67 (an
+/// unweighted mean of the batch means would give 60), and `val_loss`/`val_acc` equal the whole
+/// set's means evaluated in one batch.
+#[test]
+fn validation_is_averaged_over_unequal_batches_by_weight() -> TestResult {
+    let (varmap, inner, mut source, _) = problem(120, 16)?;
+    let val = Blobs::generate(300, DIM, CLASSES, 0.5, 11, 13);
+    let mut batched = BlobBatches::in_order(val.clone(), 70, Device::Cpu);
+    let mut step = SizeScored {
+        inner,
+        calls: Vec::new(),
+    };
+    let dir = tempfile::tempdir()?;
+    let summary = Trainer::new(quiet(2), dir.path(), Device::Cpu)?.fit(
+        &varmap,
+        &mut source,
+        Some(&mut batched),
+        &mut step,
+    )?;
+    let want_calls: Vec<(usize, usize)> =
+        (1..=2).flat_map(|e| (0..5).map(move |i| (e, i))).collect();
+    assert_eq!(step.calls, want_calls, "every batch once after each epoch");
+    let last = &summary.history[1];
+    let size = last.get("val_size").ok_or("val_size missing")?;
+    let weighted = (4.0 * 70.0 * 70.0 + 20.0 * 20.0) / 300.0;
+    assert!((size - weighted).abs() < 1e-12, "val_size {size}");
+    // The final weights on the whole set at once.
+    let whole = BlobBatch {
+        x: candle_core::Tensor::from_slice(&val.x, (val.len(), DIM), &Device::Cpu)?,
+        y: candle_core::Tensor::from_slice(&val.y, val.len(), &Device::Cpu)?,
+    };
+    let (loss, acc) = step.inner.evaluate(&whole)?;
+    let loss = f64::from(loss.to_scalar::<f32>()?);
+    let got_loss = last.get("val_loss").ok_or("val_loss missing")?;
+    let got_acc = last.get("val_acc").ok_or("val_acc missing")?;
+    assert!((got_loss - loss).abs() < 1e-6, "{got_loss} vs {loss}");
+    assert!((got_acc - acc).abs() < 1e-12, "{got_acc} vs {acc}");
+    // What an unweighted mean of the five batch means would have logged is far from both.
+    let mut unweighted = (0.0, 0.0);
+    let mut order = BlobBatches::in_order(val, 70, Device::Cpu);
+    use invar_train::BatchSource;
+    let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(0);
+    let n = order.start_epoch(1, &mut rng)?;
+    for i in 0..n {
+        let (l, a) = step.inner.evaluate(&order.batch(i)?)?;
+        unweighted.0 += f64::from(l.to_scalar::<f32>()?) / n as f64;
+        unweighted.1 += a / n as f64;
+    }
+    assert!(
+        (unweighted.0 - loss).abs() > 1e-4 || (unweighted.1 - acc).abs() > 1e-4,
+        "the batches must differ for this test to tell the means apart: {unweighted:?}"
+    );
+    Ok(())
 }

@@ -83,7 +83,8 @@ fn run(args: &Args) -> Result<()> {
     let train = Blobs::generate(2000, dim, classes, 0.6, 1, 2);
     let val = Blobs::generate(400, dim, classes, 0.6, 1, 3);
     let varmap = VarMap::new();
-    let mut model = SoftmaxRegression::new(&varmap, dim, classes, &val, args.seed, &device)?;
+    let mut model = SoftmaxRegression::new(&varmap, dim, classes, args.seed, &device)?;
+    let mut val = BlobBatches::in_order(val, 400, device.clone());
     let mut source = Delayed(
         BlobBatches::new(train, 32, device.clone()),
         args.epoch_delay,
@@ -97,7 +98,7 @@ fn run(args: &Args) -> Result<()> {
     };
     let summary = Trainer::new(config, &args.run_dir, device)?
         .with_resume(args.resume)
-        .fit(&varmap, &mut source, &mut model)?;
+        .fit(&varmap, &mut source, Some(&mut val), &mut model)?;
     eprintln!(
         "done: {} epochs, {} steps, {:?}",
         summary.epochs, summary.steps, summary.stop
