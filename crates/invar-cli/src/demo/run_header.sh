@@ -32,7 +32,7 @@ while [ $# -gt 0 ]; do
     --nj) nj=$2; shift 2 ;;
     --cmd) cmd=$2; shift 2 ;;
     --slurm-opts) slurm_opts=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$(basename "$0")"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -67,6 +67,19 @@ status=$?
 echo "shard $k/$n: exit status $status"
 exit "$status"
 EOF
+
+# excerpt FILE N: the error a command printed in the log FILE (from `Error:` to its backtrace,
+# which RUST_BACKTRACE=1 adds) and the log's last line; the last N lines when it has no `Error:`.
+excerpt() {
+  msg=$(awk '/^Error:/ { p = 1 } /^Stack backtrace:/ { p = 0 } p && n++ < 12' "$1" 2>/dev/null)
+  if [ -n "$msg" ]; then
+    printf '%s\n' "$msg"
+    last=$(tail -n 1 "$1")
+    case $msg in *"$last") ;; *) printf '%s\n' "$last" ;; esac
+  else
+    tail -n "$2" "$1" 2>/dev/null || echo "(no log $1)"
+  fi
+}
 
 # launch STEM COMMAND...: COMMAND as $nj shards through $cmd, shard K's output in STEM.K.log;
 # fails unless every shard's log ends with its exit status 0.
@@ -105,7 +118,7 @@ launch() {
   if [ -n "$failed" ]; then
     for k in $failed; do
       echo "shard $k/$nj failed; the end of $lstem.$k.log:"
-      tail -n 8 "$lstem.$k.log" 2>/dev/null || echo "(no log: the shard did not run)"
+      excerpt "$lstem.$k.log" 8
     done
     return 1
   fi
@@ -158,7 +171,7 @@ ubm_em() {
     done
     shift "$i"
     echo "initial model: $* --force"
-    "$@" --force > "$stem.init.log" 2>&1 || { tail -n 8 "$stem.init.log"; return 1; }
+    "$@" --force > "$stem.init.log" 2>&1 || { excerpt "$stem.init.log" 8; return 1; }
   fi
   dir=$em/init
   previous=""
@@ -180,7 +193,7 @@ ubm_em() {
       echo "EM iteration $it: update"
       invar gmm update --stats "$@" ${conf:+--config "$conf"} \
         ${previous:+--previous "$previous"} --out "$em/$nn" --force > "$stem.em$nn.log" 2>&1 \
-        || { tail -n 8 "$stem.em$nn.log"; return 1; }
+        || { excerpt "$stem.em$nn.log" 8; return 1; }
     fi
     dir=$em/$nn
     previous=$dir
@@ -223,7 +236,11 @@ step() {
   start=$(date +%s)
   if ! "$@" $flags > "$log" 2>&1; then
     echo "stage $n ($name) failed; the end of $log:" >&2
-    tail -n 15 "$log" >&2
+    # A launcher's log is already short: the failed shards and their errors.
+    case $1 in
+      shards|ubm_em) tail -n 20 "$log" >&2 ;;
+      *) excerpt "$log" 15 >&2 ;;
+    esac
     exit 1
   fi
   printf '%s\t%s\t%s\n' "$name" "$(( $(date +%s) - start ))" "$shown" > "$mark.done"
