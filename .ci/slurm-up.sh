@@ -28,11 +28,12 @@ die() {
 if ! command -v sbatch >/dev/null 2>&1 || ! command -v slurmctld >/dev/null 2>&1 \
   || ! command -v munged >/dev/null 2>&1; then
   if [ "${INVAR_SLURM_INSTALL:-0}" = 1 ]; then
-    say "installing slurm-wlm and munge"
+    say "installing slurm-wlm and munge (apt-get's output in $dir/apt.log)"
+    mkdir -p "$dir"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >&2 || die "apt-get update failed"
-    apt-get install -y -qq --no-install-recommends slurm-wlm munge >&2 \
-      || die "apt-get install slurm-wlm munge failed"
+    apt-get update > "$dir/apt.log" 2>&1 || die "apt-get update failed" "$dir/apt.log"
+    apt-get install -y --no-install-recommends slurm-wlm munge >> "$dir/apt.log" 2>&1 \
+      || die "apt-get install slurm-wlm munge failed" "$dir/apt.log"
   else
     die "sbatch, slurmctld or munged is missing: apt-get install slurm-wlm munge (or set INVAR_SLURM_INSTALL=1)"
   fi
@@ -110,17 +111,23 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
 EOF
 export SLURM_CONF=$conf
 
+if sinfo -h >/dev/null 2>&1; then
+  die "a slurmctld already answers at $host:6817 (another cluster on this machine?); stop it first"
+fi
 slurmctld -f "$conf" || die "slurmctld did not start" "$dir/slurmctld.log"
 slurmd -f "$conf" || die "slurmd did not start" "$dir/slurmd.log"
 
 say "waiting for the node to be idle"
 state=""
-for _ in $(seq 120); do
+for i in $(seq 120); do
   state=$(sinfo -h -N -o '%T' 2>/dev/null | head -n 1 || true)
   [ "$state" = idle ] && break
   for d in slurmctld slurmd; do
-    if [ -s "$dir/$d.pid" ] && ! kill -0 "$(cat "$dir/$d.pid")" 2>/dev/null; then
-      die "$d exited" "$dir/$d.log"
+    # A daemon writes its pid file once it runs; none after 5 s means it died starting.
+    if [ -s "$dir/$d.pid" ]; then
+      kill -0 "$(cat "$dir/$d.pid")" 2>/dev/null || die "$d exited" "$dir/$d.log"
+    elif [ "$i" -gt 10 ]; then
+      die "$d did not start (no pid file)" "$dir/$d.log"
     fi
   done
   sleep 0.5
@@ -130,5 +137,11 @@ if [ "$state" != idle ]; then
   tail -n 20 "$dir/slurmd.log" >&2 || true
   die "the cluster did not come up" "$dir/slurmctld.log"
 fi
+# The node is ours only if our daemons are still up (not another cluster's answering).
+for d in slurmctld slurmd; do
+  if ! { [ -s "$dir/$d.pid" ] && kill -0 "$(cat "$dir/$d.pid")" 2>/dev/null; }; then
+    die "$d is not running" "$dir/$d.log"
+  fi
+done
 say "node $host idle: $(sinfo -h -N -o '%N %c CPUs %m MB')"
 echo "export SLURM_CONF=$conf"
