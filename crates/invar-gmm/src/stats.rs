@@ -314,7 +314,7 @@ impl StatsParts {
         let path = path.as_ref();
         let bytes = safetensors::read_file(path)?;
         let st = safetensors::parse(&bytes, path)?;
-        if !st.names().iter().any(|n| *n == "tree") {
+        if !st.names().contains(&"tree") {
             return Ok(None);
         }
         let bad = |reason: String| Error::File {

@@ -852,7 +852,7 @@ mod tests {
                 let data = (0..rows * 2)
                     .map(|i| {
                         let c = ((i / 2 + u) % 3) as f32 * 3.0;
-                        c + rng.gen_range(-1.0f32..1.0)
+                        c + rng.random_range(-1.0f32..1.0)
                     })
                     .collect();
                 Matrix::new(rows, 2, data).unwrap()
