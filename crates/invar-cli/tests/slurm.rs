@@ -62,16 +62,45 @@ fn copy_recipe(from: &Path, to: &Path) -> PathBuf {
     to.to_path_buf()
 }
 
+/// PATH with the tested `invar`'s folder first.
+fn path_with_invar() -> std::ffi::OsString {
+    let bin = Path::new(env!("CARGO_BIN_EXE_invar")).parent().unwrap();
+    let rest = std::env::var_os("PATH").unwrap_or_default();
+    std::env::join_paths(std::iter::once(bin.to_path_buf()).chain(std::env::split_paths(&rest)))
+        .unwrap()
+}
+
+/// The processes whose working folder is `dir`, once none is left or after 10 s.
+fn wait_for_no_process_in(dir: &Path) -> Vec<String> {
+    let dir = dir.canonicalize().unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| {
+                let e = e.ok()?;
+                let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+                (std::fs::read_link(e.path().join("cwd")).ok()? == dir).then(|| {
+                    let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+                    format!(
+                        "{pid}: {}",
+                        String::from_utf8_lossy(&cmd).replace('\0', " ")
+                    )
+                })
+            })
+            .collect();
+        if left.is_empty() || started.elapsed().as_secs() >= 10 {
+            return left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// Runs `DIR/run.sh ARGS` with the tested `invar` first on PATH.
 fn run_sh(dir: &Path, args: &[&str]) -> Output {
-    let bin = Path::new(env!("CARGO_BIN_EXE_invar")).parent().unwrap();
-    let path = std::env::join_paths(std::iter::once(bin.to_path_buf()).chain(
-        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
-    ))
-    .unwrap();
     Command::new(dir.join("run.sh"))
         .args(args)
-        .env("PATH", path)
+        .env("PATH", path_with_invar())
         .env("RUST_LOG", "warn")
         .output()
         .expect("run.sh starts")
@@ -278,6 +307,37 @@ fn sharded_local_run_has_the_single_process_bytes_and_fails_with_a_shard() {
     assert!(after > before, "stage 6 ran again");
     assert_same_outputs(&three, &one, "--nj 3 --cmd run after --stage 6");
 
+    // Interrupted (TERM) during the UBM's EM (run.sh then stops its shards: on this small corpus
+    // they may also just finish first, so the test cannot tell which) and run again, the recipe
+    // continues from the last finished iteration to the same bytes.
+    let killed = copy_recipe(&recipe, &dir.path().join("killed"));
+    ok(&killed, &["--nj", "3", "--stop-stage", "3"]);
+    let mut child = Command::new(killed.join("run.sh"))
+        .args(["--nj", "3", "--stop-stage", LAST])
+        .env("PATH", path_with_invar())
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !killed.join("ubm.em/02/results.json").exists() && child.try_wait().unwrap().is_none() {
+        assert!(started.elapsed().as_secs() < 120, "run.sh hung");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // A positive pid: run.sh's own.
+    let _ = Command::new("kill")
+        .args(["-s", "TERM", &child.id().to_string()])
+        .status();
+    let status = child.wait().unwrap();
+    let left = wait_for_no_process_in(&killed);
+    assert!(left.is_empty(), "processes still running 10 s after TERM: {left:?}");
+    if !status.success() {
+        assert!(!killed.join(".stages/04.done").exists());
+    }
+    ok(&killed, &["--nj", "3", "--stop-stage", LAST]);
+    assert_same_outputs(&killed, &one, "--nj 3 --cmd run, interrupted and rerun");
+
     // A broken input of one shard: run.sh fails, the rerun repairs the stage.
     let bad = copy_recipe(&recipe, &dir.path().join("bad"));
     ok(&bad, &["--nj", "3", "--stop-stage", "5"]);
@@ -326,7 +386,16 @@ fn slurm_job_arrays_have_the_single_process_bytes_and_fail_with_a_shard() {
     let slurm = copy_recipe(&recipe, &dir.path().join("slurm"));
     ok(
         &slurm,
-        &["--nj", "3", "--cmd", "slurm", "--stop-stage", LAST],
+        &[
+            "--nj",
+            "3",
+            "--cmd",
+            "slurm",
+            "--slurm-opts",
+            "--time=10 --mem=500M",
+            "--stop-stage",
+            LAST,
+        ],
     );
     // The stages really went through sbatch: one job array each, a log per array task.
     for (n, folder) in SHARDED {
@@ -338,6 +407,10 @@ fn slurm_job_arrays_have_the_single_process_bytes_and_fail_with_a_shard() {
         };
         let log = std::fs::read_to_string(slurm.join(format!("logs/{n:02}-{name}.log"))).unwrap();
         assert!(log.contains("Submitted batch job"), "stage {n}: {log}");
+        assert!(
+            log.contains("sbatch --array=1-3 --time=10 --mem=500M "),
+            "stage {n}: {log}"
+        );
         for k in 1..=3 {
             let task = slurm.join(format!("logs/{n:02}-{name}.{k}.log"));
             let text = std::fs::read_to_string(&task).unwrap();

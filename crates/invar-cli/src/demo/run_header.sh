@@ -62,8 +62,14 @@ for a do
   set -- "$@" "$a"
 done
 shift "$i"
-if [ "$n" -gt 1 ]; then "$@" --shard "$k/$n"; else "$@"; fi
+if [ "$n" -gt 1 ]; then set -- "$@" --shard "$k/$n"; fi
+# The command runs in the background so that a TERM (run.sh interrupted, or scancel) reaches it.
+"$@" &
+child=$!
+trap 'kill "$child" 2>/dev/null' TERM HUP
+wait "$child"
 status=$?
+while kill -0 "$child" 2>/dev/null; do wait "$child"; status=$?; done
 echo "shard $k/$n: exit status $status"
 exit "$status"
 EOF
@@ -90,6 +96,8 @@ launch() {
   case $cmd in
     run)
       pids=""
+      # Interrupted, run.sh stops its shards rather than leave them running.
+      trap 'for pid in $pids; do kill "$pid" 2>/dev/null; done; exit 130' INT TERM HUP
       k=1
       while [ "$k" -le "$nj" ]; do
         sh .stages/shard.sh "$k" "$nj" "$@" > "$lstem.$k.log" 2>&1 &
@@ -97,6 +105,7 @@ launch() {
         k=$((k + 1))
       done
       for pid in $pids; do wait "$pid" || true; done
+      trap - INT TERM HUP
       ;;
     slurm)
       echo "sbatch --array=1-$nj ${slurm_opts:+$slurm_opts }(in $PWD): $*"
