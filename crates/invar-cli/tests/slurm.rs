@@ -102,6 +102,8 @@ fn run_sh(dir: &Path, args: &[&str]) -> Output {
         .args(args)
         .env("PATH", path_with_invar())
         .env("RUST_LOG", "warn")
+        // Errors without backtraces, so that a failure report shows them.
+        .env("RUST_BACKTRACE", "0")
         .output()
         .expect("run.sh starts")
 }
@@ -331,7 +333,10 @@ fn sharded_local_run_has_the_single_process_bytes_and_fails_with_a_shard() {
         .status();
     let status = child.wait().unwrap();
     let left = wait_for_no_process_in(&killed);
-    assert!(left.is_empty(), "processes still running 10 s after TERM: {left:?}");
+    assert!(
+        left.is_empty(),
+        "processes still running 10 s after TERM: {left:?}"
+    );
     if !status.success() {
         assert!(!killed.join(".stages/04.done").exists());
     }
