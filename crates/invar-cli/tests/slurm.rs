@@ -4,9 +4,9 @@
 //! (`--nj 1 --cmd run`, today's commands). A shard that fails makes run.sh fail, under both
 //! launchers, and the stage then reruns to the same bytes.
 //!
-//! The Slurm test needs `sbatch` on PATH talking to a cluster (`.ci/slurm-up.sh` starts a
-//! one-node one; CI runs it). Without sbatch it fails when `CI=true`, so CI cannot skip it
-//! silently, and otherwise says that it skipped.
+//! The Slurm test needs `sbatch` on PATH and a controller `sinfo` reaches (`.ci/slurm-up.sh`
+//! starts a one-node cluster; CI runs it). Without them it fails when `CI=true`, so CI cannot
+//! skip it silently, and otherwise says that it skipped.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
@@ -373,14 +373,27 @@ fn on_path(name: &str) -> bool {
 
 #[test]
 fn slurm_job_arrays_have_the_single_process_bytes_and_fail_with_a_shard() {
-    if !on_path("sbatch") {
+    // A cluster to submit to: sbatch on PATH, and sinfo reaching a controller.
+    let missing = if !on_path("sbatch") {
+        Some("sbatch is not on PATH".to_owned())
+    } else {
+        match Command::new("sinfo").arg("-h").output() {
+            Ok(o) if o.status.success() => None,
+            Ok(o) => Some(format!(
+                "sinfo reaches no Slurm controller: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            )),
+            Err(e) => Some(format!("sinfo does not run: {e}")),
+        }
+    };
+    if let Some(why) = missing {
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true but sbatch is not on PATH: .ci/run must start Slurm with .ci/slurm-up.sh"
+            "CI=true but {why}: .ci/run must start Slurm with .ci/slurm-up.sh"
         );
         eprintln!(
-            "skipped: sbatch is not on PATH (start a one-node Slurm with .ci/slurm-up.sh, then \
-             `eval` what it prints)"
+            "skipped: {why} (start a one-node Slurm with .ci/slurm-up.sh, then `eval` what it \
+             prints)"
         );
         return;
     }
