@@ -50,6 +50,10 @@ pub struct DemoArgs {
     /// Also write results.json here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Only write OUT/recipe/ (run.sh and the configs it reads) and stop: run the stages later
+    /// with `OUT/recipe/run.sh`, e.g. on a cluster with `--nj N --cmd slurm`.
+    #[arg(long)]
+    pub recipe_only: bool,
 }
 
 fn resolve_config(args: &DemoArgs) -> anyhow::Result<DemoConfig> {
@@ -556,6 +560,14 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         has_partition,
         has_speaker,
     )?;
+    if args.recipe_only {
+        println!(
+            "recipe → {} (run it with {}; see its --help)",
+            out.join("recipe").display(),
+            out.join("recipe").join("run.sh").display()
+        );
+        return Ok(());
+    }
     for stage in &plan.shared {
         runner.run(stage)?;
     }
@@ -757,6 +769,7 @@ mod tests {
             config,
             utd: false,
             json: None,
+            recipe_only: false,
         }
     }
 

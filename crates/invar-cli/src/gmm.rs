@@ -45,19 +45,27 @@ pub struct AccumulateArgs {
     /// Only utterances of this split; default all.
     #[arg(long)]
     pub split: Option<Split>,
-    /// Only this shard of the utterances, K/N (1 <= K <= N); default: all of them.
+    /// Only this shard of the utterances, K/N (1 <= K <= N): the K-th of N contiguous blocks
+    /// of them. Default: all of them.
     #[arg(long)]
     pub shard: Option<String>,
-    /// Statistics file to write (safetensors).
+    /// Statistics file to write (safetensors): the shard's statistics as nodes of the summation
+    /// tree of `gmm train`'s E-step, so that `gmm update` on all shards' files gives the bits of
+    /// one `gmm train` iteration, for any N.
     #[arg(long)]
     pub out: PathBuf,
 }
 
 #[derive(Debug, Args)]
 pub struct UpdateArgs {
-    /// Statistics files of all shards.
+    /// Statistics files of all shards of one iteration (from `gmm accumulate`, in any order).
     #[arg(long, num_args = 1.., required = true)]
     pub stats: Vec<PathBuf>,
+    /// The previous iteration's `gmm update` folder: its history is carried on, and
+    /// results.json says `"converged": true` when the mean log-likelihood per frame changed by
+    /// less than the config's `tol` (after at least two iterations), as `gmm train` stops.
+    #[arg(long)]
+    pub previous: Option<PathBuf>,
     /// EM configuration (variance floor, dead components), TOML or JSON (`*.json`); default EmConfig.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -288,24 +296,34 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
 }
 
 fn accumulate(args: AccumulateArgs) -> anyhow::Result<()> {
-    let ubm = load_ubm(&args.ubm)?;
+    // The model's bits as `gmm train` or `gmm update` held them (weights not renormalised), so
+    // that the shards repeat the single-process E-step exactly.
+    let ubm = DiagGmm::load_exact(&args.ubm)
+        .with_context(|| format!("cannot load the UBM {}", args.ubm.display()))?;
     let set = FeatureSet::open(&args.features)?;
     let shard = Shard::parse_or_all(args.shard.as_deref())?;
-    let source = set.frames_of(args.split)?.in_shard(shard);
-    let stats = invar_gmm::accumulate_source(&ubm, &source, invar_gmm::StatsOrder::Second)?;
-    stats.save(&args.out)?;
+    let source = set.frames_of(args.split)?;
+    let block = invar_gmm::shard_block(source.len(), shard.index, shard.count);
+    let parts =
+        invar_gmm::accumulate_block(&ubm, &source, block.clone(), invar_gmm::StatsOrder::Second)?;
+    parts.save(&args.out)?;
+    let frames: u64 = parts.nodes.iter().map(|(_, st)| st.frames()).sum();
+    let ll: f64 = parts.nodes.iter().map(|(_, st)| st.log_likelihood()).sum();
     println!(
-        "statistics of shard {}/{} → {}",
+        "statistics of shard {}/{} (utterances {}..{} of {}) → {}",
         shard.index + 1,
         shard.count,
+        block.start,
+        block.end,
+        source.len(),
         args.out.display()
     );
-    println!("{:<22} {:>14}", "utterances", source.len());
-    println!("{:<22} {:>14}", "frames", stats.frames());
+    println!("{:<22} {:>14}", "utterances", block.len());
+    println!("{:<22} {:>14}", "frames", frames);
     println!(
         "{:<22} {:>14.6}",
         "mean log-lik / frame",
-        stats.log_likelihood() / stats.frames().max(1) as f64
+        ll / frames.max(1) as f64
     );
     Ok(())
 }
@@ -318,6 +336,58 @@ struct UpdateRecord<'a> {
     frames: u64,
     mean_log_likelihood: f64,
     dead: usize,
+    /// Every iteration so far (those of `--previous`, then this one).
+    history: Vec<invar_gmm::IterationReport>,
+    /// Whether EM has converged by `gmm train`'s rule (see `--previous`).
+    converged: bool,
+}
+
+/// The statistics of all shards: [`invar_gmm::StatsParts`] joined along the E-step's tree (the
+/// bits of one `gmm train` E-step), or plain statistics files summed in the order given.
+fn sum_stats(paths: &[PathBuf]) -> anyhow::Result<invar_gmm::GmmStats> {
+    let mut parts = Vec::new();
+    let mut plain: Option<invar_gmm::GmmStats> = None;
+    for path in paths {
+        match invar_gmm::StatsParts::load(path)? {
+            Some(p) => parts.push(p),
+            None => {
+                let st = invar_gmm::GmmStats::load(path)?;
+                match &mut plain {
+                    Some(t) => t.add(&st).with_context(|| {
+                        format!("{} does not match the other shards", path.display())
+                    })?,
+                    None => plain = Some(st),
+                }
+            }
+        }
+    }
+    match (plain, parts.is_empty()) {
+        (Some(total), true) => Ok(total),
+        (None, false) => Ok(invar_gmm::StatsParts::join(parts)?),
+        (Some(_), false) => bail!(
+            "the statistics files mix shard parts (from `gmm accumulate`) and plain statistics; \
+             give one kind"
+        ),
+        (None, true) => bail!("no statistics files given"),
+    }
+}
+
+/// The `history` of a previous `gmm update` folder's results.json.
+fn previous_history(dir: &Path) -> anyhow::Result<Vec<invar_gmm::IterationReport>> {
+    let path = dir.join("results.json");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read the previous iteration's {}", path.display()))?;
+    #[derive(serde::Deserialize)]
+    struct Previous {
+        history: Vec<invar_gmm::IterationReport>,
+    }
+    let previous: Previous = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not the results.json of a `gmm update` (no `history`)",
+            path.display()
+        )
+    })?;
+    Ok(previous.history)
 }
 
 fn update(args: UpdateArgs) -> anyhow::Result<()> {
@@ -326,38 +396,53 @@ fn update(args: UpdateArgs) -> anyhow::Result<()> {
         None => EmConfig::default(),
     };
     cfg.validate()?;
-    let mut total: Option<invar_gmm::GmmStats> = None;
-    for path in &args.stats {
-        let st = invar_gmm::GmmStats::load(path)?;
-        match &mut total {
-            Some(t) => t
-                .add(&st)
-                .with_context(|| format!("{} does not match the other shards", path.display()))?,
-            None => total = Some(st),
-        }
-    }
-    let Some(total) = total else {
-        bail!("no statistics files given");
+    let mut history = match &args.previous {
+        Some(dir) => previous_history(dir)?,
+        None => Vec::new(),
     };
-    let (gmm, dead) = invar_gmm::m_step(&total, &cfg, 1)?;
+    let total = sum_stats(&args.stats)?;
+    if total.frames() == 0 {
+        bail!("the statistics hold no frames");
+    }
+    let iteration = history.len() + 1;
+    let mean_ll = total.log_likelihood() / total.frames() as f64;
+    if !mean_ll.is_finite() {
+        bail!("the log-likelihood of the statistics is {mean_ll} (iteration {iteration})");
+    }
+    let (gmm, dead) = invar_gmm::m_step(&total, &cfg, iteration)?;
+    history.push(invar_gmm::IterationReport {
+        iteration,
+        components: total.components(),
+        mean_log_likelihood: mean_ll,
+        frames: total.frames(),
+        dead,
+    });
+    let n = history.len();
+    // `gmm train`'s rule: two iterations made, and the last one changed the mean log-likelihood
+    // by less than `tol`.
+    let converged = n >= 2
+        && (history[n - 1].mean_log_likelihood - history[n - 2].mean_log_likelihood).abs()
+            < cfg.tol;
     let record = UpdateRecord {
         em: &cfg,
         stats: &args.stats,
         frames: total.frames(),
-        mean_log_likelihood: total.log_likelihood() / total.frames().max(1) as f64,
+        mean_log_likelihood: mean_ll,
         dead,
+        history,
+        converged,
     };
     let _out = crate::out_dir::claim(
         &args.out,
         "gmm update",
         args.force,
         false,
-        &[paths(&args.stats), opt(&args.config)].concat(),
+        &[paths(&args.stats), opt(&args.config), opt(&args.previous)].concat(),
     )?;
     let model = args.out.join("ubm.safetensors");
     gmm.save(&model, &record)?;
     println!(
-        "updated UBM ({} shards) → {}",
+        "updated UBM ({} statistics files, iteration {iteration}) → {}",
         args.stats.len(),
         model.display()
     );
@@ -368,6 +453,7 @@ fn update(args: UpdateArgs) -> anyhow::Result<()> {
     );
     println!("{:<22} {:>14}", "components", gmm.components());
     println!("{:<22} {:>14}", "dead", dead);
+    println!("{:<22} {:>14}", "converged", converged);
     invar_io::write_json(args.out.join("results.json"), &record)?;
     Ok(())
 }
@@ -679,9 +765,10 @@ pub(crate) mod tests {
         assert_eq!(speakers.lines().next(), Some("spk0"));
         let ids = std::fs::read_to_string(sv_dir.join("ids.txt")).unwrap();
         assert_eq!(ids.lines().next(), Some("s0_u0"));
-        // Distributed EM: two shards' statistics + update equal one in-memory EM step.
+        // Distributed EM: three shards' statistics + update give the bits of one in-memory EM
+        // step (the files given in any order).
         let mut stats_files = Vec::new();
-        for k in ["1/2", "2/2"] {
+        for k in ["3/3", "1/3", "2/3"] {
             let file = root.join(format!("stats-{}.safetensors", &k[..1]));
             run(GmmArgs {
                 command: GmmCommand::Accumulate(AccumulateArgs {
@@ -700,6 +787,7 @@ pub(crate) mod tests {
             command: GmmCommand::Update(UpdateArgs {
                 stats: stats_files,
                 config: None,
+                previous: None,
                 out: updated.clone(),
                 force: false,
             }),
@@ -707,13 +795,22 @@ pub(crate) mod tests {
         .unwrap();
         let set = FeatureSet::open(&feats).unwrap();
         let all = set.frames_of(None).unwrap();
-        let g0 = DiagGmm::load(&ubm).unwrap();
+        let g0 = DiagGmm::load_exact(&ubm).unwrap();
         let whole = invar_gmm::accumulate_source(&g0, &all, invar_gmm::StatsOrder::Second).unwrap();
         let (want, _) = invar_gmm::m_step(&whole, &EmConfig::default(), 1).unwrap();
-        let got = DiagGmm::load(updated.join("ubm.safetensors")).unwrap();
-        for (a, b) in got.means().data.iter().zip(&want.means().data) {
-            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
-        }
+        let got = DiagGmm::load_exact(updated.join("ubm.safetensors")).unwrap();
+        let bits = |g: &DiagGmm| -> Vec<u32> {
+            g.weights()
+                .iter()
+                .chain(&g.means().data)
+                .chain(&g.variances().data)
+                .map(|v| v.to_bits())
+                .collect()
+        };
+        assert_eq!(bits(&got), bits(&want));
+        let results: serde_json::Value = invar_io::read_json(updated.join("results.json")).unwrap();
+        assert_eq!(results["history"].as_array().unwrap().len(), 1);
+        assert_eq!(results["converged"], false);
         let _ = std::fs::remove_dir_all(&root);
     }
 }

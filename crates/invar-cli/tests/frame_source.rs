@@ -1,7 +1,8 @@
 //! Issue 19: the CLI streams a feature set to invar-gmm through `invar_data::SetFrames` (no CLI type
 //! implements a library trait). What users see must not have changed: an empty split is refused
 //! before any output folder exists, with the message naming the set's folder and the split, and
-//! `--split` with `--shard` deals the split's utterances (not the set's) round robin.
+//! `--split` with `--shard` cuts the split's utterances (not the set's) into `gmm accumulate`'s
+//! contiguous blocks.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
@@ -71,7 +72,8 @@ fn empty_split_is_refused_naming_the_folder_and_shards_deal_within_the_split() {
     assert!(err.contains(&want), "{err}");
     assert!(!out.exists(), "nothing is written before the refusal");
 
-    // Shards of the test split: K/N takes the split's K-th, (K+N)-th, ... utterance.
+    // Shards of the test split: K/N takes the K-th of N contiguous blocks of the split's
+    // utterances (`gmm accumulate` keeps them as nodes of the E-step's summation tree).
     let test = rows_in(&feats, "test");
     let train = rows_in(&feats, "train");
     assert!(test >= 2 && train > 0, "the corpus has both splits");
@@ -94,7 +96,7 @@ fn empty_split_is_refused_naming_the_folder_and_shards_deal_within_the_split() {
         ]);
         dealt.push(utterances(&out.stdout));
     }
-    assert_eq!(dealt, [test.div_ceil(2), test / 2]);
+    assert_eq!(dealt, [test / 2, test - test / 2]);
     let err = refused(&[
         "gmm",
         "accumulate",

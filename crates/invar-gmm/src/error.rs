@@ -89,6 +89,12 @@ pub enum Error {
     /// A model or statistics file is malformed.
     #[error("{path}: {reason}")]
     File { path: PathBuf, reason: String },
+    /// Shard statistics that do not cover each utterance exactly once.
+    #[error(
+        "the {nodes} statistics parts given do not cover the {utterances} utterances exactly \
+         once: a shard is missing or given twice (pass every shard's file of one iteration)"
+    )]
+    Shards { utterances: usize, nodes: usize },
     /// A resume asked for other settings than the checkpoint was trained with.
     #[error(
         "cannot resume from {path}: it was trained with other settings ({}); resume with the \

@@ -398,6 +398,15 @@ impl DiagGmm {
         Self::from_safetensors(&bytes, path, false)
     }
 
+    /// [`DiagGmm::load`], keeping the weights' bits as stored (not renormalised): the model a
+    /// training run saved between two EM iterations comes back exactly as it was in memory, so
+    /// EM continued from the file (a shard's E-step) repeats the in-memory run bit for bit.
+    pub fn load_exact(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let bytes = safetensors::read_file(path)?;
+        Self::from_safetensors(&bytes, path, true)
+    }
+
     /// Parses [`DiagGmm::to_safetensors`] bytes read from `path`. With `exact`, the weights are
     /// taken as stored rather than renormalised, so a model saved mid-training comes back with
     /// the same bits (renormalising weights that already sum to 1 in f64 can move the last bit).

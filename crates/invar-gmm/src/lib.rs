@@ -37,8 +37,9 @@ pub use map::{map_means, supervector, supervector_from_stats, supervectors, MapC
 pub use pca::Pca;
 pub use plda::{Plda, PldaConfig, PldaStats};
 pub use scoring::{Lda, Projection, Wccn};
-pub use stats::{GmmStats, StatsOrder};
+pub use stats::{GmmStats, StatsOrder, StatsParts};
 pub use train::{
-    accumulate_source, m_step, sample_frames, split, train, train_from, train_resumable,
-    DeadPolicy, EmConfig, EmStage, EmState, GmmMeta, InitMethod, IterationReport, TrainedGmm,
+    accumulate_block, accumulate_source, m_step, sample_frames, shard_block, split, train,
+    train_from, train_resumable, DeadPolicy, EmConfig, EmStage, EmState, GmmMeta, InitMethod,
+    IterationReport, TrainedGmm,
 };

@@ -2,6 +2,7 @@
 //! across utterances and shards, and persist as safetensors so a batch job can split EM.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::path::Path;
 
 use invar_io::safetensors::{self, Dtype};
@@ -146,27 +147,46 @@ impl GmmStats {
         }
     }
 
-    /// Writes the statistics of one shard as safetensors (f64), atomically.
-    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        let path = path.as_ref();
+    /// This one's tensors, their names prefixed with `prefix`.
+    fn tensors(&self, prefix: &str) -> Vec<(String, Dtype, Vec<usize>, Vec<u8>)> {
         let (m, d) = (self.components, self.dims);
+        let name = |n: &str| format!("{prefix}{n}");
         let mut tensors = vec![
-            ("n", Dtype::F64, vec![m], safetensors::f64_bytes(&self.n)),
             (
-                "totals",
+                name("n"),
+                Dtype::F64,
+                vec![m],
+                safetensors::f64_bytes(&self.n),
+            ),
+            (
+                name("totals"),
                 Dtype::F64,
                 vec![3],
                 safetensors::f64_bytes(&[self.frames as f64, self.log_likelihood, d as f64]),
             ),
         ];
         if self.order >= StatsOrder::First {
-            tensors.push(("f", Dtype::F64, vec![m, d], safetensors::f64_bytes(&self.f)));
+            tensors.push((
+                name("f"),
+                Dtype::F64,
+                vec![m, d],
+                safetensors::f64_bytes(&self.f),
+            ));
         }
         if self.order >= StatsOrder::Second {
-            tensors.push(("s", Dtype::F64, vec![m, d], safetensors::f64_bytes(&self.s)));
+            tensors.push((
+                name("s"),
+                Dtype::F64,
+                vec![m, d],
+                safetensors::f64_bytes(&self.s),
+            ));
         }
-        let info = HashMap::from([("format".to_string(), "invar-gmm stats v1".to_string())]);
-        Ok(safetensors::write(path, &tensors, info)?)
+        tensors
+    }
+
+    /// Writes the statistics of one shard as safetensors (f64), atomically.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        write(path.as_ref(), self.tensors(""), "invar-gmm stats v1")
     }
 
     /// Reads statistics written by [`GmmStats::save`].
@@ -174,20 +194,27 @@ impl GmmStats {
         let path = path.as_ref();
         let bytes = safetensors::read_file(path)?;
         let st = safetensors::parse(&bytes, path)?;
+        Self::from_tensors(&st, path, "")
+    }
+
+    /// The statistics stored under `prefix` in `st` (read from `path`).
+    fn from_tensors(st: &safetensors::SafeTensors<'_>, path: &Path, prefix: &str) -> Result<Self> {
         let bad = |reason: String| Error::File {
             path: path.to_path_buf(),
             reason,
         };
-        let (n, _) = safetensors::read_f64(&st, path, "n")?;
-        let (totals, _) = safetensors::read_f64(&st, path, "totals")?;
+        let name = |n: &str| format!("{prefix}{n}");
+        let (n, _) = safetensors::read_f64(st, path, &name("n"))?;
+        let (totals, _) = safetensors::read_f64(st, path, &name("totals"))?;
         if totals.len() != 3 {
             return Err(bad(format!(
-                "totals has {} values, expected 3",
+                "{} has {} values, expected 3",
+                name("totals"),
                 totals.len()
             )));
         }
         let names: Vec<String> = st.names().into_iter().map(|s| s.to_string()).collect();
-        let has = |name: &str| names.iter().any(|n| n == name);
+        let has = |n: &str| names.iter().any(|x| *x == name(n));
         let order = match (has("f"), has("s")) {
             (true, true) => StatsOrder::Second,
             (true, false) => StatsOrder::First,
@@ -195,24 +222,163 @@ impl GmmStats {
             (false, true) => return Err(bad("has second- but no first-order statistics".into())),
         };
         let m = n.len();
-        let dims = totals[2] as usize;
+        let frames = totals[0];
+        if !(frames >= 0.0 && frames.fract() == 0.0 && frames < 2f64.powi(53)) {
+            return Err(bad(format!(
+                "{}: frame count {frames} is not a count",
+                name("totals")
+            )));
+        }
+        let dims = totals[2];
+        if !(dims >= 0.0 && dims.fract() == 0.0 && dims < 2f64.powi(32)) {
+            return Err(bad(format!(
+                "{}: dimension {dims} is not a count",
+                name("totals")
+            )));
+        }
+        let dims = dims as usize;
         let mut f = Vec::new();
         let mut s = Vec::new();
         if order >= StatsOrder::First {
-            f = safetensors::read_f64_shaped(&st, path, "f", &[m, dims])?;
+            f = safetensors::read_f64_shaped(st, path, &name("f"), &[m, dims])?;
         }
         if order >= StatsOrder::Second {
-            s = safetensors::read_f64_shaped(&st, path, "s", &[m, dims])?;
+            s = safetensors::read_f64_shaped(st, path, &name("s"), &[m, dims])?;
         }
         Ok(GmmStats {
             components: m,
             dims,
             order,
-            frames: totals[0] as u64,
+            frames: frames as u64,
             log_likelihood: totals[1],
             n,
             f,
             s,
+        })
+    }
+}
+
+/// Writes `tensors` as one safetensors file of the given format, atomically.
+fn write(
+    path: &Path,
+    tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)>,
+    format: &str,
+) -> Result<()> {
+    let named: Vec<safetensors::NamedTensor<'_>> = tensors
+        .iter()
+        .map(|(n, dt, shape, bytes)| (n.as_str(), *dt, shape.clone(), bytes.clone()))
+        .collect();
+    let info = HashMap::from([("format".to_string(), format.to_string())]);
+    Ok(safetensors::write(path, &named, info)?)
+}
+
+/// E-step statistics of one shard of a source's utterances, kept as the nodes of
+/// [`accumulate_source`](crate::accumulate_source)'s reduction tree that the shard's contiguous
+/// block of utterances covers (see [`accumulate_block`](crate::accumulate_block)). The parts of
+/// all shards [`join`](StatsParts::join) into the bits of one `accumulate_source` over the whole
+/// source, for any number of shards: the order of the f64 additions is the tree's, fixed by the
+/// number of utterances alone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatsParts {
+    /// Utterances in the whole source (the leaves of the tree).
+    pub utterances: usize,
+    /// Tree nodes: (utterance range, its summed statistics), left to right.
+    pub nodes: Vec<(Range<usize>, GmmStats)>,
+}
+
+/// The `format` of a [`StatsParts`] file.
+const PARTS_FORMAT: &str = "invar-gmm stats parts v1";
+
+impl StatsParts {
+    /// Writes the parts as safetensors (f64), atomically: a `tree` tensor `[utterances, start₀,
+    /// end₀, start₁, …]` and each node's statistics under the prefix `node{i}.`.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let mut tree = vec![self.utterances as f64];
+        let mut tensors = Vec::new();
+        for (i, (range, st)) in self.nodes.iter().enumerate() {
+            tree.extend([range.start as f64, range.end as f64]);
+            tensors.extend(st.tensors(&format!("node{i}.")));
+        }
+        tensors.push((
+            "tree".to_string(),
+            Dtype::F64,
+            vec![tree.len()],
+            safetensors::f64_bytes(&tree),
+        ));
+        write(path.as_ref(), tensors, PARTS_FORMAT)
+    }
+
+    /// Reads parts written by [`StatsParts::save`]; `None` for a file of plain [`GmmStats`]
+    /// (no `tree` tensor).
+    pub fn load(path: impl AsRef<Path>) -> Result<Option<Self>> {
+        let path = path.as_ref();
+        let bytes = safetensors::read_file(path)?;
+        let st = safetensors::parse(&bytes, path)?;
+        if !st.names().contains(&"tree") {
+            return Ok(None);
+        }
+        let bad = |reason: String| Error::File {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let (tree, _) = safetensors::read_f64(&st, path, "tree")?;
+        let count = |v: f64| -> Result<usize> {
+            if v >= 0.0 && v.fract() == 0.0 && v < 2f64.powi(53) {
+                Ok(v as usize)
+            } else {
+                Err(bad(format!("tree: {v} is not an utterance count")))
+            }
+        };
+        let Some((&utterances, ranges)) = tree.split_first() else {
+            return Err(bad("tree is empty".into()));
+        };
+        if ranges.len() % 2 != 0 {
+            return Err(bad(format!(
+                "tree has {} values, expected an odd number",
+                tree.len()
+            )));
+        }
+        let utterances = count(utterances)?;
+        let mut nodes = Vec::with_capacity(ranges.len() / 2);
+        for (i, pair) in ranges.chunks_exact(2).enumerate() {
+            let (start, end) = (count(pair[0])?, count(pair[1])?);
+            if start >= end || end > utterances {
+                return Err(bad(format!(
+                    "node {i} covers utterances {start}..{end}, not a part of 0..{utterances}"
+                )));
+            }
+            nodes.push((
+                start..end,
+                GmmStats::from_tensors(&st, path, &format!("node{i}."))?,
+            ));
+        }
+        Ok(Some(StatsParts { utterances, nodes }))
+    }
+
+    /// The statistics of the whole source from the parts of all its shards (in any order),
+    /// summed along [`accumulate_source`](crate::accumulate_source)'s tree: the same bits.
+    /// An error when the shards disagree on the source's size, or their nodes do not cover each
+    /// utterance exactly once (a shard missing or given twice).
+    pub fn join(parts: Vec<StatsParts>) -> Result<GmmStats> {
+        let Some(utterances) = parts.first().map(|p| p.utterances) else {
+            return Err(Error::Empty("no statistics parts to join"));
+        };
+        if let Some(other) = parts.iter().find(|p| p.utterances != utterances) {
+            return Err(Error::Dim {
+                what: "utterances of the source the shards were accumulated on",
+                expected: utterances,
+                found: other.utterances,
+            });
+        }
+        let nodes: Vec<_> = parts.into_iter().flat_map(|p| p.nodes).collect();
+        let count = nodes.len();
+        let joined = crate::reduce::tree_join(utterances, nodes, &|mut a: GmmStats, b| {
+            a.add(&b)?;
+            Ok(a)
+        })?;
+        joined.ok_or(Error::Shards {
+            utterances,
+            nodes: count,
         })
     }
 }

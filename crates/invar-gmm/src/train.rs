@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::gmm::{check_finite, BLOCK};
 use crate::linalg::{gemm, Op};
-use crate::stats::{GmmStats, StatsOrder};
+use crate::stats::{GmmStats, StatsOrder, StatsParts};
 use crate::{DiagGmm, Error, Result};
 
 /// Loads utterance `i` of `source`, wrapping its error.
@@ -45,6 +45,51 @@ pub fn accumulate_source(
             Ok(a)
         },
     )
+}
+
+/// The E-step of one shard of distributed EM: the statistics of the utterances `block` (a
+/// contiguous range of `source`'s) under `gmm`, kept as the nodes of [`accumulate_source`]'s
+/// tree over the whole source that `block` covers. Joining the parts of shards whose blocks tile
+/// the source ([`StatsParts::join`]) gives the bits of one `accumulate_source`, so EM split into
+/// shards ends with the same model as [`train`]. Utterances keep their index in the whole source
+/// (in error messages too).
+pub fn accumulate_block(
+    gmm: &DiagGmm,
+    source: &dyn FrameSource,
+    block: std::ops::Range<usize>,
+    order: StatsOrder,
+) -> Result<StatsParts> {
+    let utterances = source.len();
+    if block.end > utterances || block.start > block.end {
+        return Err(Error::Dim {
+            what: "end of the shard's block of utterances (at most the source's size)",
+            expected: utterances,
+            found: block.end,
+        });
+    }
+    let nodes = crate::reduce::tree_cover(utterances, block)
+        .into_iter()
+        .map(|node| {
+            let st = crate::reduce::tree_reduce(
+                node.clone(),
+                &|i| gmm.accumulate(&*load(source, i)?, order, i),
+                &|mut a, b| {
+                    a.add(&b)?;
+                    Ok(a)
+                },
+            )?;
+            Ok((node, st))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(StatsParts { utterances, nodes })
+}
+
+/// The contiguous block of `utterances` that shard `index` (from 0) of `count` holds in
+/// distributed EM: `index·n/count .. (index+1)·n/count`, so the blocks of all shards tile `0..n`.
+pub fn shard_block(utterances: usize, index: usize, count: usize) -> std::ops::Range<usize> {
+    let count = count.max(1);
+    let at = |k: usize| ((k as u128 * utterances as u128) / count as u128) as usize;
+    at(index.min(count))..at((index + 1).min(count))
 }
 
 /// How the mixture is initialised before EM.
@@ -805,4 +850,150 @@ fn argmin(row: &[f32]) -> usize {
         }
     }
     best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 23 utterances of 2-D frames from three clusters, of uneven lengths.
+    fn source() -> Vec<Matrix> {
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        (0..23)
+            .map(|u| {
+                let rows = 40 + (u * 37) % 90;
+                let data = (0..rows * 2)
+                    .map(|i| {
+                        let c = ((i / 2 + u) % 3) as f32 * 3.0;
+                        c + rng.random_range(-1.0f32..1.0)
+                    })
+                    .collect();
+                Matrix::new(rows, 2, data).unwrap()
+            })
+            .collect()
+    }
+
+    fn bits(g: &DiagGmm) -> Vec<u32> {
+        g.weights()
+            .iter()
+            .chain(&g.means().data)
+            .chain(&g.variances().data)
+            .map(|v| v.to_bits())
+            .collect()
+    }
+
+    /// EM split into shards (each E-step on contiguous blocks of utterances, the parts joined
+    /// along the tree, the M-step on the joined statistics, the model passed on through a file)
+    /// ends with the bits of `train`, for any number of shards. Summing the shards' totals
+    /// instead (what `gmm update` did before the parts) does not.
+    #[test]
+    fn sharded_em_ends_with_trains_bits() {
+        let src = source();
+        let cfg = EmConfig {
+            components: 4,
+            max_iters: 3,
+            tol: 0.0,
+            min_occupancy: 1.0,
+            init_frames: 500,
+            ..EmConfig::default()
+        };
+        let trained = train(&src, &cfg, &mut |_| {}).unwrap();
+        let init = train(
+            &src,
+            &EmConfig {
+                max_iters: 0,
+                ..cfg.clone()
+            },
+            &mut |_| {},
+        )
+        .unwrap()
+        .gmm;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("ubm.safetensors");
+        let mut summed_differs = false;
+        for shards in [1, 2, 3, 5, 23, 30] {
+            let mut gmm = init.clone();
+            for it in 1..=cfg.max_iters {
+                gmm.save(&file, &()).unwrap();
+                gmm = DiagGmm::load_exact(&file).unwrap();
+                let parts: Vec<StatsParts> = (0..shards)
+                    .map(|k| {
+                        let block = shard_block(src.len(), k, shards);
+                        accumulate_block(&gmm, &src, block, StatsOrder::Second).unwrap()
+                    })
+                    .collect();
+                let mut summed: Option<GmmStats> = None;
+                for p in &parts {
+                    for (_, st) in &p.nodes {
+                        match &mut summed {
+                            Some(t) => t.add(st).unwrap(),
+                            None => summed = Some(st.clone()),
+                        }
+                    }
+                }
+                let joined = StatsParts::join(parts).unwrap();
+                assert_eq!(
+                    joined,
+                    accumulate_source(&gmm, &src, StatsOrder::Second).unwrap(),
+                    "{shards} shards, iteration {it}"
+                );
+                summed_differs |= summed.unwrap() != joined;
+                gmm = m_step(&joined, &cfg, it).unwrap().0;
+            }
+            assert_eq!(bits(&gmm), bits(&trained.gmm), "{shards} shards");
+        }
+        assert!(
+            summed_differs,
+            "the test cannot tell a plain sum from the tree"
+        );
+    }
+
+    #[test]
+    fn shard_blocks_tile_the_utterances() {
+        for (n, shards) in [(10, 3), (2, 5), (0, 2), (7, 1)] {
+            let blocks: Vec<_> = (0..shards).map(|k| shard_block(n, k, shards)).collect();
+            assert_eq!(blocks[0].start, 0);
+            assert_eq!(blocks[shards - 1].end, n);
+            for w in blocks.windows(2) {
+                assert_eq!(w[0].end, w[1].start);
+            }
+        }
+        assert_eq!(shard_block(10, 1, 3), 3..6);
+    }
+
+    #[test]
+    fn parts_round_trip_and_refuse_a_missing_shard() {
+        let src = source();
+        let gmm = DiagGmm::new(
+            vec![0.5, 0.5],
+            Matrix::new(2, 2, vec![0.0, 0.0, 3.0, 3.0]).unwrap(),
+            Matrix::new(2, 2, vec![1.0; 4]).unwrap(),
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let parts: Vec<StatsParts> = (0..3)
+            .map(|k| {
+                let p = accumulate_block(&gmm, &src, shard_block(23, k, 3), StatsOrder::Second)
+                    .unwrap();
+                let path = dir.path().join(format!("{k}.safetensors"));
+                p.save(&path).unwrap();
+                let back = StatsParts::load(&path).unwrap().unwrap();
+                assert_eq!(back, p);
+                back
+            })
+            .collect();
+        let err = StatsParts::join(parts[..2].to_vec())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("missing or given twice"), "{err}");
+        let twice = [parts.clone(), vec![parts[1].clone()]].concat();
+        assert!(StatsParts::join(twice).is_err());
+        // A plain statistics file is not parts.
+        let plain = dir.path().join("plain.safetensors");
+        GmmStats::zeros(2, 2, StatsOrder::Second)
+            .save(&plain)
+            .unwrap();
+        assert_eq!(StatsParts::load(&plain).unwrap(), None);
+        assert!(accumulate_block(&gmm, &src, 20..24, StatsOrder::Second).is_err());
+    }
 }

@@ -269,6 +269,12 @@ impl OutDir {
                 locks,
                 temporaries,
             } = self.entries()?;
+            // A sibling scope (another shard) may have marked the folder and written into it
+            // between the look at the marker and the listing: its files are not a stranger's,
+            // so look again.
+            if marker.is_none() && !contents.is_empty() && read_marker(&marker_path)?.is_some() {
+                continue;
+            }
             for other in &locks {
                 if let Some(holder) = live_holder(other)? {
                     // A sibling scope that has not marked the folder yet is no conflict: the

@@ -88,62 +88,10 @@ pub enum Step<'a> {
     MergeItems { parts: [&'a str; 2], out: &'a str },
 }
 
-/// The text of `run.sh` for `steps` (all paths in them relative to the recipe folder).
+/// The text of `run.sh` for `steps` (all paths in them relative to the recipe folder): the
+/// options, stage runner and launchers of `run_header.sh`, then one `step` line per stage.
 pub fn script(steps: &[Step<'_>]) -> String {
-    let mut s = String::from(
-        r#"#!/bin/sh
-# invar demo recipe: every stage of the run that wrote this folder, rerunnable with only `invar`
-# on PATH (install it with `cargo install --path crates/invar-cli`).
-#
-#   ./run.sh [--stage N] [--stop-stage M]
-#
-# Each stage is one `invar` command run in this folder, its output in logs/NN-name.log. A finished
-# stage leaves .stages/NN.done and is skipped when the script runs again; a stage that was killed
-# resumes (training commands with --resume, per-utterance stages continue their folder, the others
-# start over with --force). --stage N reruns stage N and those after it from scratch, as in Kaldi's
-# recipes; --stop-stage M stops after stage M. The last stage rebuilds report.md and results.json.
-set -eu
-cd "$(dirname "$0")"
-stage=0
-stop_stage=1000000
-restage=0
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --stage) stage=$2; restage=1; shift 2 ;;
-    --stop-stage) stop_stage=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
-    *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
-  esac
-done
-mkdir -p .stages logs
-
-# step N NAME RERUN COMMAND...: runs COMMAND unless it is outside --stage/--stop-stage or done.
-step() {
-  n=$1; name=$2; rerun=$3; shift 3
-  if [ "$n" -lt "$stage" ] || [ "$n" -gt "$stop_stage" ]; then return 0; fi
-  mark=.stages/$(printf %02d "$n")
-  if [ "$restage" = 1 ]; then rm -f "$mark.done"; fi
-  if [ -e "$mark.done" ]; then echo "stage $n ($name): done, skipped"; return 0; fi
-  extra=""
-  if [ "$restage" = 1 ] && [ -e "$mark.started" ]; then
-    [ "$rerun" = again ] || extra=--force
-  elif [ -e "$mark.started" ]; then
-    case "$rerun" in resume) extra=--resume ;; redo) extra=--force ;; esac
-  fi
-  log=logs/$(printf %02d "$n")-$name.log
-  echo "stage $n ($name): $* $extra"
-  : > "$mark.started"
-  start=$(date +%s)
-  if ! "$@" $extra > "$log" 2>&1; then
-    echo "stage $n ($name) failed; the end of $log:" >&2
-    tail -n 15 "$log" >&2
-    exit 1
-  fi
-  printf '%s\t%s\t%s\n' "$name" "$(( $(date +%s) - start ))" "$*" > "$mark.done"
-}
-
-"#,
-    );
+    let mut s = String::from(include_str!("run_header.sh"));
     let mut n = 0;
     for step in steps {
         n += 1;
@@ -151,10 +99,18 @@ step() {
             Step::Invar(stage) => {
                 let name = stage.name.replace(' ', "-");
                 s.push_str(&format!(
-                    "step {n} {} {} invar",
+                    "step {n} {} {} ",
                     quote(&name),
                     Rerun::of(&stage.args).word()
                 ));
+                match Launch::of(&stage.args) {
+                    Launch::Local => {}
+                    Launch::Shards { out } => s.push_str(&format!("shards {} ", quote(out))),
+                    Launch::UbmEm { out, iters } => {
+                        s.push_str(&format!("ubm_em {} {} ", quote(out), quote(iters)))
+                    }
+                }
+                s.push_str("invar");
                 for a in &stage.args {
                     s.push(' ');
                     s.push_str(&quote(a));
@@ -181,6 +137,44 @@ step() {
         Rerun::Again.word()
     ));
     s
+}
+
+/// How `run.sh` runs an `invar` command line under `--nj`/`--cmd`.
+#[derive(Debug, PartialEq, Eq)]
+enum Launch<'a> {
+    /// Where run.sh runs, as one process.
+    Local,
+    /// A per-utterance stage writing the folder `out`: `--nj` shards (`--shard K/N`).
+    Shards { out: &'a str },
+    /// `gmm train`: EM split into `--nj` accumulate shards per iteration (`ubm_em`).
+    UbmEm { out: &'a str, iters: &'a str },
+}
+
+impl<'a> Launch<'a> {
+    fn of(args: &'a [String]) -> Self {
+        let value = |flag: &str| {
+            args.iter()
+                .position(|a| a == flag)
+                .and_then(|i| args.get(i + 1))
+                .map(String::as_str)
+        };
+        let words: Vec<&str> = args.iter().take(2).map(String::as_str).collect();
+        match (words.as_slice(), value("--out")) {
+            // The commands that take `--shard K/N` and continue a folder of shards.
+            (
+                ["features", ..]
+                | ["gmm", "posteriors"]
+                | ["gmm", "supervectors"]
+                | ["ivector", "extract"],
+                Some(out),
+            ) => Launch::Shards { out },
+            (["gmm", "train"], Some(out)) => match value("--iters") {
+                Some(iters) => Launch::UbmEm { out, iters },
+                None => Launch::Local,
+            },
+            _ => Launch::Local,
+        }
+    }
 }
 
 /// The records of the stages a recipe run finished, from its markers (name, seconds, command);
@@ -248,6 +242,31 @@ mod tests {
         assert_eq!(of(&["ivector", "train", "--out"]), Rerun::Resume);
         assert_eq!(of(&["eval", "abx", "--out"]), Rerun::Redo);
         assert_eq!(of(&["corpus", "info", "--json"]), Rerun::Again);
+    }
+
+    #[test]
+    fn per_utterance_stages_run_as_shards_and_gmm_train_as_sharded_em() {
+        let args = |a: &[&str]| stage(a).args;
+        let features = args(&["features", "--layout", "timit", "corpus", "--out", "mfcc"]);
+        assert_eq!(Launch::of(&features), Launch::Shards { out: "mfcc" });
+        let post = args(&["gmm", "posteriors", "--ubm", "u", "--out", "post"]);
+        assert_eq!(Launch::of(&post), Launch::Shards { out: "post" });
+        let ivec = args(&["ivector", "extract", "--out", "iv", "--ubm", "u"]);
+        assert_eq!(Launch::of(&ivec), Launch::Shards { out: "iv" });
+        let train = args(&["gmm", "train", "--out", "ubm", "--iters", "5"]);
+        assert_eq!(
+            Launch::of(&train),
+            Launch::UbmEm {
+                out: "ubm",
+                iters: "5"
+            }
+        );
+        let no_iters = args(&["gmm", "train", "--out", "ubm"]);
+        assert_eq!(Launch::of(&no_iters), Launch::Local);
+        let ivec_train = args(&["ivector", "train", "--out", "iv"]);
+        assert_eq!(Launch::of(&ivec_train), Launch::Local);
+        let abx = args(&["eval", "abx", "--out", "abx"]);
+        assert_eq!(Launch::of(&abx), Launch::Local);
     }
 
     #[test]
