@@ -24,7 +24,6 @@ use candle_core::{Device, Tensor};
 use candle_nn::Init;
 use invar_io::Matrix;
 use invar_partition::{train, FramePairs, PartitionConfig, Posteriorgrams};
-use invar_train::{EarlyStoppingConfig, ProgressMode};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -114,7 +113,6 @@ fn main() -> Result<()> {
     } else {
         args.warmup + args.steps
     };
-    cfg.train.epochs = steps;
 
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0x0000_9A27);
     let frames = Matrix::new(
@@ -171,36 +169,18 @@ fn main() -> Result<()> {
         candle_core::safetensors::save(&tensors, dir.join("partition.safetensors"))?;
     }
 
-    let tcfg = &mut cfg.train;
-    let optimizer = serde_json::to_value(&tcfg.optimizer)?;
-    tcfg.early_stopping = EarlyStoppingConfig {
-        monitor: "train_loss".into(),
-        gl_monitor: "train_loss".into(),
-        ..EarlyStoppingConfig::default()
-    };
-    tcfg.checkpoint.every = 0;
-    tcfg.restore_best = false;
-    tcfg.plot = false;
-    tcfg.progress = ProgressMode::Off;
+    let optimizer = serde_json::to_value(&cfg.train.optimizer)?;
+    cfg.train = cfg.train.clone().for_step_timing(steps);
     let run_dir = tempfile::tempdir().context("cannot create a temporary run folder")?;
     let trained = train(&post, &pairs, &cfg, run_dir.path(), &device, false)?;
-    let history = &trained
+    let summary = trained
         .summary
         .as_ref()
-        .context("the training loop returned no summary")?
-        .history;
-    let metric = |name: &str| -> Result<Vec<f64>> {
-        history
-            .iter()
-            .map(|r| {
-                r.get(name)
-                    .with_context(|| format!("no `{name}` in the log"))
-            })
-            .collect()
-    };
-    if history.len() != steps {
-        bail!("training ran {} epochs, not {steps}", history.len());
+        .context("the training loop returned no summary")?;
+    if summary.history.len() != steps {
+        bail!("training ran {} epochs, not {steps}", summary.history.len());
     }
+    let metric = |name: &str| summary.series(name);
     let seconds = metric("seconds")?;
     let timed = if args.check_dir.is_some() {
         seconds

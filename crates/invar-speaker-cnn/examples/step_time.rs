@@ -22,7 +22,7 @@ use candle_core::{DType, Tensor};
 use invar_speaker_cnn::{
     new_model, ChunkBatch, CnnStep, Normalizer, Nuisance, RegularizerConfig, SpeakerCnnConfig,
 };
-use invar_train::{BatchSource, EarlyStoppingConfig, ProgressMode, Trainer};
+use invar_train::{BatchSource, Trainer};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
@@ -174,31 +174,12 @@ fn main() -> Result<()> {
     } else {
         args.warmup + args.steps
     };
-    let mut train = config.loop_config();
-    train.epochs = steps;
-    train.early_stopping = EarlyStoppingConfig {
-        monitor: "train_loss".into(),
-        gl_monitor: "train_loss".into(),
-        ..EarlyStoppingConfig::default()
-    };
-    train.checkpoint.every = 0;
-    train.restore_best = false;
-    train.plot = false;
-    train.progress = ProgressMode::Off;
+    let train = config.loop_config().for_step_timing(steps);
     let run_dir = tempfile::tempdir().context("cannot create a temporary run folder")?;
     let trainer = Trainer::new(train, run_dir.path(), device.clone())?;
     let mut source = Fixed { x, y };
     let summary = trainer.fit(&varmap, &mut source, None, &mut step)?;
-    let metric = |name: &str| -> Result<Vec<f64>> {
-        summary
-            .history
-            .iter()
-            .map(|r| {
-                r.get(name)
-                    .with_context(|| format!("no `{name}` in the log"))
-            })
-            .collect()
-    };
+    let metric = |name: &str| summary.series(name);
     let seconds = metric("seconds")?;
     let out = serde_json::json!({
         "impl": "invar",

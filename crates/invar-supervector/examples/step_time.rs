@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use anyhow::{bail, Context, Result};
 use candle_core::Tensor;
 use invar_supervector::{PairBatch, PairStep, SupervectorConfig, TiedAutoencoder};
-use invar_train::{BatchSource, EarlyStoppingConfig, ProgressMode, Trainer};
+use invar_train::{BatchSource, Trainer};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
@@ -148,31 +148,12 @@ fn main() -> Result<()> {
     } else {
         args.warmup + args.steps
     };
-    let mut train = config.train.clone();
-    train.epochs = steps;
-    train.early_stopping = EarlyStoppingConfig {
-        monitor: "train_loss".into(),
-        gl_monitor: "train_loss".into(),
-        ..EarlyStoppingConfig::default()
-    };
-    train.checkpoint.every = 0;
-    train.restore_best = false;
-    train.plot = false;
-    train.progress = ProgressMode::Off;
+    let train = config.train.clone().for_step_timing(steps);
     let run_dir = tempfile::tempdir().context("cannot create a temporary run folder")?;
     let trainer = Trainer::new(train, run_dir.path(), device.clone())?;
     let mut source = Fixed { x, y };
     let summary = trainer.fit(&varmap, &mut source, None, &mut step)?;
-    let metric = |name: &str| -> Result<Vec<f64>> {
-        summary
-            .history
-            .iter()
-            .map(|r| {
-                r.get(name)
-                    .with_context(|| format!("no `{name}` in the log"))
-            })
-            .collect()
-    };
+    let metric = |name: &str| summary.series(name);
     let seconds = metric("seconds")?;
     let timed = if args.check_dir.is_some() {
         seconds

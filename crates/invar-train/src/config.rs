@@ -141,6 +141,24 @@ fn overlay(base: &mut serde_json::Value, given: serde_json::Value) {
 }
 
 impl TrainConfig {
+    /// These settings as the methods' `step_time` examples time a training step: `steps` epochs
+    /// (one batch each), early stopping watching the training loss only (no validation split),
+    /// and no checkpoints, best-epoch restore, plot or progress bar, so an epoch's `seconds` is its
+    /// step. The optimiser, clipping and seed are kept.
+    pub fn for_step_timing(mut self, steps: usize) -> Self {
+        self.epochs = steps;
+        self.early_stopping = EarlyStoppingConfig {
+            monitor: "train_loss".into(),
+            gl_monitor: "train_loss".into(),
+            ..EarlyStoppingConfig::default()
+        };
+        self.checkpoint.every = 0;
+        self.restore_best = false;
+        self.plot = false;
+        self.progress = ProgressMode::Off;
+        self
+    }
+
     /// Reads a method's `train` section over the method's own `defaults` (for
     /// `#[serde(deserialize_with)]`): the settings it gives replace the defaults, the others keep
     /// them, so `train.epochs = 8` keeps the method's optimiser and early stopping rather than
@@ -221,6 +239,30 @@ impl TrainConfig {
 mod tests {
     use super::*;
     use crate::{AdaMaxConfig, SgdConfig};
+
+    /// What a step-time run changes and what it keeps (the peers bench compares these runs'
+    /// losses with PyTorch's, so the optimiser and seed must survive).
+    #[test]
+    fn step_timing_keeps_the_optimiser_and_turns_off_the_rest() {
+        let base = TrainConfig {
+            seed: 7,
+            optimizer: OptimizerConfig::AdaMax(AdaMaxConfig::default()),
+            clip_grad_norm: Some(1.0),
+            restore_best: true,
+            ..TrainConfig::default()
+        };
+        let t = base.clone().for_step_timing(12);
+        assert_eq!(t.epochs, 12);
+        assert_eq!(
+            (t.seed, &t.optimizer, t.clip_grad_norm),
+            (7, &base.optimizer, Some(1.0))
+        );
+        assert_eq!(t.early_stopping.monitor, "train_loss");
+        assert_eq!(t.early_stopping.gl_monitor, "train_loss");
+        assert_eq!(t.checkpoint.every, 0);
+        assert!(!t.restore_best && !t.plot);
+        assert_eq!(t.progress, ProgressMode::Off);
+    }
 
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]

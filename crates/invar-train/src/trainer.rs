@@ -176,6 +176,22 @@ pub struct TrainSummary {
     pub history: Vec<EpochRecord>,
 }
 
+impl TrainSummary {
+    /// The per-epoch values of the metric `name` (`train_loss`, `seconds`, `val_acc`, …), in epoch
+    /// order; an epoch without it is an error naming the metrics it has.
+    pub fn series(&self, name: &str) -> Result<Vec<f64>> {
+        self.history
+            .iter()
+            .map(|r| {
+                r.get(name).ok_or_else(|| Error::MissingMetric {
+                    name: name.to_owned(),
+                    available: r.keys(),
+                })
+            })
+            .collect()
+    }
+}
+
 /// A run that went wrong without a NaN: the training loss of epoch `epoch` rose above
 /// [`DIVERGENCE_FACTOR`] times the lowest mean training loss of the epochs before it, or (with
 /// `collapse` set) its validation accuracy fell back to chance after it had learned.
