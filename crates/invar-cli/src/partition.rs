@@ -1,5 +1,6 @@
 //! `invar partition train | apply`: method 000 (posteriorgram partitioning) through invar-partition.
 
+use invar_train::MethodConfig as _;
 use std::path::PathBuf;
 
 use crate::out_dir::opt;

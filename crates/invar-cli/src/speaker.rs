@@ -1,6 +1,7 @@
 //! `invar speaker train | eval | cv | robustness`: method 001 (speaker CNN with invariance
 //! regularisers) through invar-speaker-cnn.
 
+use invar_train::MethodConfig as _;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};

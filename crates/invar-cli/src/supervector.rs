@@ -2,6 +2,7 @@
 //! through invar-supervector; `train` also prints the raw / i-vector / AE comparison for both
 //! protocols unless `--all-rows` asks for a final model trained on every row.
 
+use invar_train::MethodConfig as _;
 use std::path::{Path, PathBuf};
 
 use crate::out_dir::opt;

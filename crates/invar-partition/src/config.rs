@@ -2,6 +2,7 @@
 
 use invar_io::FrameTiming;
 use invar_ops::FrameDistance;
+use invar_train::MethodConfig as _;
 use invar_train::{
     AdaMaxConfig, CheckpointConfig, EarlyStoppingConfig, OptimizerConfig, TrainConfig,
 };
@@ -157,19 +158,6 @@ fn positive(field: &'static str, v: f64) -> Result<()> {
 }
 
 impl PartitionConfig {
-    /// Sets the learning rate of the loop's optimiser (the CLI's `--lr`).
-    pub fn set_lr(&mut self, lr: f64) {
-        self.train.optimizer.set_lr(lr);
-    }
-
-    /// The loop's configuration as the run uses it: `train` with the run's `seed`.
-    pub fn loop_config(&self) -> TrainConfig {
-        TrainConfig {
-            seed: self.seed,
-            ..self.train.clone()
-        }
-    }
-
     /// Turns out-of-range values into errors before any work starts.
     pub fn validate(&self) -> Result<()> {
         if self.model.outputs < 2 {
@@ -213,16 +201,22 @@ impl PartitionConfig {
                 format!("must be in [0, 1), got {f}"),
             ));
         }
-        if self.train.seed != 0 {
-            return Err(Error::config(
-                "train.seed",
-                "is set by the top-level `seed`; remove it from `train` and set `seed`",
-            ));
-        }
-        self.train
-            .validate()
-            .map_err(|e| Error::config("train", e.to_string()))?;
+        self.validate_loop()?;
         Ok(())
+    }
+}
+
+impl invar_train::MethodConfig for PartitionConfig {
+    fn train_section(&self) -> &TrainConfig {
+        &self.train
+    }
+
+    fn train_section_mut(&mut self) -> &mut TrainConfig {
+        &mut self.train
+    }
+
+    fn seed(&self) -> u64 {
+        self.seed
     }
 }
 

@@ -1,6 +1,7 @@
 //! Training on invar-train's loop: a [`BatchSource`] of shuffled frame-pair indices and a
 //! [`TrainStep`] whose forward pass is two gathers and a `[B, M]×[M, D]` product per side.
 
+use invar_train::MethodConfig as _;
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -13,6 +13,7 @@ use invar_ops::FrameDistance;
 use invar_partition::{
     build_pairs, silhouette, train, Partition, PartitionConfig, SilhouetteConfig,
 };
+use invar_train::MethodConfig as _;
 use invar_train::ProgressMode;
 
 fn abx(c: &common::Corpus, p: Option<&Partition>, mode: AbxMode) -> f64 {

@@ -19,6 +19,7 @@ use invar_io::Matrix;
 use invar_partition::{
     partition_loss, train, weights, FramePairs, LossConfig, PartitionConfig, Posteriorgrams,
 };
+use invar_train::MethodConfig as _;
 use invar_train::ProgressMode;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};

@@ -7,6 +7,7 @@
 use candle_core::Device;
 use invar_io::Matrix;
 use invar_partition::{train, FramePairs, PartitionConfig, Posteriorgrams};
+use invar_train::MethodConfig as _;
 use invar_train::ProgressMode;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};

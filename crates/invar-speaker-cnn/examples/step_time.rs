@@ -15,6 +15,7 @@
 //!
 //! Prints one JSON line: the per-step seconds (after the warm-up), model, shapes, threads.
 
+use invar_train::MethodConfig as _;
 use std::collections::HashMap;
 
 use anyhow::{bail, Context, Result};

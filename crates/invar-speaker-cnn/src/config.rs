@@ -1,6 +1,7 @@
 //! The method's configuration: the original 001 network as the default, a log-mel variant, validation.
 
 use invar_audio::{FeatureKind, FrontendConfig};
+use invar_train::MethodConfig as _;
 use invar_train::{AdamConfig, EarlyStoppingConfig, OptimizerConfig, SgdConfig, TrainConfig};
 use serde::{Deserialize, Serialize};
 
@@ -389,19 +390,6 @@ impl SpeakerCnnConfig {
         }
     }
 
-    /// Sets the learning rate of the loop's optimiser (the CLI's `--lr`).
-    pub fn set_lr(&mut self, lr: f64) {
-        self.train.optimizer.set_lr(lr);
-    }
-
-    /// The loop's configuration as the run uses it: `train` with the run's `seed`.
-    pub fn loop_config(&self) -> TrainConfig {
-        TrainConfig {
-            seed: self.seed,
-            ..self.train.clone()
-        }
-    }
-
     /// Turns out-of-range values into errors before any work starts.
     pub fn validate(&self) -> Result<()> {
         self.features
@@ -524,14 +512,22 @@ impl SpeakerCnnConfig {
                 format!("must be in [0, 1), got {v}"),
             ));
         }
-        if self.train.seed != 0 {
-            return Err(Error::config(
-                "train.seed",
-                "is set by the top-level `seed`; remove it from `train` and set `seed`",
-            ));
-        }
-        self.train.validate()?;
+        self.validate_loop()?;
         Ok(())
+    }
+}
+
+impl invar_train::MethodConfig for SpeakerCnnConfig {
+    fn train_section(&self) -> &TrainConfig {
+        &self.train
+    }
+
+    fn train_section_mut(&mut self) -> &mut TrainConfig {
+        &mut self.train
+    }
+
+    fn seed(&self) -> u64 {
+        self.seed
     }
 }
 

@@ -1,6 +1,7 @@
 //! The whole method on labelled audio: features under a condition, training, saving, loading, and
 //! chunk- and utterance-level evaluation with a confusion matrix.
 
+use invar_train::MethodConfig as _;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,7 @@
 //! Method 002's configuration: nested serde structs with the seed's values as defaults and a
 //! `validate()` that rejects bad values before any work starts.
 
+use invar_train::MethodConfig as _;
 use invar_train::{AdamConfig, EarlyStoppingConfig, OptimizerConfig, TrainConfig};
 use serde::{Deserialize, Serialize};
 
@@ -181,19 +182,6 @@ fn default_train() -> TrainConfig {
 }
 
 impl SupervectorConfig {
-    /// Sets the learning rate of the loop's optimiser (a command's `--lr`).
-    pub fn set_lr(&mut self, lr: f64) {
-        self.train.optimizer.set_lr(lr);
-    }
-
-    /// The loop's configuration as the run uses it: `train` with the run's `seed`.
-    pub fn loop_config(&self) -> TrainConfig {
-        TrainConfig {
-            seed: self.seed,
-            ..self.train.clone()
-        }
-    }
-
     /// Turns out-of-range values into errors before any work starts.
     pub fn validate(&self) -> Result<()> {
         let m = &self.model;
@@ -256,14 +244,22 @@ impl SupervectorConfig {
                 format!("each must lie in (0, 1), got {:?}", q.p_targets),
             ));
         }
-        if self.train.seed != 0 {
-            return Err(Error::config(
-                "train.seed",
-                "is set by the top-level `seed`; remove it from `train` and set `seed`",
-            ));
-        }
-        self.train.validate()?;
+        self.validate_loop()?;
         Ok(())
+    }
+}
+
+impl invar_train::MethodConfig for SupervectorConfig {
+    fn train_section(&self) -> &TrainConfig {
+        &self.train
+    }
+
+    fn train_section_mut(&mut self) -> &mut TrainConfig {
+        &mut self.train
+    }
+
+    fn seed(&self) -> u64 {
+        self.seed
     }
 }
 

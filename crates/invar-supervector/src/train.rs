@@ -1,6 +1,7 @@
 //! Training (through invar-train) and embedding: the step that maps one side of a same-speaker pair
 //! to the other, and the saved model folder (`model.safetensors` + `supervector.json`).
 
+use invar_train::MethodConfig as _;
 use std::path::Path;
 
 use candle_core::backprop::GradStore;

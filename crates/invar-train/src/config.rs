@@ -235,6 +235,43 @@ impl TrainConfig {
     }
 }
 
+/// What the three methods' configs share (000's `PartitionConfig`, 001's `SpeakerCnnConfig`,
+/// 002's `SupervectorConfig`): a `train` section with the loop's settings and one top-level `seed`
+/// that drives the weights, the sampling, the splits and the loop. The provided methods are the
+/// one way the commands set the learning rate, build the loop's config and check those two parts.
+pub trait MethodConfig {
+    /// The loop's settings as the config holds them (`train.seed` stays 0: see [`Self::seed`]).
+    fn train_section(&self) -> &TrainConfig;
+    /// The same, to change (`--epochs`, clipping).
+    fn train_section_mut(&mut self) -> &mut TrainConfig;
+    /// The run's one seed.
+    fn seed(&self) -> u64;
+
+    /// Sets the learning rate of the loop's optimiser, whichever it is (the commands' `--lr`).
+    fn set_lr(&mut self, lr: f64) {
+        self.train_section_mut().optimizer.set_lr(lr);
+    }
+
+    /// The loop's configuration as the run uses it: the `train` section with the run's `seed`.
+    fn loop_config(&self) -> TrainConfig {
+        TrainConfig {
+            seed: self.seed(),
+            ..self.train_section().clone()
+        }
+    }
+
+    /// Checks the `train` section: its own ranges, and no seed of its own (one `seed` per run).
+    fn validate_loop(&self) -> Result<()> {
+        if self.train_section().seed != 0 {
+            return Err(Error::config(
+                "train.seed",
+                "is set by the top-level `seed`; remove it from `train` and set `seed`",
+            ));
+        }
+        self.train_section().validate()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,9 @@ pub use checkpoint::{
     remove_checkpoint_dir, remove_stale_temporaries, save_best_weights, save_weights, sha256_hex,
     BestWeights, Checkpoint, Checksums, RngState, TrainState, BEST_FILE, CHECKPOINT_FORMAT,
 };
-pub use config::{CheckpointConfig, EarlyStoppingConfig, Mode, ProgressMode, TrainConfig};
+pub use config::{
+    CheckpointConfig, EarlyStoppingConfig, MethodConfig, Mode, ProgressMode, TrainConfig,
+};
 pub use early_stop::{EarlyStoppingState, StopReason, Verdict};
 pub use error::{BoxError, Error, Result};
 pub use init::{seeded_values, seeded_var_builder};
