@@ -23,7 +23,7 @@ use candle_core::{DType, Tensor};
 use invar_speaker_cnn::{
     new_model, ChunkBatch, CnnStep, Normalizer, Nuisance, RegularizerConfig, SpeakerCnnConfig,
 };
-use invar_train::{BatchSource, Trainer};
+use invar_train::{RepeatBatch, Trainer};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
@@ -85,25 +85,6 @@ fn parse() -> Result<Args> {
         bail!("--lambda must be finite and >= 0, got {}", a.lambda);
     }
     Ok(a)
-}
-
-/// The same batch every epoch: one step per epoch.
-struct Fixed {
-    x: Tensor,
-    y: Tensor,
-}
-
-impl BatchSource for Fixed {
-    type Batch = ChunkBatch;
-    fn start_epoch(&mut self, _: usize, _: &mut ChaCha8Rng) -> invar_train::Result<usize> {
-        Ok(1)
-    }
-    fn batch(&mut self, _: usize) -> invar_train::Result<ChunkBatch> {
-        Ok(ChunkBatch {
-            x: self.x.clone(),
-            y: self.y.clone(),
-        })
-    }
 }
 
 fn main() -> Result<()> {
@@ -178,7 +159,7 @@ fn main() -> Result<()> {
     let train = config.loop_config().for_step_timing(steps);
     let run_dir = tempfile::tempdir().context("cannot create a temporary run folder")?;
     let trainer = Trainer::new(train, run_dir.path(), device.clone())?;
-    let mut source = Fixed { x, y };
+    let mut source = RepeatBatch(ChunkBatch { x, y });
     let summary = trainer.fit(&varmap, &mut source, None, &mut step)?;
     let metric = |name: &str| summary.series(name);
     let seconds = metric("seconds")?;

@@ -57,7 +57,7 @@ impl<'a> ChunkBatches<'a> {
 }
 
 /// Inputs `[B, bins, frames]` and labels `[B]`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ChunkBatch {
     pub x: Tensor,
     pub y: Tensor,

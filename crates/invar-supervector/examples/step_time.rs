@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use anyhow::{bail, Context, Result};
 use candle_core::Tensor;
 use invar_supervector::{PairBatch, PairStep, SupervectorConfig, TiedAutoencoder};
-use invar_train::{BatchSource, Trainer};
+use invar_train::{RepeatBatch, Trainer};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
@@ -81,26 +81,6 @@ fn parse() -> Result<Args> {
     Ok(a)
 }
 
-/// The same pair batch every epoch: one step per epoch.
-struct Fixed {
-    x: Tensor,
-    y: Tensor,
-}
-
-impl BatchSource for Fixed {
-    type Batch = PairBatch;
-    fn start_epoch(&mut self, _: usize, _: &mut ChaCha8Rng) -> invar_train::Result<usize> {
-        Ok(1)
-    }
-    fn batch(&mut self, _: usize) -> invar_train::Result<PairBatch> {
-        Ok(PairBatch {
-            x: self.x.clone(),
-            y: self.y.clone(),
-            other: None,
-        })
-    }
-}
-
 fn main() -> Result<()> {
     let args = parse()?;
     let threads = invar_ops::set_cpu_threads(args.threads)?;
@@ -151,7 +131,7 @@ fn main() -> Result<()> {
     let train = config.train.clone().for_step_timing(steps);
     let run_dir = tempfile::tempdir().context("cannot create a temporary run folder")?;
     let trainer = Trainer::new(train, run_dir.path(), device.clone())?;
-    let mut source = Fixed { x, y };
+    let mut source = RepeatBatch(PairBatch { x, y, other: None });
     let summary = trainer.fit(&varmap, &mut source, None, &mut step)?;
     let metric = |name: &str| summary.series(name);
     let seconds = metric("seconds")?;

@@ -199,7 +199,7 @@ fn unrank_pair(mut p: usize, n: usize) -> (usize, usize) {
 
 /// A minibatch: normalised inputs (noise is added by the step), targets and, when the
 /// different-speaker term is on, one different-speaker row per input.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PairBatch {
     /// `[B, D]`
     pub x: Tensor,

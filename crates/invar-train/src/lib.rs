@@ -40,7 +40,7 @@ pub use order::ShuffledOrder;
 pub use plot::plot_curves;
 pub use progress::ItemProgress;
 pub use trainer::{
-    collapse, divergence, resume_differences, BatchSource, Collapse, Divergence, StepContext,
-    StepOutput, TrainStep, TrainSummary, Trainer, ValidContext, ValidOutput, CHANCE_FACTOR,
-    DIVERGENCE_FACTOR, KEPT_FRACTION, LEARNED_FACTOR, RESUME_MAY_CHANGE,
+    collapse, divergence, resume_differences, BatchSource, Collapse, Divergence, RepeatBatch,
+    StepContext, StepOutput, TrainStep, TrainSummary, Trainer, ValidContext, ValidOutput,
+    CHANCE_FACTOR, DIVERGENCE_FACTOR, KEPT_FRACTION, LEARNED_FACTOR, RESUME_MAY_CHANGE,
 };
