@@ -24,6 +24,7 @@ use candle_core::{Device, Tensor};
 use candle_nn::Init;
 use invar_io::Matrix;
 use invar_partition::{train, FramePairs, PartitionConfig, Posteriorgrams};
+use invar_train::step_time::{number, StepTimeFlags};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -33,53 +34,38 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Debug)]
 struct Args {
-    steps: usize,
-    warmup: usize,
-    threads: usize,
-    device: String,
+    common: StepTimeFlags,
     m: usize,
     d: usize,
     batch: usize,
     frames: usize,
-    seed: u64,
-    check_dir: Option<std::path::PathBuf>,
 }
 
 fn parse() -> Result<Args> {
     let defaults = PartitionConfig::default();
-    let mut a = Args {
-        steps: 10,
-        warmup: 2,
-        threads: 0,
-        device: "cpu".into(),
-        m: 1024,
-        d: defaults.model.outputs,
-        batch: defaults.batch_size,
-        frames: 20_000,
-        seed: 0,
-        check_dir: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("`{flag}` needs a value"));
-        match flag.as_str() {
-            "--steps" => a.steps = value()?.parse().context("--steps")?,
-            "--warmup" => a.warmup = value()?.parse().context("--warmup")?,
-            "--threads" => a.threads = value()?.parse().context("--threads")?,
-            "--device" => a.device = value()?,
-            "--m" => a.m = value()?.parse().context("--m")?,
-            "--d" => a.d = value()?.parse().context("--d")?,
-            "--batch" => a.batch = value()?.parse().context("--batch")?,
-            "--frames" => a.frames = value()?.parse().context("--frames")?,
-            "--seed" => a.seed = value()?.parse().context("--seed")?,
-            "--check-dir" => a.check_dir = Some(value()?.into()),
-            other => bail!("unknown flag `{other}` (see the header of examples/step_time.rs)"),
+    let (mut m, mut d, mut batch, mut frames) =
+        (1024, defaults.model.outputs, defaults.batch_size, 20_000);
+    let common = StepTimeFlags::parse(std::env::args().skip(1), |flag, value| {
+        let n = |v: String| number::<usize>(flag, v);
+        match flag {
+            "--m" => m = n(value()?)?,
+            "--d" => d = n(value()?)?,
+            "--batch" => batch = n(value()?)?,
+            "--frames" => frames = n(value()?)?,
+            _ => return Ok::<bool, anyhow::Error>(false),
         }
+        Ok(true)
+    })?;
+    if m < 2 || d < 2 || batch < 2 || frames < 2 {
+        bail!("--m, --d, --batch and --frames must be at least 2");
     }
-    if a.steps == 0 || a.m < 2 || a.d < 2 || a.batch < 2 || a.frames < 2 {
-        bail!("--steps must be at least 1; --m, --d, --batch and --frames at least 2");
-    }
-    Ok(a)
+    Ok(Args {
+        common,
+        m,
+        d,
+        batch,
+        frames,
+    })
 }
 
 /// Peaked random posteriorgram rows (u⁸ normalised), as a GMM's posteriors look.
@@ -96,25 +82,22 @@ fn posteriorgram(rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
 
 fn main() -> Result<()> {
     let args = parse()?;
-    let threads = invar_ops::set_cpu_threads(args.threads)?;
-    let device = invar_ops::device(&args.device).with_context(|| {
+    let flags = &args.common;
+    let threads = invar_ops::set_cpu_threads(flags.threads)?;
+    let device = invar_ops::device(&flags.device).with_context(|| {
         format!(
             "device `{}` (cuda needs the crate's `cuda` feature)",
-            args.device
+            flags.device
         )
     })?;
     let mut cfg = PartitionConfig::default();
     cfg.model.outputs = args.d;
     cfg.batch_size = args.batch;
     cfg.validation_fraction = 0.0;
-    cfg.seed = args.seed;
-    let steps = if args.check_dir.is_some() {
-        3
-    } else {
-        args.warmup + args.steps
-    };
+    cfg.seed = flags.seed;
+    let steps = flags.total_steps();
 
-    let mut rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0x0000_9A27);
+    let mut rng = ChaCha8Rng::seed_from_u64(flags.seed ^ 0x0000_9A27);
     let frames = Matrix::new(
         args.frames,
         args.m,
@@ -133,7 +116,7 @@ fn main() -> Result<()> {
         (n_same..args.batch).map(|_| pair()).collect(),
     );
 
-    if let Some(dir) = &args.check_dir {
+    if let Some(dir) = &flags.check_dir {
         // V₀ exactly as `train` draws it: the seeded `Init::Randn` of the variable `v`.
         let v0 = invar_train::seeded_values(
             Init::Randn {
@@ -180,29 +163,17 @@ fn main() -> Result<()> {
     if summary.history.len() != steps {
         bail!("training ran {} epochs, not {steps}", summary.history.len());
     }
-    let metric = |name: &str| summary.series(name);
-    let seconds = metric("seconds")?;
-    let timed = if args.check_dir.is_some() {
-        seconds
-    } else {
-        seconds[args.warmup.min(seconds.len())..].to_vec()
-    };
-    let out = serde_json::json!({
-        "impl": "invar",
-        "model": "partition",
-        "variant": format!("M={} D={} B={}", args.m, args.d, args.batch),
-        "shapes": {"m": args.m, "d": args.d, "batch": args.batch, "frames": args.frames},
-        "optimizer": optimizer,
-        "device": args.device,
-        "threads": threads,
-        "warmup": args.warmup,
-        "step_seconds": timed,
-        "losses": metric("train_loss")?,
-        "version": format!("invar {} (candle 0.11)", env!("CARGO_PKG_VERSION")),
-    });
-    if let Some(dir) = &args.check_dir {
-        invar_io::write_json(dir.join("partition.json"), &out)?;
-    }
+    let out = flags.report(
+        "partition",
+        threads,
+        summary,
+        serde_json::json!({
+            "model": "partition",
+            "variant": format!("M={} D={} B={}", args.m, args.d, args.batch),
+            "shapes": {"m": args.m, "d": args.d, "batch": args.batch, "frames": args.frames},
+            "optimizer": optimizer,
+        }),
+    )?;
     println!("{out}");
     Ok(())
 }

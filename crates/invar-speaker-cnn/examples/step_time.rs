@@ -15,14 +15,13 @@
 //!
 //! Prints one JSON line: the per-step seconds (after the warm-up), model, shapes, threads.
 
-use invar_train::MethodConfig as _;
-use std::collections::HashMap;
-
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Tensor};
 use invar_speaker_cnn::{
     new_model, ChunkBatch, CnnStep, Normalizer, Nuisance, RegularizerConfig, SpeakerCnnConfig,
 };
+use invar_train::step_time::{number, StepTimeFlags};
+use invar_train::MethodConfig as _;
 use invar_train::{RepeatBatch, Trainer};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -36,69 +35,54 @@ const BINS: usize = 129;
 
 #[derive(Debug)]
 struct Args {
-    steps: usize,
-    warmup: usize,
-    threads: usize,
-    device: String,
+    common: StepTimeFlags,
     lambda: f64,
     batch: usize,
     classes: usize,
-    seed: u64,
     no_dropout: bool,
-    check_dir: Option<std::path::PathBuf>,
 }
 
 fn parse() -> Result<Args> {
-    let mut a = Args {
-        steps: 10,
-        warmup: 2,
-        threads: 0,
-        device: "cpu".into(),
-        lambda: 0.0,
-        batch: SpeakerCnnConfig::original().batch_size,
-        classes: 22,
-        seed: 0,
-        no_dropout: false,
-        check_dir: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("`{flag}` needs a value"));
-        match flag.as_str() {
-            "--steps" => a.steps = value()?.parse().context("--steps")?,
-            "--warmup" => a.warmup = value()?.parse().context("--warmup")?,
-            "--threads" => a.threads = value()?.parse().context("--threads")?,
-            "--device" => a.device = value()?,
-            "--lambda" => a.lambda = value()?.parse().context("--lambda")?,
-            "--batch" => a.batch = value()?.parse().context("--batch")?,
-            "--classes" => a.classes = value()?.parse().context("--classes")?,
-            "--seed" => a.seed = value()?.parse().context("--seed")?,
-            "--no-dropout" => a.no_dropout = true,
-            "--check-dir" => a.check_dir = Some(value()?.into()),
-            other => bail!("unknown flag `{other}` (see the header of examples/step_time.rs)"),
+    let (mut lambda, mut batch, mut classes, mut no_dropout) =
+        (0.0f64, SpeakerCnnConfig::original().batch_size, 22, false);
+    let common = StepTimeFlags::parse(std::env::args().skip(1), |flag, value| {
+        match flag {
+            "--lambda" => lambda = number(flag, value()?)?,
+            "--batch" => batch = number(flag, value()?)?,
+            "--classes" => classes = number(flag, value()?)?,
+            "--no-dropout" => no_dropout = true,
+            _ => return Ok::<bool, anyhow::Error>(false),
         }
+        Ok(true)
+    })?;
+    if batch == 0 || classes < 2 {
+        bail!("--batch must be at least 1 and --classes at least 2");
     }
-    if a.steps == 0 || a.batch == 0 || a.classes < 2 {
-        bail!("--steps and --batch must be at least 1 and --classes at least 2");
+    if !(lambda.is_finite() && lambda >= 0.0) {
+        bail!("--lambda must be finite and >= 0, got {lambda}");
     }
-    if !(a.lambda.is_finite() && a.lambda >= 0.0) {
-        bail!("--lambda must be finite and >= 0, got {}", a.lambda);
-    }
-    Ok(a)
+    Ok(Args {
+        common,
+        lambda,
+        batch,
+        classes,
+        no_dropout,
+    })
 }
 
 fn main() -> Result<()> {
     let args = parse()?;
-    let threads = invar_ops::set_cpu_threads(args.threads)?;
-    let device = invar_ops::device(&args.device).with_context(|| {
+    let flags = &args.common;
+    let threads = invar_ops::set_cpu_threads(flags.threads)?;
+    let device = invar_ops::device(&flags.device).with_context(|| {
         format!(
             "device `{}` (cuda needs the crate's `cuda` feature)",
-            args.device
+            flags.device
         )
     })?;
     let mut config = SpeakerCnnConfig::original();
     config.batch_size = args.batch;
-    config.seed = args.seed;
+    config.seed = flags.seed;
     if args.no_dropout {
         // The equivalence check: dropout masks come from different generators on the two sides.
         config.model.dropout = None;
@@ -106,7 +90,7 @@ fn main() -> Result<()> {
     let frames = config.features.chunk_frames;
 
     // Synthetic z-normalised chunks and labels: the step's cost does not depend on the values.
-    let mut rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0x0001_57E9);
+    let mut rng = ChaCha8Rng::seed_from_u64(flags.seed ^ 0x0001_57E9);
     let n = args.batch * BINS * frames;
     let x: Vec<f32> = (0..n).map(|_| rng.sample(StandardNormal)).collect();
     let y: Vec<u32> = (0..args.batch)
@@ -116,15 +100,9 @@ fn main() -> Result<()> {
     let y = Tensor::from_vec(y, args.batch, &device)?;
 
     let (varmap, model) = new_model(&config, BINS, args.classes, &device)?;
-    if let Some(dir) = &args.check_dir {
+    if let Some(dir) = &flags.check_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let mut tensors: HashMap<String, Tensor> = varmap
-            .data()
-            .lock()
-            .map_err(|_| anyhow::anyhow!("the variable map's lock is poisoned"))?
-            .iter()
-            .map(|(k, v)| Ok((k.clone(), v.as_tensor().copy()?)))
-            .collect::<candle_core::Result<_>>()?;
+        let mut tensors = invar_train::step_time::weights(&varmap)?;
         tensors.insert("x".into(), x.clone());
         tensors.insert("y".into(), y.to_dtype(DType::I64)?);
         candle_core::safetensors::save(&tensors, dir.join("speaker_cnn.safetensors"))?;
@@ -151,44 +129,33 @@ fn main() -> Result<()> {
         batch_size: args.batch,
         device: device.clone(),
     };
-    let steps = if args.check_dir.is_some() {
-        3
-    } else {
-        args.warmup + args.steps
-    };
-    let train = config.loop_config().for_step_timing(steps);
+    let train = config.loop_config().for_step_timing(flags.total_steps());
     let run_dir = tempfile::tempdir().context("cannot create a temporary run folder")?;
     let trainer = Trainer::new(train, run_dir.path(), device.clone())?;
     let mut source = RepeatBatch(ChunkBatch { x, y });
     let summary = trainer.fit(&varmap, &mut source, None, &mut step)?;
     let metric = |name: &str| summary.series(name);
-    let seconds = metric("seconds")?;
-    let out = serde_json::json!({
-        "impl": "invar",
-        "model": "speaker-cnn",
-        "variant": format!("lambda={}", args.lambda),
-        "shapes": {
-            "input": [args.batch, BINS, frames],
-            "conv": [[config.model.conv1_filters, BINS, config.model.conv1_width],
-                     [config.model.conv2_filters, config.model.conv1_filters, config.model.conv2_width]],
-            "pool": config.model.pool,
-            "dropout": config.model.dropout,
-            "dense": config.model.dense,
-            "classes": args.classes,
-        },
-        "optimizer": serde_json::to_value(&config.train.optimizer)?,
-        "device": args.device,
-        "threads": threads,
-        "warmup": args.warmup,
-        "step_seconds": if args.check_dir.is_some() { seconds } else { seconds[args.warmup.min(seconds.len())..].to_vec() },
-        "losses": metric("train_loss")?,
-        "ce": metric("train_ce")?,
-        "r": metric("train_r").ok(),
-        "version": format!("invar {} (candle 0.11)", env!("CARGO_PKG_VERSION")),
-    });
-    if let Some(dir) = &args.check_dir {
-        invar_io::write_json(dir.join("speaker_cnn.json"), &out)?;
-    }
+    let out = flags.report(
+        "speaker_cnn",
+        threads,
+        &summary,
+        serde_json::json!({
+            "model": "speaker-cnn",
+            "variant": format!("lambda={}", args.lambda),
+            "shapes": {
+                "input": [args.batch, BINS, frames],
+                "conv": [[config.model.conv1_filters, BINS, config.model.conv1_width],
+                         [config.model.conv2_filters, config.model.conv1_filters, config.model.conv2_width]],
+                "pool": config.model.pool,
+                "dropout": config.model.dropout,
+                "dense": config.model.dense,
+                "classes": args.classes,
+            },
+            "optimizer": serde_json::to_value(&config.train.optimizer)?,
+            "ce": metric("train_ce")?,
+            "r": metric("train_r").ok(),
+        }),
+    )?;
     println!("{out}");
     Ok(())
 }

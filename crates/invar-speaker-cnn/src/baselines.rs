@@ -14,7 +14,7 @@ use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::pipeline::{compute_features, decide, speaker_labels};
+use crate::pipeline::{compute_features, decide, known_labels, speaker_labels};
 use crate::{Condition, Error, LabeledAudio, Normalizer, Result};
 
 /// Both baselines' settings.
@@ -226,21 +226,6 @@ fn results(
     }
 }
 
-fn test_labels(test: &[LabeledAudio], speakers: &[String]) -> Result<Vec<u32>> {
-    test.iter()
-        .map(|u| {
-            speakers
-                .binary_search(&u.speaker)
-                .map(|i| i as u32)
-                .map_err(|_| Error::UnknownSpeaker {
-                    utterance: u.id.clone(),
-                    speaker: u.speaker.clone(),
-                    known: speakers.len(),
-                })
-        })
-        .collect()
-}
-
 /// Trains logistic regression on chunk mean log spectra (in `run_dir`) and evaluates it on `test`
 /// under each condition.
 pub fn logistic_baseline(
@@ -294,7 +279,7 @@ pub fn logistic_baseline_resume(
     Trainer::new(config.logistic_train.clone(), run_dir, device.clone())?
         .with_resume(resume)
         .fit(&varmap, &mut source, None, &mut step)?;
-    let t_labels = test_labels(test, &speakers)?;
+    let t_labels = known_labels(test, &speakers)?;
     conditions
         .iter()
         .map(|&c| {
@@ -342,7 +327,7 @@ pub fn gmm_baseline(
             Ok(invar_gmm::train(&mine, &cfg, &mut |_| {})?.gmm)
         })
         .collect::<Result<_>>()?;
-    let t_labels = test_labels(test, &speakers)?;
+    let t_labels = known_labels(test, &speakers)?;
     let frames = config.chunk_frames;
     conditions
         .iter()

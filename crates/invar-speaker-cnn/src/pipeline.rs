@@ -157,8 +157,9 @@ pub fn check_test_speakers(train: &[LabeledAudio], test: &[LabeledAudio]) -> Res
     known_labels(test, &speakers).map(|_| ())
 }
 
-/// Labels of `audio` in a trained model's speaker list.
-fn known_labels(audio: &[LabeledAudio], speakers: &[String]) -> Result<Vec<u32>> {
+/// Labels of `audio` in a trained model's speaker list (or a baseline's); a speaker not in it is
+/// an error naming the utterance.
+pub(crate) fn known_labels(audio: &[LabeledAudio], speakers: &[String]) -> Result<Vec<u32>> {
     audio
         .iter()
         .map(|u| {

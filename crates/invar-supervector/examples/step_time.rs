@@ -16,11 +16,10 @@
 //!
 //! Prints one JSON line: the per-step seconds (after the warm-up), model, shapes, threads.
 
-use std::collections::HashMap;
-
 use anyhow::{bail, Context, Result};
 use candle_core::Tensor;
 use invar_supervector::{PairBatch, PairStep, SupervectorConfig, TiedAutoencoder};
+use invar_train::step_time::{number, StepTimeFlags};
 use invar_train::{RepeatBatch, Trainer};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -32,74 +31,58 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Debug)]
 struct Args {
-    steps: usize,
-    warmup: usize,
-    threads: usize,
-    device: String,
+    common: StepTimeFlags,
     batch: usize,
     sizes: Vec<usize>,
-    seed: u64,
-    check_dir: Option<std::path::PathBuf>,
 }
 
 fn parse() -> Result<Args> {
     let defaults = SupervectorConfig::default();
-    let mut a = Args {
-        steps: 10,
-        warmup: 2,
-        threads: 0,
-        device: "cpu".into(),
-        batch: defaults.batch_size,
-        sizes: defaults.model.sizes,
-        seed: 0,
-        check_dir: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("`{flag}` needs a value"));
-        match flag.as_str() {
-            "--steps" => a.steps = value()?.parse().context("--steps")?,
-            "--warmup" => a.warmup = value()?.parse().context("--warmup")?,
-            "--threads" => a.threads = value()?.parse().context("--threads")?,
-            "--device" => a.device = value()?,
-            "--batch" => a.batch = value()?.parse().context("--batch")?,
+    let (mut batch, mut sizes) = (defaults.batch_size, defaults.model.sizes);
+    let common = StepTimeFlags::parse(std::env::args().skip(1), |flag, value| {
+        match flag {
+            "--batch" => batch = number(flag, value()?)?,
             "--sizes" => {
-                a.sizes = value()?
+                sizes = value()?
                     .split(',')
                     .map(|s| s.trim().parse::<usize>())
                     .collect::<Result<_, _>>()
                     .context("--sizes: comma-separated widths, e.g. 9216,5000,500,100,40")?
             }
-            "--seed" => a.seed = value()?.parse().context("--seed")?,
-            "--check-dir" => a.check_dir = Some(value()?.into()),
-            other => bail!("unknown flag `{other}` (see the header of examples/step_time.rs)"),
+            _ => return Ok::<bool, anyhow::Error>(false),
         }
+        Ok(true)
+    })?;
+    if batch == 0 || sizes.len() < 2 || sizes.contains(&0) {
+        bail!("--batch must be at least 1; --sizes needs two or more widths >= 1");
     }
-    if a.steps == 0 || a.batch == 0 || a.sizes.len() < 2 || a.sizes.contains(&0) {
-        bail!("--steps and --batch must be at least 1; --sizes needs two or more widths >= 1");
-    }
-    Ok(a)
+    Ok(Args {
+        common,
+        batch,
+        sizes,
+    })
 }
 
 fn main() -> Result<()> {
     let args = parse()?;
-    let threads = invar_ops::set_cpu_threads(args.threads)?;
-    let device = invar_ops::device(&args.device).with_context(|| {
+    let flags = &args.common;
+    let threads = invar_ops::set_cpu_threads(flags.threads)?;
+    let device = invar_ops::device(&flags.device).with_context(|| {
         format!(
             "device `{}` (cuda needs the crate's `cuda` feature)",
-            args.device
+            flags.device
         )
     })?;
     let mut config = SupervectorConfig::default();
     config.model.sizes = args.sizes.clone();
     config.batch_size = args.batch;
-    config.seed = args.seed;
+    config.seed = flags.seed;
     config.validate()?;
     let dim = args.sizes[0];
 
     // Synthetic normalised supervectors (zero mean, unit RMS, as `pairs.normalize` makes them):
     // the step's cost does not depend on the values.
-    let mut rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0x0002_5EC7);
+    let mut rng = ChaCha8Rng::seed_from_u64(flags.seed ^ 0x0002_5EC7);
     let mut draw = || -> Vec<f32> {
         (0..args.batch * dim)
             .map(|_| rng.sample(StandardNormal))
@@ -108,58 +91,35 @@ fn main() -> Result<()> {
     let x = Tensor::from_vec(draw(), (args.batch, dim), &device)?;
     let y = Tensor::from_vec(draw(), (args.batch, dim), &device)?;
 
-    let (model, varmap) = TiedAutoencoder::seeded(&config.model, args.seed, &device)?;
-    if let Some(dir) = &args.check_dir {
+    let (model, varmap) = TiedAutoencoder::seeded(&config.model, flags.seed, &device)?;
+    if let Some(dir) = &flags.check_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let mut tensors: HashMap<String, Tensor> = varmap
-            .data()
-            .lock()
-            .map_err(|_| anyhow::anyhow!("the variable map's lock is poisoned"))?
-            .iter()
-            .map(|(k, v)| Ok((k.clone(), v.as_tensor().copy()?)))
-            .collect::<candle_core::Result<_>>()?;
+        let mut tensors = invar_train::step_time::weights(&varmap)?;
         tensors.insert("x".into(), x.clone());
         tensors.insert("y".into(), y.clone());
         candle_core::safetensors::save(&tensors, dir.join("supervector_ae.safetensors"))?;
     }
     let mut step = PairStep::new(&model, &config);
-    let steps = if args.check_dir.is_some() {
-        3
-    } else {
-        args.warmup + args.steps
-    };
-    let train = config.train.clone().for_step_timing(steps);
+    let train = config.train.clone().for_step_timing(flags.total_steps());
     let run_dir = tempfile::tempdir().context("cannot create a temporary run folder")?;
     let trainer = Trainer::new(train, run_dir.path(), device.clone())?;
     let mut source = RepeatBatch(PairBatch { x, y, other: None });
     let summary = trainer.fit(&varmap, &mut source, None, &mut step)?;
-    let metric = |name: &str| summary.series(name);
-    let seconds = metric("seconds")?;
-    let timed = if args.check_dir.is_some() {
-        seconds
-    } else {
-        seconds[args.warmup.min(seconds.len())..].to_vec()
-    };
-    let out = serde_json::json!({
-        "impl": "invar",
-        "model": "supervector-ae",
-        "variant": format!("batch={}", args.batch),
-        "shapes": {
-            "input": [args.batch, dim],
-            "sizes": args.sizes,
-            "params": model.num_params(),
-        },
-        "optimizer": serde_json::to_value(&config.train.optimizer)?,
-        "device": args.device,
-        "threads": threads,
-        "warmup": args.warmup,
-        "step_seconds": timed,
-        "losses": metric("train_loss")?,
-        "version": format!("invar {} (candle 0.11)", env!("CARGO_PKG_VERSION")),
-    });
-    if let Some(dir) = &args.check_dir {
-        invar_io::write_json(dir.join("supervector_ae.json"), &out)?;
-    }
+    let out = flags.report(
+        "supervector_ae",
+        threads,
+        &summary,
+        serde_json::json!({
+            "model": "supervector-ae",
+            "variant": format!("batch={}", args.batch),
+            "shapes": {
+                "input": [args.batch, dim],
+                "sizes": args.sizes,
+                "params": model.num_params(),
+            },
+            "optimizer": serde_json::to_value(&config.train.optimizer)?,
+        }),
+    )?;
     println!("{out}");
     Ok(())
 }

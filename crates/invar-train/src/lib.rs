@@ -18,6 +18,7 @@ mod optim;
 mod order;
 mod plot;
 mod progress;
+pub mod step_time;
 mod trainer;
 
 pub use checkpoint::{
@@ -39,6 +40,7 @@ pub use optim::{
 pub use order::ShuffledOrder;
 pub use plot::plot_curves;
 pub use progress::ItemProgress;
+pub use step_time::StepTimeFlags;
 pub use trainer::{
     collapse, divergence, resume_differences, BatchSource, Collapse, Divergence, RepeatBatch,
     StepContext, StepOutput, TrainStep, TrainSummary, Trainer, ValidContext, ValidOutput,
