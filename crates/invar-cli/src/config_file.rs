@@ -61,6 +61,18 @@ pub fn read<T: DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
     }
 }
 
+/// Reads `path`'s config when a `--config` is given, else takes `default()` (every command's
+/// `--config FILE` over the command's own defaults).
+pub fn read_or<T: DeserializeOwned>(
+    path: Option<&Path>,
+    default: impl FnOnce() -> T,
+) -> anyhow::Result<T> {
+    match path {
+        Some(p) => read(p),
+        None => Ok(default()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

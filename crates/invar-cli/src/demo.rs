@@ -220,17 +220,22 @@ fn plan(cfg: &DemoConfig, out: &Path) -> Plan {
         ),
         abx("mfcc", &mfcc, "angular", "MFCC+Δ+ΔΔ (CMVN)"),
         abx("posteriors", &post, "symmetric-kl", "UBM posteriorgram"),
-        match cfg.partition_classes {
-            // Gold mode: classes from the corpus's word alignments (a topline).
-            ClassSource::Gold => Stage::new(
+        {
+            let (classes_flag, classes): (&str, &PathBuf) = match cfg.partition_classes {
+                // Gold mode: classes from the corpus's word alignments (a topline).
+                ClassSource::Gold => ("--gold-corpus", &corpus),
+                // No labels: invar-utd's classes (discovered on the MFCCs in the stage before).
+                ClassSource::Utd => ("--classes", &utd_classes),
+            };
+            Stage::new(
                 "partition train",
                 &[
                     &"partition",
                     &"train",
                     &"--posteriors",
                     &post,
-                    &"--gold-corpus",
-                    &corpus,
+                    &classes_flag,
+                    classes,
                     &"--out",
                     &p("partition"),
                     &"--outputs",
@@ -240,27 +245,7 @@ fn plan(cfg: &DemoConfig, out: &Path) -> Plan {
                     &"--seed",
                     &seed,
                 ],
-            ),
-            // No labels: invar-utd's classes (discovered on the MFCCs in the stage before).
-            ClassSource::Utd => Stage::new(
-                "partition train",
-                &[
-                    &"partition",
-                    &"train",
-                    &"--posteriors",
-                    &post,
-                    &"--classes",
-                    &utd_classes,
-                    &"--out",
-                    &p("partition"),
-                    &"--outputs",
-                    &cfg.partition_outputs,
-                    &"--epochs",
-                    &cfg.partition_epochs,
-                    &"--seed",
-                    &seed,
-                ],
-            ),
+            )
         },
         Stage::new(
             "partition apply soft",

@@ -1,14 +1,12 @@
 //! `invar eval abx | verify | identify`: evaluation tables, JSON and plots through invar-eval.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use invar_data::FeatureSet;
 use invar_eval::abx::{self, AbxConfig, AbxDataset, AbxMode, AbxResult, Convention, FrameTiming};
-use invar_eval::{IdentifyReport, PairMetric, Trial, VerifyConfig, VerifyReport};
-use invar_io::Matrix;
+use invar_eval::{Embeddings, IdentifyReport, PairMetric, Trial, VerifyConfig, VerifyReport};
 use invar_ops::FrameDistance;
 use serde::Serialize;
 
@@ -376,18 +374,20 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
     if let Some(scores) = &args.scores {
         return run_score_file(&args, scores);
     }
-    let (emb, ids, speakers) = load_embeddings(&args)?;
+    let embeddings = load_embeddings(&args)?;
+    let Embeddings {
+        vectors: emb,
+        ids,
+        speakers,
+    } = &embeddings;
     let trials: Vec<Trial> = match &args.trials {
-        Some(path) => {
-            let index: HashMap<String, usize> = ids
-                .iter()
-                .enumerate()
-                .map(|(i, id)| (id.clone(), i))
-                .collect();
-            invar_eval::resolve_trials(&read_trial_list(path, &args.trials_format)?, &index, path)?
-        }
+        Some(path) => invar_eval::resolve_trials(
+            &read_trial_list(path, &args.trials_format)?,
+            &embeddings.rows_by_id(),
+            path,
+        )?,
         None => {
-            let all = invar_eval::all_pairs(&speakers);
+            let all = invar_eval::all_pairs(speakers);
             let label = |t: bool| if t { "target" } else { "nontarget" };
             let text: String = all
                 .iter()
@@ -406,7 +406,7 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
     let mut reports = Vec::new();
     let mut curves = Vec::new();
     for &metric in &args.metrics {
-        let distances = invar_eval::trial_distances(&emb, &trials, metric)?;
+        let distances = invar_eval::trial_distances(emb, &trials, metric)?;
         invar_eval::write_scores(
             args.out.join(format!("scores-{metric}.txt")),
             trials
@@ -547,48 +547,24 @@ fn run_score_file(args: &VerifyArgs, scores: &Path) -> anyhow::Result<()> {
 }
 
 /// Embeddings with their ids and speakers, from a matrix + label files or a feature set of 1×D rows.
-fn load_embeddings(args: &VerifyArgs) -> anyhow::Result<(Matrix, Vec<String>, Vec<String>)> {
+fn load_embeddings(args: &VerifyArgs) -> anyhow::Result<Embeddings> {
     if let Some(dir) = &args.features {
-        let set = FeatureSet::open(dir)?;
-        let matrix = invar_data::stack_rows(&set)?;
-        let ids = set.entries().iter().map(|e| e.id.clone()).collect();
-        let speakers = set.entries().iter().map(|e| e.speaker.clone()).collect();
-        return Ok((matrix, ids, speakers));
+        let (vectors, ids, speakers) = invar_data::read_vector_rows(dir)?;
+        return Ok(Embeddings {
+            vectors,
+            ids,
+            speakers,
+        });
     }
     let (Some(path), Some(spk)) = (&args.embeddings, &args.speakers) else {
         anyhow::bail!("give either --features DIR or --embeddings FILE.npy with --speakers FILE");
     };
-    let emb = invar_io::read_npy(path)?;
-    let speakers = invar_eval::read_column(spk)?;
+    let embeddings = Embeddings::read(path, spk, args.ids.as_deref())?;
     anyhow::ensure!(
-        speakers.len() == emb.rows,
-        "{}: {} speakers for {} embedding rows in {}",
-        spk.display(),
-        speakers.len(),
-        emb.rows,
-        path.display()
+        args.ids.is_some() || args.trials.is_none(),
+        "--trials needs --ids to name the embedding rows"
     );
-    let ids = match &args.ids {
-        Some(p) => {
-            let ids = invar_eval::read_column(p)?;
-            anyhow::ensure!(
-                ids.len() == emb.rows,
-                "{}: {} ids for {} embedding rows",
-                p.display(),
-                ids.len(),
-                emb.rows
-            );
-            ids
-        }
-        None => {
-            anyhow::ensure!(
-                args.trials.is_none(),
-                "--trials needs --ids to name the embedding rows"
-            );
-            (0..emb.rows).map(|i| i.to_string()).collect()
-        }
-    };
-    Ok((emb, ids, speakers))
+    Ok(embeddings)
 }
 
 fn run_identify(args: IdentifyArgs) -> anyhow::Result<()> {

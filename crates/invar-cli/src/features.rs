@@ -129,10 +129,9 @@ impl FrontendFlags {
 }
 
 pub fn run(args: FeaturesArgs) -> anyhow::Result<()> {
-    let mut frontend = match &args.config {
-        Some(path) => crate::config_file::read::<FrontendConfig>(path)?,
-        None => FrontendConfig::for_kind(args.kind),
-    };
+    let mut frontend: FrontendConfig = crate::config_file::read_or(args.config.as_deref(), || {
+        FrontendConfig::for_kind(args.kind)
+    })?;
     frontend.kind = args.kind;
     args.frontend.apply(&mut frontend);
     frontend.validate()?;
@@ -194,13 +193,7 @@ pub fn run(args: FeaturesArgs) -> anyhow::Result<()> {
             "no (shards missing)"
         }
     );
-    let json = args.json.unwrap_or_else(|| {
-        args.out.join(if shard.count == 1 {
-            "results.json".to_string()
-        } else {
-            format!("results.{}-of-{}.json", shard.index + 1, shard.count)
-        })
-    });
+    let json = crate::gmm::results_path(args.json, &args.out, shard);
     invar_io::write_json(&json, &summary)?;
     tracing::info!("summary written to {}", json.display());
     Ok(())

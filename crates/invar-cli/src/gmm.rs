@@ -7,7 +7,7 @@ use anyhow::{bail, Context};
 
 use crate::out_dir::{opt, paths};
 use clap::{Args, Subcommand};
-use invar_data::{FeatureFormat, FeatureSet, Shard, Split, SupervectorSet};
+use invar_data::{FeatureFormat, FeatureSet, MapSummary, Shard, Split, SupervectorSet};
 use invar_gmm::{DiagGmm, EmConfig, FrameSource, GmmMeta, InitMethod, MapConfig};
 use invar_io::Matrix;
 use invar_train::ItemProgress;
@@ -49,16 +49,22 @@ pub struct AccumulateArgs {
     /// of them. Default: all of them.
     #[arg(long)]
     pub shard: Option<String>,
-    /// Statistics file to write (safetensors): the shard's statistics as nodes of the summation
-    /// tree of `gmm train`'s E-step, so that `gmm update` on all shards' files gives the bits of
-    /// one `gmm train` iteration, for any N.
+    /// Output folder, shared by the shards of one iteration: the shard's statistics as
+    /// stats.K-of-N.safetensors (stats.safetensors without --shard), nodes of the summation tree
+    /// of `gmm train`'s E-step, so that `gmm update` on the folder gives the bits of one `gmm
+    /// train` iteration, for any N; and results.K-of-N.json. A folder of the same job is
+    /// continued; any other non-empty folder is refused unless --force.
     #[arg(long)]
     pub out: PathBuf,
+    /// Delete what OUT holds before writing (not with --shard).
+    #[arg(long, conflicts_with = "shard")]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct UpdateArgs {
-    /// Statistics files of all shards of one iteration (from `gmm accumulate`, in any order).
+    /// The statistics of all shards of one iteration: `gmm accumulate` output folders (every
+    /// shard's stats.K-of-N.safetensors in each) or statistics files, in any order.
     #[arg(long, num_args = 1.., required = true)]
     pub stats: Vec<PathBuf>,
     /// The previous iteration's `gmm update` folder: its history is carried on, and
@@ -200,10 +206,7 @@ struct UbmRecord<'a> {
 }
 
 fn train(args: TrainArgs) -> anyhow::Result<()> {
-    let mut cfg = match &args.config {
-        Some(p) => crate::config_file::read::<EmConfig>(p)?,
-        None => EmConfig::default(),
-    };
+    let mut cfg: EmConfig = crate::config_file::read_or(args.config.as_deref(), EmConfig::default)?;
     if let Some(v) = args.components {
         cfg.components = v;
     }
@@ -303,29 +306,59 @@ fn accumulate(args: AccumulateArgs) -> anyhow::Result<()> {
     let set = FeatureSet::open(&args.features)?;
     let shard = Shard::parse_or_all(args.shard.as_deref())?;
     let source = set.frames_of(args.split)?;
+    let job = serde_json::json!({
+        "stage": "gmm accumulate",
+        "ubm": args.ubm,
+        "features": args.features,
+        "split": args.split,
+    });
+    let (_out, file) = crate::out_dir::claim_stats(
+        &args.out,
+        "gmm accumulate",
+        &job,
+        shard,
+        args.force,
+        &[args.ubm.as_path(), args.features.as_path()],
+    )?;
     let block = invar_gmm::shard_block(source.len(), shard.index, shard.count);
     let parts =
         invar_gmm::accumulate_block(&ubm, &source, block.clone(), invar_gmm::StatsOrder::Second)?;
-    parts.save(&args.out)?;
+    parts.save(&file)?;
     let frames: u64 = parts.nodes.iter().map(|(_, st)| st.frames()).sum();
     let ll: f64 = parts.nodes.iter().map(|(_, st)| st.log_likelihood()).sum();
+    let summary = AccumulateSummary {
+        stage: "gmm accumulate",
+        shard: format!("{}/{}", shard.index + 1, shard.count),
+        utterances: block.len(),
+        frames,
+        mean_log_likelihood: ll / frames.max(1) as f64,
+    };
     println!(
-        "statistics of shard {}/{} (utterances {}..{} of {}) → {}",
-        shard.index + 1,
-        shard.count,
+        "statistics of shard {} (utterances {}..{} of {}) → {}",
+        summary.shard,
         block.start,
         block.end,
         source.len(),
-        args.out.display()
+        file.display()
     );
-    println!("{:<22} {:>14}", "utterances", block.len());
-    println!("{:<22} {:>14}", "frames", frames);
+    println!("{:<22} {:>14}", "utterances", summary.utterances);
+    println!("{:<22} {:>14}", "frames", summary.frames);
     println!(
         "{:<22} {:>14.6}",
-        "mean log-lik / frame",
-        ll / frames.max(1) as f64
+        "mean log-lik / frame", summary.mean_log_likelihood
     );
+    invar_io::write_json(results_path(None, &args.out, shard), &summary)?;
     Ok(())
+}
+
+/// What one shard of `gmm accumulate` reports in its results file.
+#[derive(Debug, Serialize)]
+struct AccumulateSummary {
+    stage: &'static str,
+    shard: String,
+    utterances: usize,
+    frames: u64,
+    mean_log_likelihood: f64,
 }
 
 /// What `gmm update` reports.
@@ -391,46 +424,25 @@ fn previous_history(dir: &Path) -> anyhow::Result<Vec<invar_gmm::IterationReport
 }
 
 fn update(args: UpdateArgs) -> anyhow::Result<()> {
-    let cfg = match &args.config {
-        Some(p) => crate::config_file::read::<EmConfig>(p)?,
-        None => EmConfig::default(),
-    };
+    let cfg: EmConfig = crate::config_file::read_or(args.config.as_deref(), EmConfig::default)?;
     cfg.validate()?;
     let mut history = match &args.previous {
         Some(dir) => previous_history(dir)?,
         None => Vec::new(),
     };
-    let total = sum_stats(&args.stats)?;
-    if total.frames() == 0 {
-        bail!("the statistics hold no frames");
-    }
-    let iteration = history.len() + 1;
-    let mean_ll = total.log_likelihood() / total.frames() as f64;
-    if !mean_ll.is_finite() {
-        bail!("the log-likelihood of the statistics is {mean_ll} (iteration {iteration})");
-    }
-    let (gmm, dead) = invar_gmm::m_step(&total, &cfg, iteration)?;
-    history.push(invar_gmm::IterationReport {
-        iteration,
-        components: total.components(),
-        mean_log_likelihood: mean_ll,
-        frames: total.frames(),
-        dead,
-    });
-    let n = history.len();
-    // `gmm train`'s rule: two iterations made, and the last one changed the mean log-likelihood
-    // by less than `tol`.
-    let converged = n >= 2
-        && (history[n - 1].mean_log_likelihood - history[n - 2].mean_log_likelihood).abs()
-            < cfg.tol;
+    let total = sum_stats(&crate::out_dir::stats_files(&args.stats)?)?;
+    let gmm = invar_gmm::em_update(&total, &cfg, &mut history)?;
+    let last = history.last().cloned().context("EM made no iteration")?;
+    let iteration = last.iteration;
     let record = UpdateRecord {
         em: &cfg,
         stats: &args.stats,
-        frames: total.frames(),
-        mean_log_likelihood: mean_ll,
-        dead,
+        frames: last.frames,
+        mean_log_likelihood: last.mean_log_likelihood,
+        dead: last.dead,
+        // `gmm train`'s rule: the last iteration changed the mean log-likelihood by less than `tol`.
+        converged: invar_gmm::converged(&history, cfg.tol),
         history,
-        converged,
     };
     let _out = crate::out_dir::claim(
         &args.out,
@@ -452,8 +464,8 @@ fn update(args: UpdateArgs) -> anyhow::Result<()> {
         "mean log-lik / frame", record.mean_log_likelihood
     );
     println!("{:<22} {:>14}", "components", gmm.components());
-    println!("{:<22} {:>14}", "dead", dead);
-    println!("{:<22} {:>14}", "converged", converged);
+    println!("{:<22} {:>14}", "dead", record.dead);
+    println!("{:<22} {:>14}", "converged", record.converged);
     invar_io::write_json(args.out.join("results.json"), &record)?;
     Ok(())
 }
@@ -463,16 +475,10 @@ pub(crate) fn load_ubm(path: &Path) -> anyhow::Result<DiagGmm> {
     DiagGmm::load(path).with_context(|| format!("cannot load the UBM {}", path.display()))
 }
 
-/// Where a per-utterance stage writes its summary: `--json`, or `OUT/results.json`
+/// Where a sharded stage writes its summary: `--json`, or `OUT/results.json`
 /// (`results.K-of-N.json` for shard K of N).
 pub(crate) fn results_path(json: Option<PathBuf>, out: &Path, shard: Shard) -> PathBuf {
-    json.unwrap_or_else(|| {
-        out.join(if shard.count == 1 {
-            "results.json".to_string()
-        } else {
-            format!("results.{}-of-{}.json", shard.index + 1, shard.count)
-        })
-    })
+    json.unwrap_or_else(|| out.join(shard.file_name("results", "json")))
 }
 
 /// Summary of a per-utterance stage.
@@ -487,23 +493,44 @@ pub(crate) struct StageSummary {
 }
 
 impl StageSummary {
-    pub(crate) fn print(&self, out: &Path) {
-        println!("{} → {}", self.stage, out.display());
-        println!("{:<20} {:>12}", "utterances", self.utterances);
-        println!("{:<20} {:>12}", "frames", self.frames);
-        println!("{:<20} {:>12}", "dims", self.dims);
-        println!("{:<20} {:>12}", "shard", self.shard);
+    /// Prints what shard `shard` of the per-utterance stage `stage` did into `out` and writes it
+    /// as JSON to `--json` or the shard's results file ([`results_path`]).
+    pub(crate) fn report(
+        stage: &'static str,
+        done: MapSummary,
+        shard: Shard,
+        out: &Path,
+        json: Option<PathBuf>,
+    ) -> anyhow::Result<()> {
+        let summary = StageSummary {
+            stage,
+            utterances: done.utterances,
+            frames: done.frames,
+            dims: done.dims,
+            shard: format!("{}/{}", shard.index + 1, shard.count),
+            manifest_complete: done.complete,
+        };
+        println!("{} → {}", summary.stage, out.display());
+        println!("{:<20} {:>12}", "utterances", summary.utterances);
+        println!("{:<20} {:>12}", "frames", summary.frames);
+        println!("{:<20} {:>12}", "dims", summary.dims);
+        println!("{:<20} {:>12}", "shard", summary.shard);
         println!(
             "{:<20} {:>12}",
             "manifest complete",
-            if self.manifest_complete { "yes" } else { "no" }
+            if summary.manifest_complete {
+                "yes"
+            } else {
+                "no"
+            }
         );
+        invar_io::write_json(results_path(json, out, shard), &summary)?;
+        Ok(())
     }
 }
 
 /// Runs `f` on every utterance of `shard` in parallel through `invar_data::map_feature_set` into
 /// `out` (see there), with a progress bar.
-/// Returns (utterances, frames in, output dims, manifest complete).
 pub(crate) fn per_utterance(
     set: &FeatureSet,
     out: &Path,
@@ -511,7 +538,7 @@ pub(crate) fn per_utterance(
     shard: Shard,
     what: &'static str,
     f: &(dyn Fn(&Matrix) -> anyhow::Result<Matrix> + Sync),
-) -> anyhow::Result<(usize, usize, usize, bool)> {
+) -> anyhow::Result<MapSummary> {
     per_utterance_as(set, out, config, shard, FeatureFormat::Npy, what, f)
 }
 
@@ -524,7 +551,7 @@ pub(crate) fn per_utterance_as(
     format: FeatureFormat,
     what: &'static str,
     f: &(dyn Fn(&Matrix) -> anyhow::Result<Matrix> + Sync),
-) -> anyhow::Result<(usize, usize, usize, bool)> {
+) -> anyhow::Result<MapSummary> {
     let mine = (0..set.entries().len())
         .filter(|&i| shard.contains(i))
         .count();
@@ -539,7 +566,7 @@ pub(crate) fn per_utterance_as(
         &|e, x| f(x).with_context(|| format!("utterance {}", e.id)),
     )?;
     progress.finish();
-    Ok((done.utterances, done.frames, done.dims, done.complete))
+    Ok(done)
 }
 
 fn posteriors(args: PosteriorsArgs) -> anyhow::Result<()> {
@@ -562,7 +589,7 @@ fn posteriors(args: PosteriorsArgs) -> anyhow::Result<()> {
         &[args.ubm.as_path(), args.features.as_path()],
     )?;
     let top_k = args.top_k;
-    let (utterances, frames, dims, complete) = per_utterance_as(
+    let done = per_utterance_as(
         &set,
         &args.out,
         &config,
@@ -571,18 +598,7 @@ fn posteriors(args: PosteriorsArgs) -> anyhow::Result<()> {
         "posteriorgrams",
         &|x| Ok(ubm.posteriors(x, top_k)?),
     )?;
-    let summary = StageSummary {
-        stage: "gmm posteriors",
-        utterances,
-        frames,
-        dims,
-        shard: format!("{}/{}", shard.index + 1, shard.count),
-        manifest_complete: complete,
-    };
-    summary.print(&args.out);
-    let json = results_path(args.json, &args.out, shard);
-    invar_io::write_json(&json, &summary)?;
-    Ok(())
+    StageSummary::report("gmm posteriors", done, shard, &args.out, args.json)
 }
 
 fn supervectors(args: SupervectorsArgs) -> anyhow::Result<()> {
@@ -609,12 +625,11 @@ fn supervectors(args: SupervectorsArgs) -> anyhow::Result<()> {
         args.force,
         &[args.ubm.as_path(), args.features.as_path()],
     )?;
-    let (utterances, frames, dims, complete) =
-        per_utterance(&set, &args.out, &config, shard, "supervectors", &|x| {
-            let sv = invar_gmm::supervector(&ubm, x, &map)?;
-            Ok(Matrix::new(1, sv.len(), sv)?)
-        })?;
-    if complete {
+    let done = per_utterance(&set, &args.out, &config, shard, "supervectors", &|x| {
+        let sv = invar_gmm::supervector(&ubm, x, &map)?;
+        Ok(Matrix::new(1, sv.len(), sv)?)
+    })?;
+    if done.complete {
         let sv = SupervectorSet::stack_feature_set(&args.out, "supervectors")?;
         tracing::info!(
             "{} supervectors of {} speakers stacked into {}",
@@ -623,18 +638,7 @@ fn supervectors(args: SupervectorsArgs) -> anyhow::Result<()> {
             args.out.join("supervectors.npy").display()
         );
     }
-    let summary = StageSummary {
-        stage: "gmm supervectors",
-        utterances,
-        frames,
-        dims,
-        shard: format!("{}/{}", shard.index + 1, shard.count),
-        manifest_complete: complete,
-    };
-    summary.print(&args.out);
-    let json = results_path(args.json, &args.out, shard);
-    invar_io::write_json(&json, &summary)?;
-    Ok(())
+    StageSummary::report("gmm supervectors", done, shard, &args.out, args.json)
 }
 
 #[cfg(test)]
@@ -765,34 +769,57 @@ pub(crate) mod tests {
         assert_eq!(speakers.lines().next(), Some("spk0"));
         let ids = std::fs::read_to_string(sv_dir.join("ids.txt")).unwrap();
         assert_eq!(ids.lines().next(), Some("s0_u0"));
-        // Distributed EM: three shards' statistics + update give the bits of one in-memory EM
-        // step (the files given in any order).
-        let mut stats_files = Vec::new();
-        for k in ["3/3", "1/3", "2/3"] {
-            let file = root.join(format!("stats-{}.safetensors", &k[..1]));
+        // Distributed EM: three shards' statistics (in one folder, made in any order) + update
+        // give the bits of one in-memory EM step.
+        let stats_dir = root.join("stats");
+        let accumulate = |k: &str| {
             run(GmmArgs {
                 command: GmmCommand::Accumulate(AccumulateArgs {
                     ubm: ubm.clone(),
                     features: feats.clone(),
                     split: None,
                     shard: Some(k.into()),
-                    out: file.clone(),
+                    out: stats_dir.clone(),
+                    force: false,
                 }),
             })
-            .unwrap();
-            stats_files.push(file);
+        };
+        for k in ["3/3", "1/3"] {
+            accumulate(k).unwrap();
         }
-        let updated = root.join("updated");
-        run(GmmArgs {
-            command: GmmCommand::Update(UpdateArgs {
-                stats: stats_files,
-                config: None,
-                previous: None,
-                out: updated.clone(),
+        let update = |out: &Path| {
+            run(GmmArgs {
+                command: GmmCommand::Update(UpdateArgs {
+                    stats: vec![stats_dir.clone()],
+                    config: None,
+                    previous: None,
+                    out: out.to_path_buf(),
+                    force: false,
+                }),
+            })
+        };
+        let e = format!("{:#}", update(&root.join("early")).unwrap_err());
+        assert!(e.contains("shards 2/3") && e.contains("missing"), "{e}");
+        accumulate("2/3").unwrap();
+        assert!(stats_dir.join("stats.2-of-3.safetensors").is_file());
+        assert!(stats_dir.join("results.2-of-3.json").is_file());
+        // The old form, a statistics file for --out, is refused before anything is written.
+        let old = root.join("stats-1.safetensors");
+        let e = run(GmmArgs {
+            command: GmmCommand::Accumulate(AccumulateArgs {
+                ubm: ubm.clone(),
+                features: feats.clone(),
+                split: None,
+                shard: Some("1/3".into()),
+                out: old.clone(),
                 force: false,
             }),
         })
-        .unwrap();
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("--out is a folder"), "{e:#}");
+        assert!(!old.exists());
+        let updated = root.join("updated");
+        update(&updated).unwrap();
         let set = FeatureSet::open(&feats).unwrap();
         let all = set.frames_of(None).unwrap();
         let g0 = DiagGmm::load_exact(&ubm).unwrap();

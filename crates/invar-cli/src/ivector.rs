@@ -5,8 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use invar_data::{FeatureSet, Split};
-use invar_gmm::{baum_welch, FrameSource, IvectorConfig, IvectorExtractor, Projection};
-use rayon::prelude::*;
+use invar_gmm::{FrameSource, IvectorConfig, IvectorExtractor, Projection};
 use serde::Serialize;
 
 use crate::gmm::{load_ubm, per_utterance, StageSummary};
@@ -49,9 +48,14 @@ pub struct AccumulateArgs {
     /// Only this shard of the utterances, K/N (1 <= K <= N); default: all of them.
     #[arg(long)]
     pub shard: Option<String>,
-    /// Accumulator file to write (safetensors).
+    /// Output folder, shared by the shards of one iteration: the shard's accumulators as
+    /// stats.K-of-N.safetensors (stats.safetensors without --shard) and results.K-of-N.json. A
+    /// folder of the same job is continued; any other non-empty folder is refused unless --force.
     #[arg(long)]
     pub out: PathBuf,
+    /// Delete what OUT holds before writing (not with --shard).
+    #[arg(long, conflicts_with = "shard")]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]
@@ -62,7 +66,8 @@ pub struct UpdateArgs {
     /// The extractor the shards were accumulated with.
     #[arg(long)]
     pub extractor: PathBuf,
-    /// Accumulator files of all shards.
+    /// The accumulators of all shards: `ivector accumulate` output folders (every shard's
+    /// stats.K-of-N.safetensors in each) or accumulator files, in any order.
     #[arg(long, num_args = 1.., required = true)]
     pub stats: Vec<PathBuf>,
     /// Skip the minimum-divergence step.
@@ -181,10 +186,8 @@ struct ExtractorRecord<'a> {
 }
 
 fn train(args: TrainArgs) -> anyhow::Result<()> {
-    let mut cfg = match &args.config {
-        Some(p) => crate::config_file::read::<IvectorConfig>(p)?,
-        None => IvectorConfig::default(),
-    };
+    let mut cfg: IvectorConfig =
+        crate::config_file::read_or(args.config.as_deref(), IvectorConfig::default)?;
     if let Some(v) = args.rank {
         cfg.rank = v;
     }
@@ -234,17 +237,8 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     invar_io::write_json(args.out.join("config.json"), &cfg)?;
 
     // Recomputed on resume: each utterance's statistics are a fixed-order sum, the same bits.
-    let progress = ItemProgress::new(source.len() as u64, "Baum-Welch statistics");
-    let stats = (0..source.len())
-        .into_par_iter()
-        .map(|i| -> anyhow::Result<_> {
-            let x = source.frames(i).map_err(|e| anyhow::anyhow!(e))?;
-            let bw = baum_welch(&ubm, &x, i)?;
-            progress.inc();
-            Ok(bw)
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    progress.finish();
+    let all: Vec<usize> = (0..source.len()).collect();
+    let stats = statistics(&ubm, &source, &all)?;
 
     let progress = ItemProgress::new(cfg.iters as u64, "T-matrix EM iterations");
     if let Some((_, history)) = &resumed {
@@ -286,40 +280,78 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Baum–Welch statistics of the utterances `rows` of `source`, with a progress bar.
+fn statistics(
+    ubm: &invar_gmm::DiagGmm,
+    source: &dyn FrameSource,
+    rows: &[usize],
+) -> anyhow::Result<Vec<invar_gmm::BaumWelch>> {
+    let progress = ItemProgress::new(rows.len() as u64, "Baum-Welch statistics");
+    let stats = invar_gmm::baum_welch_rows(ubm, source, rows, &|| progress.inc())?;
+    progress.finish();
+    Ok(stats)
+}
+
+/// Loads the UBM at `ubm` and the i-vector extractor at `extractor` trained with it, naming
+/// either in the error.
+fn load_models(
+    ubm: &Path,
+    extractor: &Path,
+) -> anyhow::Result<(invar_gmm::DiagGmm, IvectorExtractor)> {
+    let ubm = load_ubm(ubm)?;
+    let model = IvectorExtractor::load(extractor, &ubm)
+        .with_context(|| format!("cannot load the extractor {}", extractor.display()))?;
+    Ok((ubm, model))
+}
+
 fn accumulate(args: AccumulateArgs) -> anyhow::Result<()> {
-    let ubm = load_ubm(&args.ubm)?;
-    let model = IvectorExtractor::load(&args.extractor, &ubm)
-        .with_context(|| format!("cannot load the extractor {}", args.extractor.display()))?;
+    let (ubm, model) = load_models(&args.ubm, &args.extractor)?;
     let set = FeatureSet::open(&args.features)?;
     let shard = invar_data::Shard::parse_or_all(args.shard.as_deref())?;
     let source = set.frames_of(args.split)?;
+    let job = serde_json::json!({
+        "stage": "ivector accumulate",
+        "ubm": args.ubm,
+        "extractor": args.extractor,
+        "features": args.features,
+        "split": args.split,
+    });
+    let (_out, file) = crate::out_dir::claim_stats(
+        &args.out,
+        "ivector accumulate",
+        &job,
+        shard,
+        args.force,
+        &[
+            args.ubm.as_path(),
+            args.extractor.as_path(),
+            args.features.as_path(),
+        ],
+    )?;
     let mine: Vec<usize> = (0..source.len()).filter(|&i| shard.contains(i)).collect();
-    let progress = ItemProgress::new(mine.len() as u64, "Baum-Welch statistics");
-    let stats = mine
-        .par_iter()
-        .map(|&i| -> anyhow::Result<_> {
-            let x = source.frames(i).map_err(|e| anyhow::anyhow!(e))?;
-            let bw = baum_welch(&ubm, &x, i)?;
-            progress.inc();
-            Ok(bw)
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    progress.finish();
+    let stats = statistics(&ubm, &source, &mine)?;
     let acc = model.accumulate(&stats)?;
-    acc.save(&args.out)?;
+    acc.save(&file)?;
+    let objective = acc.objective / acc.frames.max(1) as f64;
     println!(
         "T-matrix statistics of shard {}/{} → {}",
         shard.index + 1,
         shard.count,
-        args.out.display()
+        file.display()
     );
     println!("{:<22} {:>14}", "utterances", acc.utterances);
     println!("{:<22} {:>14}", "frames", acc.frames);
-    println!(
-        "{:<22} {:>14.6}",
-        "objective / frame",
-        acc.objective / acc.frames.max(1) as f64
-    );
+    println!("{:<22} {:>14.6}", "objective / frame", objective);
+    invar_io::write_json(
+        crate::gmm::results_path(None, &args.out, shard),
+        &serde_json::json!({
+            "stage": "ivector accumulate",
+            "shard": format!("{}/{}", shard.index + 1, shard.count),
+            "utterances": acc.utterances,
+            "frames": acc.frames,
+            "objective_per_frame": objective,
+        }),
+    )?;
     Ok(())
 }
 
@@ -336,11 +368,9 @@ struct UpdateRecord<'a> {
 }
 
 fn update(args: UpdateArgs) -> anyhow::Result<()> {
-    let ubm = load_ubm(&args.ubm)?;
-    let model = IvectorExtractor::load(&args.extractor, &ubm)
-        .with_context(|| format!("cannot load the extractor {}", args.extractor.display()))?;
+    let (_, model) = load_models(&args.ubm, &args.extractor)?;
     let mut total: Option<invar_gmm::TStats> = None;
-    for path in &args.stats {
+    for path in &crate::out_dir::stats_files(&args.stats)? {
         let st = invar_gmm::TStats::load(path)?;
         match &mut total {
             Some(t) => t
@@ -390,9 +420,7 @@ fn update(args: UpdateArgs) -> anyhow::Result<()> {
 }
 
 fn extract(args: ExtractArgs) -> anyhow::Result<()> {
-    let ubm = load_ubm(&args.ubm)?;
-    let model = IvectorExtractor::load(&args.extractor, &ubm)
-        .with_context(|| format!("cannot load the extractor {}", args.extractor.display()))?;
+    let (ubm, model) = load_models(&args.ubm, &args.extractor)?;
     let set = FeatureSet::open(&args.features)?;
     let shard = invar_data::Shard::parse_or_all(args.shard.as_deref())?;
     let length_norm = !args.no_length_norm;
@@ -418,28 +446,16 @@ fn extract(args: ExtractArgs) -> anyhow::Result<()> {
             args.features.as_path(),
         ],
     )?;
-    let (utterances, frames, dims, complete) =
-        per_utterance(&set, &args.out, &config, shard, "i-vectors", &|x| {
-            Ok(model.utterance_ivector(&ubm, x, length_norm)?)
-        })?;
-    if complete {
+    let done = per_utterance(&set, &args.out, &config, shard, "i-vectors", &|x| {
+        Ok(model.utterance_ivector(&ubm, x, length_norm)?)
+    })?;
+    if done.complete {
         let stacked = invar_data::SupervectorSet::stack_feature_set(&args.out, "ivectors")?;
         if args.lda.is_some() || args.wccn {
             project(&args, &stacked)?;
         }
     }
-    let summary = StageSummary {
-        stage: "ivector extract",
-        utterances,
-        frames,
-        dims,
-        shard: format!("{}/{}", shard.index + 1, shard.count),
-        manifest_complete: complete,
-    };
-    summary.print(&args.out);
-    let json = crate::gmm::results_path(args.json, &args.out, shard);
-    invar_io::write_json(&json, &summary)?;
-    Ok(())
+    StageSummary::report("ivector extract", done, shard, &args.out, args.json)
 }
 
 /// Fits LDA and/or WCCN on the train rows (all rows if there are none) and projects every row.
@@ -479,6 +495,7 @@ fn project(args: &ExtractArgs, stacked: &invar_data::SupervectorSet) -> anyhow::
 mod tests {
     use super::*;
     use crate::gmm::tests::{scratch, synthetic_set};
+    use invar_gmm::baum_welch;
 
     #[test]
     fn train_and_extract_end_to_end() {
@@ -561,9 +578,8 @@ mod tests {
 
         // Distributed T-matrix EM: two shards + update equal one in-memory iteration.
         let extractor = iv_dir.join("ivector.safetensors");
-        let mut files = Vec::new();
+        let t_stats = root.join("t-stats");
         for k in ["1/2", "2/2"] {
-            let file = root.join(format!("t-{}.safetensors", &k[..1]));
             run(IvectorArgs {
                 command: IvectorCommand::Accumulate(AccumulateArgs {
                     ubm: ubm_dir.join("ubm.safetensors"),
@@ -571,18 +587,19 @@ mod tests {
                     features: root.join("feats"),
                     split: None,
                     shard: Some(k.into()),
-                    out: file.clone(),
+                    out: t_stats.clone(),
+                    force: false,
                 }),
             })
             .unwrap();
-            files.push(file);
         }
+        assert!(t_stats.join("stats.1-of-2.safetensors").is_file());
         let next = root.join("next");
         run(IvectorArgs {
             command: IvectorCommand::Update(UpdateArgs {
                 ubm: ubm_dir.join("ubm.safetensors"),
                 extractor: extractor.clone(),
-                stats: files,
+                stats: vec![t_stats.clone()],
                 no_min_divergence: false,
                 out: next.clone(),
                 force: false,

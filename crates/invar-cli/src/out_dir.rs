@@ -1,5 +1,7 @@
 //! How every subcommand takes its output folder: one call to invar-io's [`OutDir::claim`] before
-//! its first write, with the `--force` (and, for training commands, `--resume`) flags.
+//! its first write, with the `--force` (and, for training commands, `--resume`) flags; and where
+//! the accumulating stages' shards put their statistics in theirs ([`claim_stats`]), which the
+//! update steps read back ([`stats_files`]).
 
 use std::path::{Path, PathBuf};
 
@@ -50,6 +52,52 @@ pub fn claim_job(
     }
     take(out, &kind, Claim::from_flags(force, true), inputs)
 }
+
+/// Claims `out` for shard `shard` of an accumulating stage (`gmm accumulate`, `ivector
+/// accumulate`) as [`claim_job`] does, and returns the file the shard writes its statistics to:
+/// `OUT/stats.K-of-N.safetensors` (`stats.safetensors` for the whole job), so that the shards of
+/// one iteration share a folder that the update step reads whole. An `--out` that names a
+/// `.safetensors` file, as it did before `--out` became a folder everywhere, is refused before
+/// anything is written.
+pub fn claim_stats(
+    out: &Path,
+    command: &str,
+    job: &serde_json::Value,
+    shard: Shard,
+    force: bool,
+    inputs: &[&Path],
+) -> anyhow::Result<(OutDir, PathBuf)> {
+    let is_file_name = out
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"));
+    anyhow::ensure!(
+        !(is_file_name || out.is_file()),
+        "{}: --out is a folder (the statistics go to OUT/{}); give a folder, not a statistics \
+         file",
+        out.display(),
+        shard.file_name(STATS, "safetensors")
+    );
+    let dir = claim_job(out, command, job, shard, force, inputs)?;
+    Ok((dir, out.join(shard.file_name(STATS, "safetensors"))))
+}
+
+/// The statistics files that `paths` name: each folder's shard files (every
+/// `stats[.K-of-N].safetensors` an accumulating stage wrote there, all N of them), each file as
+/// it is.
+pub fn stats_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            files.extend(invar_data::shard_files(p, STATS, "safetensors")?);
+        } else {
+            files.push(p.clone());
+        }
+    }
+    Ok(files)
+}
+
+/// The stem of a shard's statistics file in an accumulating stage's folder.
+const STATS: &str = "stats";
 
 /// An optional input path as a list of zero or one, for [`claim`]'s `inputs`.
 pub fn opt(path: &Option<PathBuf>) -> Vec<&Path> {

@@ -134,10 +134,8 @@ pub fn run(args: PartitionArgs) -> anyhow::Result<()> {
 }
 
 fn train(a: TrainArgs) -> anyhow::Result<()> {
-    let mut cfg: PartitionConfig = match &a.config {
-        Some(p) => crate::config_file::read(p)?,
-        None => PartitionConfig::default(),
-    };
+    let mut cfg: PartitionConfig =
+        crate::config_file::read_or(a.config.as_deref(), PartitionConfig::default)?;
     if let Some(v) = a.outputs {
         cfg.model.outputs = v;
     }

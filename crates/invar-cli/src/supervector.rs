@@ -111,10 +111,8 @@ pub struct AutoencoderFlags {
 impl AutoencoderFlags {
     /// The config file (or the defaults) with the flags given laid over it.
     pub fn config(&self) -> anyhow::Result<SupervectorConfig> {
-        let mut c: SupervectorConfig = match &self.config {
-            Some(p) => crate::config_file::read(p)?,
-            None => SupervectorConfig::default(),
-        };
+        let mut c: SupervectorConfig =
+            crate::config_file::read_or(self.config.as_deref(), SupervectorConfig::default)?;
         if let Some(s) = &self.sizes {
             c.model.sizes = s.clone();
         }

@@ -4,7 +4,6 @@
 //! lnorm, PLDA and their s-norm versions on closed- and open-set trials (invar_supervector::protocol).
 //! Writes results.json (per split and mean ± sd) and results.txt.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
@@ -107,58 +106,6 @@ impl EvalArgs {
     }
 }
 
-/// The i-vector matrix and the file its ids came from, if any.
-fn load_ivectors(
-    path: &Path,
-    ids_file: Option<&Path>,
-    rows: usize,
-    sv_ids: Option<&[String]>,
-) -> anyhow::Result<invar_io::Matrix> {
-    let (npy, ids_file) = if path.is_dir() {
-        let ids = ids_file
-            .map(Path::to_path_buf)
-            .or_else(|| Some(path.join(invar_data::IDS_FILE)).filter(|p| p.is_file()));
-        (path.join("ivectors.npy"), ids)
-    } else {
-        (path.to_path_buf(), ids_file.map(Path::to_path_buf))
-    };
-    let m = invar_io::read_npy(&npy)?;
-    anyhow::ensure!(
-        m.rows == rows,
-        "{}: {} i-vector rows, expected {rows} (one per supervector, same order)",
-        npy.display(),
-        m.rows
-    );
-    if let (Some(f), Some(sv_ids)) = (&ids_file, sv_ids) {
-        let ids = invar_data::read_ids(f, rows)?;
-        if let Some((r, (a, b))) = ids
-            .iter()
-            .zip(sv_ids)
-            .enumerate()
-            .find(|(_, (a, b))| a != b)
-        {
-            anyhow::bail!(
-                "{}: row {r} is utterance {a:?} but supervector row {r} is {b:?}; the i-vectors must \
-                 follow the supervectors' order",
-                f.display()
-            );
-        }
-    }
-    Ok(m)
-}
-
-/// Lines of a text file, trimmed, blank lines skipped, with their 1-based line numbers.
-fn read_lines(path: &Path) -> anyhow::Result<Vec<(usize, String)>> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", path.display()))?;
-    Ok(text
-        .lines()
-        .enumerate()
-        .map(|(i, l)| (i + 1, l.trim().to_string()))
-        .filter(|(_, l)| !l.is_empty())
-        .collect())
-}
-
 #[derive(Debug, Serialize)]
 struct EvalResults<'a> {
     stage: &'static str,
@@ -186,68 +133,24 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     config.validate()?;
     eval.validate()?;
     let ivectors = match &args.ivectors {
-        Some(p) => Some(load_ivectors(
+        Some(p) => Some(invar_data::read_aligned_vectors(
             p,
+            "ivectors",
             args.ivector_ids.as_deref(),
             set.vectors.rows,
             has_ids.then_some(&ids[..]),
+            ("i-vector", "supervector"),
         )?),
         None => None,
     };
     let plan = match &args.train_speakers {
         None => SplitPlan::Random { k: args.splits },
-        Some(f) => {
-            let index: HashMap<&str, usize> = set
-                .speakers
-                .iter()
-                .enumerate()
-                .map(|(i, s)| (s.as_str(), i))
-                .collect();
-            let train_speakers = read_lines(f)?
-                .into_iter()
-                .map(|(line, name)| {
-                    index.get(name.as_str()).copied().ok_or_else(|| {
-                        anyhow::anyhow!(
-                            "{}:{line}: speaker {name:?} is not in the supervector set",
-                            f.display()
-                        )
-                    })
-                })
-                .collect::<anyhow::Result<Vec<_>>>()?;
-            let closed_rows = match &args.closed_ids {
-                None => None,
-                Some(c) => {
-                    anyhow::ensure!(
-                        has_ids,
-                        "{}: closed-set ids need the supervectors' ids (--ids, or ids.txt in \
-                         --supervectors)",
-                        c.display()
-                    );
-                    let row: HashMap<&str, usize> = ids
-                        .iter()
-                        .enumerate()
-                        .map(|(i, s)| (s.as_str(), i))
-                        .collect();
-                    Some(
-                        read_lines(c)?
-                            .into_iter()
-                            .map(|(line, id)| {
-                                row.get(id.as_str()).copied().ok_or_else(|| {
-                                    anyhow::anyhow!(
-                                        "{}:{line}: utterance {id:?} is not among the supervectors' ids",
-                                        c.display()
-                                    )
-                                })
-                            })
-                            .collect::<anyhow::Result<Vec<_>>>()?,
-                    )
-                }
-            };
-            SplitPlan::Speakers {
-                train_speakers,
-                closed_rows,
-            }
-        }
+        Some(f) => SplitPlan::from_lists(
+            &set,
+            has_ids.then_some(&ids[..]),
+            f,
+            args.closed_ids.as_deref(),
+        )?,
     };
     let splits = make_splits(&set.labels, &config.protocol, config.seed, &plan)?;
     let device = invar_ops::device(&args.device)?;

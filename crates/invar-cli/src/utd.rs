@@ -114,10 +114,8 @@ pub struct UtdArgs {
 pub fn run(args: UtdArgs) -> anyhow::Result<()> {
     let set = FeatureSet::open(&args.features)
         .with_context(|| format!("opening feature set {}", args.features.display()))?;
-    let mut cfg: UtdConfig = match &args.config {
-        Some(path) => crate::config_file::read(path)?,
-        None => UtdConfig::default(),
-    };
+    let mut cfg: UtdConfig =
+        crate::config_file::read_or(args.config.as_deref(), UtdConfig::default)?;
     // The frames' timing is the set's; a config file may not contradict it.
     if let Some(t) = set.timing() {
         let given = match &args.config {

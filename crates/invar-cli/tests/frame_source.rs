@@ -78,8 +78,8 @@ fn empty_split_is_refused_naming_the_folder_and_shards_deal_within_the_split() {
     let train = rows_in(&feats, "train");
     assert!(test >= 2 && train > 0, "the corpus has both splits");
     let mut dealt = Vec::new();
+    let stats = dir.path().join("stats-test");
     for k in ["1/2", "2/2"] {
-        let stats = dir.path().join(format!("stats-{}.safetensors", &k[..1]));
         let out = invar(&[
             "gmm",
             "accumulate",
@@ -97,6 +97,10 @@ fn empty_split_is_refused_naming_the_folder_and_shards_deal_within_the_split() {
         dealt.push(utterances(&out.stdout));
     }
     assert_eq!(dealt, [test / 2, test - test / 2]);
+    // The shards share one --out folder, each in its own file.
+    for k in 1..=2 {
+        assert!(stats.join(format!("stats.{k}-of-2.safetensors")).is_file());
+    }
     let err = refused(&[
         "gmm",
         "accumulate",
@@ -107,7 +111,7 @@ fn empty_split_is_refused_naming_the_folder_and_shards_deal_within_the_split() {
         "--shard",
         "3/2",
         "--out",
-        s(&dir.path().join("stats-bad.safetensors")),
+        s(&dir.path().join("stats-bad")),
     ]);
     assert!(err.contains("\"3/2\" is not K/N with 1 <= K <= N"), "{err}");
 }

@@ -90,6 +90,12 @@ pub enum Error {
         expected: String,
         found: String,
     },
+    /// A folder does not hold one complete set of a job's shard files.
+    #[error("{dir}: {reason}")]
+    Shards { dir: PathBuf, reason: String },
+    /// Two vector sets that must pair row for row (i-vectors beside supervectors) do not.
+    #[error("{path}: {reason}")]
+    Unaligned { path: PathBuf, reason: String },
     /// An index (chunk, pair, row, frame, utterance) points past the end of what it indexes.
     #[error("{what} index {index} is out of range: there are {len}")]
     OutOfRange {

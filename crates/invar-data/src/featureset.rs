@@ -76,11 +76,83 @@ impl Shard {
         i % self.count == self.index
     }
 
-    fn manifest_name(&self) -> String {
+    /// The name this shard's part of a job's output `STEM.EXT` takes in the job's folder:
+    /// `STEM.EXT` for the whole job, `STEM.K-of-N.EXT` for shard K of N (so the shards of one
+    /// job share a folder without sharing a file).
+    pub fn file_name(&self, stem: &str, ext: &str) -> String {
         if self.count == 1 {
-            MANIFEST.to_string()
+            format!("{stem}.{ext}")
         } else {
-            format!("manifest.{}-of-{}.tsv", self.index + 1, self.count)
+            format!("{stem}.{}-of-{}.{ext}", self.index + 1, self.count)
+        }
+    }
+
+    fn manifest_name(&self) -> String {
+        self.file_name("manifest", "tsv")
+    }
+}
+
+/// The files `STEM.EXT` (one whole job) or `STEM.K-of-N.EXT` (its shards, [`Shard::file_name`])
+/// in the folder `dir`, in shard order. An error names the folder when it holds none, or holds a
+/// whole job's file beside shard files, shards of two different N, or not all N shards (naming
+/// the missing ones).
+pub fn shard_files(dir: &Path, stem: &str, ext: &str) -> Result<Vec<PathBuf>> {
+    let bad = |reason: String| Error::Shards {
+        dir: dir.to_path_buf(),
+        reason,
+    };
+    let listing = std::fs::read_dir(dir).map_err(|e| Error::io(dir, "list", e))?;
+    let (mut whole, mut parts) = (false, Vec::new());
+    for entry in listing {
+        let entry = entry.map_err(|e| Error::io(dir, "list", e))?;
+        let name = entry.file_name();
+        let Some(middle) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(stem)?.strip_suffix(ext)?.strip_suffix('.'))
+        else {
+            continue;
+        };
+        if middle.is_empty() {
+            whole = true;
+        } else if let Some(shard) = middle
+            .strip_prefix('.')
+            .and_then(|s| s.split_once("-of-"))
+            .and_then(|(k, n)| Shard::parse(&format!("{k}/{n}")).ok())
+        {
+            parts.push(shard);
+        }
+    }
+    // Listing order is the file system's: sorted, the messages and the result do not depend on it.
+    parts.sort_by_key(|s| (s.count, s.index));
+    let want = format!("{stem}.{ext} or {stem}.K-of-N.{ext}");
+    match (whole, parts.first().map(|s| s.count)) {
+        (false, None) => Err(bad(format!("holds no {want}"))),
+        (true, Some(_)) => Err(bad(format!(
+            "holds {stem}.{ext} of a whole job beside shard files; keep one kind"
+        ))),
+        (true, None) => Ok(vec![dir.join(Shard::ALL.file_name(stem, ext))]),
+        (false, Some(count)) => {
+            if let Some(other) = parts.iter().find(|s| s.count != count) {
+                return Err(bad(format!(
+                    "holds shards of {count} and of {} (one job's shards only)",
+                    other.count
+                )));
+            }
+            let missing: Vec<String> = (0..count)
+                .filter(|i| parts.binary_search_by_key(i, |s| s.index).is_err())
+                .map(|i| format!("{}/{count}", i + 1))
+                .collect();
+            if !missing.is_empty() {
+                return Err(bad(format!(
+                    "shards {} of {stem}.K-of-{count}.{ext} are missing (not finished, or \
+                     failed)",
+                    missing.join(", ")
+                )));
+            }
+            Ok(parts
+                .iter()
+                .map(|s| dir.join(s.file_name(stem, ext)))
+                .collect())
         }
     }
 }
@@ -480,6 +552,61 @@ pub(crate) mod tests {
     use super::*;
     use invar_io::FrameTiming;
     use rayon::prelude::*;
+
+    /// Issue 19: the shards of one job share a folder, each in its own `STEM.K-of-N.EXT`, and a
+    /// reader takes them all, in shard order, or says which are missing.
+    #[test]
+    fn shard_files_are_found_in_order_and_gaps_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let touch = |name: &str| std::fs::write(d.join(name), b"").unwrap();
+        let err = |d: &Path| {
+            shard_files(d, "stats", "safetensors")
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err(d).contains("holds no stats.safetensors"), "{}", err(d));
+        let third = Shard::parse("3/3").unwrap();
+        assert_eq!(
+            third.file_name("stats", "safetensors"),
+            "stats.3-of-3.safetensors"
+        );
+        assert_eq!(
+            Shard::ALL.file_name("stats", "safetensors"),
+            "stats.safetensors"
+        );
+        touch("stats.3-of-3.safetensors");
+        touch("stats.1-of-3.safetensors");
+        touch("results.1-of-3.json");
+        touch("stats.1-of-3.safetensors.tmp");
+        assert!(
+            err(d).contains("shards 2/3 of stats.K-of-3.safetensors are missing"),
+            "{}",
+            err(d)
+        );
+        touch("stats.2-of-3.safetensors");
+        let got = shard_files(d, "stats", "safetensors").unwrap();
+        let names: Vec<_> = got
+            .iter()
+            .map(|p| p.file_name().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "stats.1-of-3.safetensors",
+                "stats.2-of-3.safetensors",
+                "stats.3-of-3.safetensors"
+            ]
+        );
+        touch("stats.1-of-2.safetensors");
+        assert!(err(d).contains("shards of 2 and of 3"), "{}", err(d));
+        let whole = tempfile::tempdir().unwrap();
+        std::fs::write(whole.path().join("stats.safetensors"), b"").unwrap();
+        assert_eq!(
+            shard_files(whole.path(), "stats", "safetensors").unwrap(),
+            [whole.path().join("stats.safetensors")]
+        );
+    }
 
     /// A 20 ms origin without a front-end, for sets made in tests.
     pub(crate) fn origin() -> SetOrigin {

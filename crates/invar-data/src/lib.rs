@@ -43,8 +43,8 @@ pub use elsdsr::{parse_name as parse_elsdsr_name, read_elsdsr};
 pub use error::{Error, Result};
 pub use extract::{extract_features, ExtractSummary, FeatureJob};
 pub use featureset::{
-    merge_shards, read_manifest, FeatureEntry, FeatureSet, FeatureSetWriter, Shard, CONFIG,
-    MANIFEST,
+    merge_shards, read_manifest, shard_files, FeatureEntry, FeatureSet, FeatureSetWriter, Shard,
+    CONFIG, MANIFEST,
 };
 pub use filter::{utterance_samples, SpeakerFilter};
 pub use frames::SetFrames;
@@ -64,7 +64,8 @@ pub use utterance::{
     Utterance,
 };
 pub use vectors::{
-    map_feature_set, read_ids, stack_rows, write_vector_folder, MapSummary, IDS_FILE, SPEAKERS_FILE,
+    map_feature_set, read_aligned_vectors, read_ids, read_vector_rows, stack_rows,
+    write_vector_folder, MapSummary, IDS_FILE, SPEAKERS_FILE,
 };
 pub use voxceleb::{read_voxceleb, read_voxceleb_trials, voxceleb_id, VoxTrial};
 pub use zerospeech::{list_feature_files, parse_fea, read_features, write_fea, FeatureFile};

@@ -122,6 +122,67 @@ impl SupervectorSet {
     }
 }
 
+/// A feature set of 1×D rows (embeddings, i-vectors) as one matrix with the utterance id and the
+/// speaker of each row, in the set's order (`eval verify --features`).
+pub fn read_vector_rows(dir: &Path) -> Result<(Matrix, Vec<String>, Vec<String>)> {
+    let set = FeatureSet::open(dir)?;
+    let matrix = stack_rows(&set)?;
+    let ids = set.entries().iter().map(|e| e.id.clone()).collect();
+    let speakers = set.entries().iter().map(|e| e.speaker.clone()).collect();
+    Ok((matrix, ids, speakers))
+}
+
+/// Reads vectors that pair row for row with another set of `rows` vectors (i-vectors beside
+/// supervectors): `path` is a vector folder (its `NAME.npy`, and its [`IDS_FILE`] unless `ids`
+/// names another file) or an `.npy` file (ids from `ids` when given). There must be `rows` rows,
+/// and where both sides have ids (`other_ids`), row `r` must be utterance `other_ids[r]`; `what`
+/// and `other` name the two sets in the errors (e.g. `i-vector`, `supervector`).
+pub fn read_aligned_vectors(
+    path: &Path,
+    name: &str,
+    ids: Option<&Path>,
+    rows: usize,
+    other_ids: Option<&[String]>,
+    (what, other): (&str, &str),
+) -> Result<Matrix> {
+    let (npy, ids) = if path.is_dir() {
+        let ids = ids
+            .map(Path::to_path_buf)
+            .or_else(|| Some(path.join(IDS_FILE)).filter(|p| p.is_file()));
+        (path.join(format!("{name}.npy")), ids)
+    } else {
+        (path.to_path_buf(), ids.map(Path::to_path_buf))
+    };
+    let m = invar_io::read_npy(&npy)?;
+    if m.rows != rows {
+        return Err(Error::Unaligned {
+            path: npy,
+            reason: format!(
+                "{} {what} rows, expected {rows} (one per {other}, same order)",
+                m.rows
+            ),
+        });
+    }
+    if let (Some(f), Some(other_ids)) = (&ids, other_ids) {
+        let ids = read_ids(f, rows)?;
+        if let Some((r, (a, b))) = ids
+            .iter()
+            .zip(other_ids)
+            .enumerate()
+            .find(|(_, (a, b))| a != b)
+        {
+            return Err(Error::Unaligned {
+                path: f.clone(),
+                reason: format!(
+                    "row {r} is utterance {a:?} but {other} row {r} is {b:?}; the {what}s must \
+                     follow the {other}s' order"
+                ),
+            });
+        }
+    }
+    Ok(m)
+}
+
 /// The rows of a feature set whose utterances are each one 1×D row (supervectors, i-vectors,
 /// embeddings), stacked in the set's order; an utterance of another shape is an error naming it.
 pub fn stack_rows(set: &FeatureSet) -> Result<Matrix> {

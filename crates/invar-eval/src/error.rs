@@ -21,6 +21,15 @@ pub enum Error {
     /// A distance or DTW computation rejected its input.
     #[error(transparent)]
     Ops(#[from] invar_ops::Error),
+    /// A label file (speakers, ids) does not hold one name per row of its matrix.
+    #[error("{path}: {found} {what} for {rows} embedding rows in {matrix}")]
+    RowLabels {
+        path: PathBuf,
+        what: &'static str,
+        found: usize,
+        rows: usize,
+        matrix: PathBuf,
+    },
     /// A line of a text input (`.item`, trials, ids, predictions) does not have the expected shape.
     #[error("{path}:{line}: expected {expected}, found {found:?}")]
     Parse {

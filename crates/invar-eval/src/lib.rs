@@ -8,6 +8,7 @@
 
 pub mod abx;
 pub mod backend;
+mod embeddings;
 mod error;
 pub mod identify;
 pub mod item;
@@ -20,11 +21,13 @@ pub use abx::{
     evaluate as abx_evaluate, AbxConfig, AbxDataset, AbxMode, AbxResult, Convention, FrameTiming,
 };
 pub use backend::{Backend, BackendConfig, Scoring};
+pub use embeddings::Embeddings;
 pub use error::{Error, Result};
 pub use identify::{identify, read_predictions, IdentifyReport, Prediction};
 pub use item::{parse_items, read_items, Item, ItemColumns, ItemFile};
 pub use scores::{
-    check_unique, read_scores, read_trial_list, score_report, write_scores, NamedTrial, ScoreReport,
+    check_unique, read_lines, read_scores, read_trial_list, score_report, write_scores, NamedTrial,
+    ScoreReport,
 };
 pub use verify::{
     all_pairs, read_column, read_ids, read_trials, resolve_trials, trial_distances, verify,

@@ -38,7 +38,8 @@ pub struct ScoredTrial {
     pub score_f32: f32,
 }
 
-fn lines(path: &Path) -> Result<Vec<(usize, String)>> {
+/// The lines of the text file `path`, trimmed, with their 1-based numbers; blank lines skipped.
+pub fn read_lines(path: &Path) -> Result<Vec<(usize, String)>> {
     let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
@@ -64,7 +65,7 @@ fn duplicate(path: &Path, line: usize, first_line: usize, a: &str, b: &str) -> E
 pub fn read_trial_list(path: impl AsRef<Path>) -> Result<Vec<NamedTrial>> {
     let path = path.as_ref();
     let mut out = Vec::new();
-    for (line, text) in lines(path)? {
+    for (line, text) in read_lines(path)? {
         let f: Vec<&str> = text.split_whitespace().collect();
         let [a, b, label] = f.as_slice() else {
             return Err(Error::parse(
@@ -124,7 +125,7 @@ pub fn read_scores(
         .collect();
     let mut seen: HashMap<(String, String), usize> = HashMap::new();
     let mut out = Vec::with_capacity(trials.len());
-    for (line, text) in lines(path)? {
+    for (line, text) in read_lines(path)? {
         let f: Vec<&str> = text.split_whitespace().collect();
         let [a, b, s] = f.as_slice() else {
             return Err(Error::parse(path, line, "`utt1 utt2 score`", text));

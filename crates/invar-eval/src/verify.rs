@@ -78,17 +78,11 @@ pub struct Trial {
     pub target: bool,
 }
 
+/// [`crate::read_lines`] without the comment lines (starting with `#`).
 fn text_lines(path: &Path) -> Result<Vec<(usize, String)>> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    Ok(text
-        .lines()
-        .enumerate()
-        .map(|(i, l)| (i + 1, l.trim().to_string()))
-        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
-        .collect())
+    let mut lines = crate::read_lines(path)?;
+    lines.retain(|(_, l)| !l.starts_with('#'));
+    Ok(lines)
 }
 
 /// Reads an ids file: one `utterance-id speaker` per line, in the order of the embedding rows.

@@ -146,9 +146,24 @@ pub fn baum_welch(ubm: &DiagGmm, frames: &Matrix, utterance: usize) -> Result<Ba
 
 /// Baum–Welch statistics of every utterance of `source`, in parallel.
 pub fn baum_welch_source(ubm: &DiagGmm, source: &dyn FrameSource) -> Result<Vec<BaumWelch>> {
-    (0..source.len())
-        .into_par_iter()
-        .map(|i| baum_welch(ubm, &*load(source, i)?, i))
+    let rows: Vec<usize> = (0..source.len()).collect();
+    baum_welch_rows(ubm, source, &rows, &|| ())
+}
+
+/// Baum–Welch statistics of the utterances `rows` of `source` (one shard's, say), in parallel and
+/// in the order of `rows`; `done` is called once per utterance finished (a progress bar).
+pub fn baum_welch_rows(
+    ubm: &DiagGmm,
+    source: &dyn FrameSource,
+    rows: &[usize],
+    done: &(dyn Fn() + Sync),
+) -> Result<Vec<BaumWelch>> {
+    rows.par_iter()
+        .map(|&i| {
+            let bw = baum_welch(ubm, &*load(source, i)?, i)?;
+            done();
+            Ok(bw)
+        })
         .collect()
 }
 

@@ -29,8 +29,9 @@ pub use gmm::{meta_path, DiagGmm};
 /// so that callers of EM, MAP and i-vector statistics need one import.
 pub use invar_io::{FrameSource, SourceError};
 pub use ivector::{
-    baum_welch, baum_welch_source, length_normalize, train_ivector, train_ivector_resumable,
-    BaumWelch, IvectorConfig, IvectorExtractor, IvectorIteration, TStats, KALDI_PRIOR_OFFSET,
+    baum_welch, baum_welch_rows, baum_welch_source, length_normalize, train_ivector,
+    train_ivector_resumable, BaumWelch, IvectorConfig, IvectorExtractor, IvectorIteration, TStats,
+    KALDI_PRIOR_OFFSET,
 };
 pub use lnorm::LengthNorm;
 pub use map::{map_means, supervector, supervector_from_stats, supervectors, MapConfig};
@@ -39,7 +40,7 @@ pub use plda::{Plda, PldaConfig, PldaStats};
 pub use scoring::{Lda, Projection, Wccn};
 pub use stats::{GmmStats, StatsOrder, StatsParts};
 pub use train::{
-    accumulate_block, accumulate_source, m_step, sample_frames, shard_block, split, train,
-    train_from, train_resumable, DeadPolicy, EmConfig, EmStage, EmState, GmmMeta, InitMethod,
-    IterationReport, TrainedGmm,
+    accumulate_block, accumulate_source, converged, em_update, m_step, sample_frames, shard_block,
+    split, train, train_from, train_resumable, DeadPolicy, EmConfig, EmStage, EmState, GmmMeta,
+    InitMethod, IterationReport, TrainedGmm,
 };

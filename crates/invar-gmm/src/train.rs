@@ -286,12 +286,15 @@ impl EmState {
         let (EmStage::Full { done }, n) = (self.stage, self.history.len()) else {
             return false;
         };
-        done >= 2
-            && n >= 2
-            && (self.history[n - 1].mean_log_likelihood - self.history[n - 2].mean_log_likelihood)
-                .abs()
-                < cfg.tol
+        done >= 2 && n >= 2 && converged(&self.history, cfg.tol)
     }
+}
+
+/// EM's stopping rule: the last iteration of `history` changed the mean log-likelihood per frame
+/// by less than `tol` (false before two iterations).
+pub fn converged(history: &[IterationReport], tol: f64) -> bool {
+    let n = history.len();
+    n >= 2 && (history[n - 1].mean_log_likelihood - history[n - 2].mean_log_likelihood).abs() < tol
 }
 
 /// Trains a UBM on `source`: initialise as configured, then EM. `on_iter` sees every iteration.
@@ -468,10 +471,36 @@ fn em_iteration(
     history: &mut Vec<IterationReport>,
     on_iter: &mut dyn FnMut(&IterationReport),
 ) -> Result<DiagGmm> {
-    let iteration = history.len() + 1;
     let stats = accumulate_source(gmm, source, StatsOrder::Second)?;
     if stats.frames() == 0 {
         return Err(Error::Empty("the frame source has no frames"));
+    }
+    let next = em_update(&stats, cfg, history)?;
+    if let Some(report) = history.last() {
+        tracing::info!(
+            iteration = report.iteration,
+            components = report.components,
+            mean_log_likelihood = report.mean_log_likelihood,
+            dead = report.dead,
+            "EM"
+        );
+        on_iter(report);
+    }
+    Ok(next)
+}
+
+/// The second half of one EM iteration, from the statistics of its E-step (summed over all the
+/// data, or over all shards' of it): the M-step ([`m_step`]) with the iteration's report appended
+/// to `history` (whose length says which iteration this is). Statistics without frames or with a
+/// non-finite log-likelihood are refused.
+pub fn em_update(
+    stats: &GmmStats,
+    cfg: &EmConfig,
+    history: &mut Vec<IterationReport>,
+) -> Result<DiagGmm> {
+    let iteration = history.len() + 1;
+    if stats.frames() == 0 {
+        return Err(Error::Empty("the statistics hold no frames"));
     }
     let mean_ll = stats.log_likelihood() / stats.frames() as f64;
     if !mean_ll.is_finite() {
@@ -480,23 +509,14 @@ fn em_iteration(
             iteration,
         });
     }
-    let (next, dead) = m_step(&stats, cfg, iteration)?;
-    let report = IterationReport {
+    let (next, dead) = m_step(stats, cfg, iteration)?;
+    history.push(IterationReport {
         iteration,
-        components: gmm.components(),
+        components: stats.components(),
         mean_log_likelihood: mean_ll,
         frames: stats.frames(),
         dead,
-    };
-    tracing::info!(
-        iteration,
-        components = report.components,
-        mean_log_likelihood = mean_ll,
-        dead,
-        "EM"
-    );
-    on_iter(&report);
-    history.push(report);
+    });
     Ok(next)
 }
 

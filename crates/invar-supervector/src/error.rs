@@ -25,6 +25,14 @@ pub enum Error {
     #[error("{path}: {reason}")]
     Model { path: PathBuf, reason: String },
 
+    /// A line of a list the user gave (training speakers, closed-set ids) names nothing in the set.
+    #[error("{path}:{line}: {reason}")]
+    List {
+        path: PathBuf,
+        line: usize,
+        reason: String,
+    },
+
     /// Reading or writing a matrix, labels or JSON failed.
     #[error(transparent)]
     Io(#[from] invar_io::Error),

@@ -7,7 +7,7 @@
 //! per-split results are summarised as mean ± sample standard deviation over the splits, so no one
 //! split decides the ranking.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
 use candle_core::Device;
@@ -36,6 +36,65 @@ pub enum SplitPlan {
         train_speakers: Vec<usize>,
         closed_rows: Option<Vec<usize>>,
     },
+}
+
+impl SplitPlan {
+    /// The one split named by files: `train_speakers` lists the training speakers' names, one
+    /// per line; `closed_ids`, when given, the utterance ids of the closed-set test rows, one per
+    /// line, which needs the set's ids (`ids`, row for row). A name or id not in the set is an
+    /// error naming the file and line.
+    pub fn from_lists(
+        set: &SupervectorSet,
+        ids: Option<&[String]>,
+        train_speakers: &Path,
+        closed_ids: Option<&Path>,
+    ) -> Result<SplitPlan> {
+        // The index in `names` of each line of `path`; `what` and `where_` say what a line
+        // names and where it was looked for.
+        let find = |path: &Path, names: &[String], (what, where_): (&str, &str)| {
+            let index: HashMap<&str, usize> = names
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (s.as_str(), i))
+                .collect();
+            invar_eval::read_lines(path)?
+                .into_iter()
+                .map(|(line, name)| {
+                    index
+                        .get(name.as_str())
+                        .copied()
+                        .ok_or_else(|| Error::List {
+                            path: path.to_path_buf(),
+                            line,
+                            reason: format!("{what} {name:?} is not {where_}"),
+                        })
+                })
+                .collect::<Result<Vec<usize>>>()
+        };
+        let train_speakers = find(
+            train_speakers,
+            &set.speakers,
+            ("speaker", "in the supervector set"),
+        )?;
+        let closed_rows = match closed_ids {
+            None => None,
+            Some(c) => {
+                let Some(ids) = ids else {
+                    return Err(Error::Model {
+                        path: c.to_path_buf(),
+                        reason: "closed-set ids need the supervectors' ids (--ids, or ids.txt in \
+                                 --supervectors)"
+                            .into(),
+                    });
+                };
+                Some(find(c, ids, ("utterance", "among the supervectors' ids"))?)
+            }
+        };
+        Ok(SplitPlan::Speakers {
+            train_speakers,
+            closed_rows,
+        })
+    }
 }
 
 /// What `invar supervector eval` computes besides the autoencoder's own settings.

@@ -153,10 +153,10 @@ shards() {
 # ubm_em OUT ITERS COMMAND...: the UBM, COMMAND being `invar gmm train ... --out OUT --iters
 # ITERS`. With --nj 1 --cmd run, that command. Otherwise EM in OUT.em/: the initial model (the
 # command with --iters 0, into OUT.em/init), then per iteration NN `invar gmm accumulate` on $nj
-# shards (OUT.em/stats-NN/K-of-N.safetensors) and `invar gmm update` joining them along the
-# E-step's summation tree (OUT.em/NN: the bits of one `gmm train` iteration), stopping early when
-# update says converged (gmm train's rule); the last model is then copied into OUT. A rerun
-# continues from the last finished iteration.
+# shards into one folder (OUT.em/stats-NN/stats.K-of-N.safetensors) and `invar gmm update` on
+# that folder, joining them along the E-step's summation tree (OUT.em/NN: the bits of one `gmm
+# train` iteration), stopping early when update says converged (gmm train's rule); the last model
+# is then copied into OUT. A rerun continues from the last finished iteration.
 ubm_em() {
   out=$1; iters=$2; shift 2
   if [ "$nj" = 1 ] && [ "$cmd" = run ]; then "$@" $extra; return; fi
@@ -188,19 +188,13 @@ ubm_em() {
   while [ "$it" -le "$iters" ]; do
     nn=$(printf %02d "$it")
     if [ ! -e "$em/$nn/results.json" ]; then
-      mkdir -p "$em/stats-$nn" || return 1
+      # An unfinished iteration's statistics are made again, by this run's $nj shards.
+      rm -rf -- "./$em/stats-$nn" || return 1
       echo "EM iteration $it: accumulate on $nj shards"
       launch "$stem.em$nn" invar gmm accumulate --ubm "$dir/ubm.safetensors" \
-        --features "$feats" ${split:+--split "$split"} \
-        --out "$em/stats-$nn/JOB-of-$nj.safetensors" || return 1
-      set --
-      k=1
-      while [ "$k" -le "$nj" ]; do
-        set -- "$@" "$em/stats-$nn/$k-of-$nj.safetensors"
-        k=$((k + 1))
-      done
+        --features "$feats" ${split:+--split "$split"} --out "$em/stats-$nn" || return 1
       echo "EM iteration $it: update"
-      invar gmm update --stats "$@" ${conf:+--config "$conf"} \
+      invar gmm update --stats "$em/stats-$nn" ${conf:+--config "$conf"} \
         ${previous:+--previous "$previous"} --out "$em/$nn" --force > "$stem.em$nn.log" 2>&1 \
         || { excerpt "$stem.em$nn.log" 8; return 1; }
     fi
