@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use invar_data::FeatureSet;
-use invar_eval::abx::{self, AbxConfig, AbxDataset, AbxMode, AbxResult, Convention, FrameTiming};
+use invar_eval::abx::{self, AbxConfig, AbxDataset, AbxMode, AbxResult, Convention};
 use invar_eval::{Embeddings, IdentifyReport, PairMetric, Trial, VerifyConfig, VerifyReport};
 use invar_ops::FrameDistance;
 use serde::Serialize;
@@ -181,39 +181,6 @@ fn write_results<T: Serialize>(out: &Path, json: Option<&Path>, value: &T) -> an
     Ok(())
 }
 
-/// The frame timing for `eval abx`: the set's own (an invar set always records one, or was derived
-/// from a set that records none), the flags where the set has none; a flag that disagrees with the
-/// set's timing wins, with a warning.
-fn abx_timing(
-    set: &FeatureSet,
-    features: &Path,
-    hop_ms: Option<f64>,
-    win_ms: Option<f64>,
-) -> anyhow::Result<FrameTiming> {
-    let recorded = set.timing();
-    let pick = |flag: Option<f64>, own: Option<f64>, name: &str| match (flag, own) {
-        (Some(f), Some(o)) => {
-            if (f - o).abs() > 1e-9 {
-                tracing::warn!(
-                    "--{name} {f} overrides the {o} ms that {} records",
-                    features.display()
-                );
-            }
-            Ok(f)
-        }
-        (Some(f), None) | (None, Some(f)) => Ok(f),
-        (None, None) => Err(anyhow::anyhow!(
-            "{}: these features record no frame timing (a Kaldi scp, a plain .npy folder, or a \
-             set derived from one): give --{name}",
-            features.display()
-        )),
-    };
-    Ok(FrameTiming::from_ms(
-        pick(hop_ms, recorded.map(|t| t.hop_s * 1000.0), "hop-ms")?,
-        pick(win_ms, recorded.map(|t| t.win_s * 1000.0), "win-ms")?,
-    ))
-}
-
 fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
     // The caps are checked before any feature is read.
     AbxConfig {
@@ -230,7 +197,12 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
         &[args.item.as_path(), args.features.as_path()],
     )?;
     let set = FeatureSet::open(&args.features)?;
-    let timing = abx_timing(&set, &args.features, args.hop_ms, args.win_ms)?;
+    let (timing, overrides) = set
+        .frame_timing(args.hop_ms, args.win_ms)
+        .map_err(|e| anyhow::anyhow!("{e} (--hop-ms, --win-ms)"))?;
+    for note in overrides {
+        tracing::warn!("{note}");
+    }
     let items = invar_eval::read_items(&args.item)?;
     tracing::info!(
         "{} items; frames every {} ms, {} ms long",

@@ -82,6 +82,16 @@ pub enum Error {
         problem: String,
         fix: &'static str,
     },
+    /// A set records no frame timing (Kaldi scp, plain `.npy` folder, or derived from one) and the
+    /// caller gave no hop or window to use instead: never an assumed 10 ms.
+    #[error(
+        "{path}: these features record no frame timing (a Kaldi scp, a plain .npy folder, or a set \
+         derived from one): give the frame {missing} in ms"
+    )]
+    NoTiming {
+        path: PathBuf,
+        missing: &'static str,
+    },
     /// Numbers that must agree do not (row counts, dimensions, label counts).
     #[error("{path}: {what}: expected {expected}, found {found}")]
     Mismatch {

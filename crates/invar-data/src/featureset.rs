@@ -161,6 +161,8 @@ pub fn shard_files(dir: &Path, stem: &str, ext: &str) -> Result<Vec<PathBuf>> {
 #[derive(Debug, Clone)]
 pub struct FeatureSet {
     dir: PathBuf,
+    /// The path `open` was given (a Kaldi `scp` file, or the folder): what errors name.
+    opened: PathBuf,
     entries: Vec<FeatureEntry>,
     /// `None` only for a set without an invar manifest (Kaldi scp, plain `.npy` folder). Boxed:
     /// the front-end config is large and most code moves sets around by value.
@@ -176,9 +178,11 @@ impl FeatureSet {
     /// missing or truncated file, a set never sealed, or a manifest whose row count or checksum
     /// differs from the seal is an error naming the file.
     pub fn open(dir: impl AsRef<Path>) -> Result<FeatureSet> {
-        if let Some((dir, entries)) = crate::backend::open_unindexed(dir.as_ref())? {
+        let dir_given = dir.as_ref();
+        if let Some((dir, entries)) = crate::backend::open_unindexed(dir_given)? {
             return Ok(FeatureSet {
                 dir,
+                opened: dir_given.to_path_buf(),
                 entries,
                 meta: None,
             });
@@ -197,6 +201,7 @@ impl FeatureSet {
             });
         }
         Ok(FeatureSet {
+            opened: dir.clone(),
             dir,
             entries,
             meta: Some(Box::new(meta)),
@@ -213,6 +218,40 @@ impl FeatureSet {
     /// set).
     pub fn timing(&self) -> Option<invar_io::FrameTiming> {
         self.meta.as_ref().and_then(|m| m.timing)
+    }
+
+    /// The frame timing to read this set's frames with (ABX's item times, term discovery's
+    /// fragments): the hop and window the set records, each replaced by `hop_ms` / `win_ms` where
+    /// given. Returns the timing and a sentence for each given value that differs from the
+    /// recorded one (callers warn with it). A set that records no timing needs both values: an
+    /// assumed 10 ms would map 20 ms frames to the wrong times.
+    pub fn frame_timing(
+        &self,
+        hop_ms: Option<f64>,
+        win_ms: Option<f64>,
+    ) -> Result<(invar_io::FrameTiming, Vec<String>)> {
+        let recorded = self.timing();
+        let mut notes = Vec::new();
+        let mut pick = |given: Option<f64>, own: Option<f64>, name: &'static str| match (given, own)
+        {
+            (Some(g), Some(o)) => {
+                if (g - o).abs() > 1e-9 {
+                    notes.push(format!(
+                        "the given {name} of {g} ms overrides the {o} ms that {} records",
+                        self.dir.display()
+                    ));
+                }
+                Ok(g)
+            }
+            (Some(v), None) | (None, Some(v)) => Ok(v),
+            (None, None) => Err(Error::NoTiming {
+                path: self.opened.clone(),
+                missing: name,
+            }),
+        };
+        let hop = pick(hop_ms, recorded.map(|t| t.hop_s * 1000.0), "hop")?;
+        let win = pick(win_ms, recorded.map(|t| t.win_s * 1000.0), "window")?;
+        Ok((invar_io::FrameTiming::from_ms(hop, win), notes))
     }
 
     /// What a set derived from this one records as its origin.
@@ -606,6 +645,43 @@ pub(crate) mod tests {
             shard_files(whole.path(), "stats", "safetensors").unwrap(),
             [whole.path().join("stats.safetensors")]
         );
+    }
+
+    /// The timing ABX and term discovery read a set with: the recorded one, each given value
+    /// overriding it (and said), and for a set with none both values required, naming the folder.
+    #[test]
+    fn frame_timing_takes_the_record_and_overrides_it_only_when_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = serde_json::json!({"kind": "mfcc", "dims": 3});
+        let w = FeatureSetWriter::create(dir.path(), &cfg, &origin()).unwrap();
+        w.write("u1", "s1", Split::Train, &mat(4, 3, 0.0)).unwrap();
+        w.finish().unwrap();
+        let set = FeatureSet::open(dir.path()).unwrap();
+        let (t, notes) = set.frame_timing(None, None).unwrap();
+        assert_eq!(t, FrameTiming::from_ms(20.0, 20.0));
+        assert!(notes.is_empty());
+        let (t, notes) = set.frame_timing(Some(20.0), Some(25.0)).unwrap();
+        assert_eq!(t, FrameTiming::from_ms(20.0, 25.0));
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].contains("window of 25 ms overrides the 20 ms"),
+            "{notes:?}"
+        );
+
+        let plain = tempfile::tempdir().unwrap();
+        invar_io::write_npy(plain.path().join("x1.npy"), &mat(4, 3, 0.0)).unwrap();
+        let set = FeatureSet::open(plain.path()).unwrap();
+        let err = set.frame_timing(None, Some(25.0)).unwrap_err().to_string();
+        assert!(
+            err.contains("record no frame timing") && err.contains("frame hop"),
+            "{err}"
+        );
+        assert!(err.contains(&plain.path().display().to_string()), "{err}");
+        let err = set.frame_timing(Some(10.0), None).unwrap_err().to_string();
+        assert!(err.contains("frame window"), "{err}");
+        let (t, notes) = set.frame_timing(Some(10.0), Some(25.0)).unwrap();
+        assert_eq!(t, FrameTiming::from_ms(10.0, 25.0));
+        assert!(notes.is_empty());
     }
 
     /// A 20 ms origin without a front-end, for sets made in tests.

@@ -284,20 +284,9 @@ fn abx(
     let timing =
         match &source {
             AbxSource::Set(set) => {
-                let own = set.timing();
-                match (
-                    hop_ms.or(own.map(|t| t.hop_s * 1000.0)),
-                    win_ms.or(own.map(|t| t.win_s * 1000.0)),
-                ) {
-                    (Some(hop), Some(win)) => FrameTiming::from_ms(hop, win),
-                    _ => {
-                        return Err(PyValueError::new_err(format!(
-                        "{}: these features record no frame timing (a Kaldi scp or a plain .npy \
-                         folder): give hop_ms and win_ms",
-                        set.dir().display()
-                    )))
-                    }
-                }
+                set.frame_timing(hop_ms, win_ms)
+                    .map_err(|e| PyValueError::new_err(format!("{e} (hop_ms, win_ms)")))?
+                    .0
             }
             AbxSource::Arrays(_) => match (hop_ms, win_ms) {
                 (Some(hop), Some(win)) => FrameTiming {
