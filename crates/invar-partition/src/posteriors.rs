@@ -185,7 +185,9 @@ impl Stack {
     }
 
     fn push(&mut self, id: String, speaker: String, m: &Matrix) -> Result<()> {
-        let all = if m.rows == 0 { vec![] } else { vec![0..m.rows] };
+        let all: Vec<Range<usize>> = std::iter::once(0..m.rows)
+            .filter(|r| !r.is_empty())
+            .collect();
         self.push_spans(id, speaker, m, all)
     }
 

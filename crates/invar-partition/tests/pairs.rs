@@ -254,8 +254,10 @@ fn loading_only_the_fragments_frames_pairs_and_trains_the_same_bits() {
         assert_eq!(row(&full, a[1]), row(&part, b[1]));
     }
 
-    let mut pcfg = PartitionConfig::default();
-    pcfg.pairs = cfg.clone();
+    let mut pcfg = PartitionConfig {
+        pairs: cfg.clone(),
+        ..PartitionConfig::default()
+    };
     pcfg.model.outputs = 4;
     pcfg.batch_size = 200;
     pcfg.train.epochs = 3;
