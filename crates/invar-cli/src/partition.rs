@@ -166,7 +166,21 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     cfg.validate()?;
     let device = invar_ops::device(&a.device)?;
     let set = FeatureSet::open(&a.posteriors)?;
-    let post = Posteriorgrams::from_featureset(&set)?;
+    let classes = match (&a.classes, &a.gold_corpus) {
+        (Some(path), _) => invar_data::read_classes(path)?,
+        (None, Some(root)) => {
+            let corpus = invar_data::read_corpus(a.layout, root)?;
+            gold_classes(&corpus.utterances, a.sample_rate, &["h#", "pau", "sil"])
+        }
+        (None, None) => anyhow::bail!("give --classes FILE or --gold-corpus PATH"),
+    };
+    let sil = a.silhouette.then(SilhouetteConfig::default);
+    // Only the frames inside the classes' fragments are held (pairs and silhouettes read no
+    // others): memory follows the classes, not the corpus.
+    let timings: Vec<_> = std::iter::once(cfg.pairs.timing)
+        .chain(sil.as_ref().map(|s| s.timing))
+        .collect();
+    let post = Posteriorgrams::from_featureset_fragments(&set, &classes, &timings)?;
     let _out = crate::out_dir::claim(
         &a.out,
         "partition train",
@@ -180,23 +194,14 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
         ]
         .concat(),
     )?;
-    let classes = match (&a.classes, &a.gold_corpus) {
-        (Some(path), _) => invar_data::read_classes(path)?,
-        (None, Some(root)) => {
-            let corpus = invar_data::read_corpus(a.layout, root)?;
-            gold_classes(&corpus.utterances, a.sample_rate, &["h#", "pau", "sil"])
-        }
-        (None, None) => anyhow::bail!("give --classes FILE or --gold-corpus PATH"),
-    };
     tracing::info!(
         utterances = post.len(),
-        frames = post.frames.rows,
+        held_frames = post.frames.rows,
         dims = post.dim(),
         classes = classes.len(),
         "training a partition into {} outputs",
         cfg.model.outputs
     );
-    let sil = a.silhouette.then(SilhouetteConfig::default);
     let report = run_partition(
         &post,
         &classes,

@@ -21,6 +21,17 @@ pub enum Error {
     #[error("class {class}: fragment file `{file}` is not in the posteriorgram set; check that the class file and the posteriorgrams come from the same corpus")]
     UnknownFile { class: u64, file: String },
 
+    /// A fragment's frames are not among those a posteriorgram set loaded by fragments holds.
+    #[error("class {class}: frames {first}..{end} of `{file}` (the fragment {start_s}–{end_s} s) are not held; the posteriorgrams were loaded for other classes or another frame timing: load them with these classes and timing, or whole (`Posteriorgrams::from_featureset`)")]
+    NotHeld {
+        class: u64,
+        file: String,
+        first: usize,
+        end: usize,
+        start_s: f64,
+        end_s: f64,
+    },
+
     /// Not enough pairs to train or validate.
     #[error("{what}: {reason}")]
     NoPairs { what: &'static str, reason: String },

@@ -127,11 +127,14 @@ pub fn build_pairs(
                 stats.fragments_too_short += 1;
                 continue;
             }
+            let start = post
+                .row_of(utt, r.clone())
+                .ok_or_else(|| not_held(class.id, f, &r))?;
             by_class[c].push(frags.len());
             frags.push(Frag {
                 class: c,
                 utt,
-                start: post.offsets[utt] + r.start,
+                start,
                 len: r.len(),
             });
         }
@@ -245,6 +248,18 @@ pub fn build_pairs(
     stats.same_frame_pairs = pairs.same.len();
     stats.diff_frame_pairs = pairs.diff.len();
     Ok((pairs, stats))
+}
+
+/// The error for a fragment whose frames a posteriorgram set loaded by fragments does not hold.
+pub(crate) fn not_held(class: u64, f: &Fragment, r: &std::ops::Range<usize>) -> Error {
+    Error::NotHeld {
+        class,
+        file: f.file.clone(),
+        first: r.start,
+        end: r.end,
+        start_s: f.start,
+        end_s: f.end,
+    }
 }
 
 /// The diagonal alignment of two tokens of `len_a` and `len_c` frames, as `(frame of a, frame of c)`

@@ -1,10 +1,12 @@
-//! A posteriorgram corpus held in memory: every utterance's frames stacked into one matrix, so that
-//! frame pairs are index pairs into it (never copies).
+//! A posteriorgram corpus held in memory: every utterance's frames (or only the frames inside some
+//! classes' fragments, [`Posteriorgrams::from_featureset_fragments`]) stacked into one matrix, so
+//! that frame pairs are index pairs into it (never copies).
 
 use std::collections::HashMap;
+use std::ops::Range;
 
-use invar_data::FeatureSet;
-use invar_io::Matrix;
+use invar_data::{Class, FeatureSet};
+use invar_io::{FrameTiming, Matrix};
 
 use crate::{Error, Result};
 
@@ -13,10 +15,16 @@ use crate::{Error, Result};
 pub struct Posteriorgrams {
     pub ids: Vec<String>,
     pub speakers: Vec<String>,
-    /// `offsets[u]..offsets[u + 1]` are utterance `u`'s rows of `frames`.
+    /// `offsets[u]..offsets[u + 1]` are utterance `u`'s rows of `frames`: all its frames, or for a
+    /// set loaded by [`Posteriorgrams::from_featureset_fragments`] the frames of its held spans.
     pub offsets: Vec<usize>,
-    /// All frames, `total × M`.
+    /// The held frames, `held × M` (every frame of every utterance unless loaded by fragments).
     pub frames: Matrix,
+    /// Each utterance's held spans of its own frames, in order, disjoint and not touching; their
+    /// rows follow each other from `offsets[u]`. A fully loaded utterance holds `[0..frames)`.
+    spans: Vec<Vec<Range<usize>>>,
+    /// Each utterance's frame count in its set (held or not).
+    lengths: Vec<usize>,
     index: HashMap<String, usize>,
 }
 
@@ -43,6 +51,41 @@ impl Posteriorgrams {
         stack.finish()
     }
 
+    /// Loads from a feature set only the frames that `classes`' fragments cover under any of
+    /// `timings` (each fragment's [`FrameTiming::frames`], as `build_pairs` and `silhouette`
+    /// resolve it), one utterance at a time: the memory held is the fragments' frames, not the
+    /// corpus's. Every utterance is still listed (its id, speaker and frame count) and still
+    /// checked to hold distributions in every frame; pairs and silhouettes computed on it are the
+    /// ones computed on [`Posteriorgrams::from_featureset`], bit for bit, as long as they use the
+    /// same classes and one of `timings`.
+    pub fn from_featureset_fragments(
+        set: &FeatureSet,
+        classes: &[Class],
+        timings: &[FrameTiming],
+    ) -> Result<Self> {
+        let mut times: HashMap<&str, Vec<(f64, f64)>> = HashMap::new();
+        for f in classes.iter().flat_map(|c| &c.fragments) {
+            times
+                .entry(f.file.as_str())
+                .or_default()
+                .push((f.start, f.end));
+        }
+        let mut stack = Stack::with_capacity(0);
+        for e in set.entries() {
+            let m = set.load(e)?;
+            let rows = m.rows;
+            let mut ranges: Vec<Range<usize>> = times
+                .get(e.id.as_str())
+                .into_iter()
+                .flatten()
+                .flat_map(|&(on, off)| timings.iter().map(move |t| t.frames(on, off, rows)))
+                .filter(|r| !r.is_empty())
+                .collect();
+            stack.push_spans(e.id.clone(), e.speaker.clone(), &m, merge(&mut ranges))?;
+        }
+        stack.finish()
+    }
+
     /// M, the posteriorgram dimension.
     pub fn dim(&self) -> usize {
         self.frames.cols
@@ -63,9 +106,28 @@ impl Posteriorgrams {
         self.index.get(id).copied()
     }
 
-    /// Number of frames of utterance `u`.
+    /// Number of frames of utterance `u` (in its set, whether held or not).
     pub fn frames_of(&self, u: usize) -> usize {
-        self.offsets[u + 1] - self.offsets[u]
+        self.lengths[u]
+    }
+
+    /// The row of `frames` that holds frame `r.start` of utterance `u`, when all of `r` is held
+    /// (rows `row..row + r.len()` are then its frames); `None` when some of it is not held or
+    /// it is past the utterance's end.
+    pub fn row_of(&self, u: usize, r: Range<usize>) -> Option<usize> {
+        let mut row = self.offsets[u];
+        for s in &self.spans[u] {
+            if s.start <= r.start && r.end <= s.end {
+                return Some(row + r.start - s.start);
+            }
+            row += s.len();
+        }
+        None
+    }
+
+    /// Bytes of frames held (`held rows × M × 4`).
+    pub fn held_bytes(&self) -> usize {
+        self.frames.data.len() * std::mem::size_of::<f32>()
     }
 
     /// Rows `start..end` (global frame indices), row-major.
@@ -74,7 +136,7 @@ impl Posteriorgrams {
         &self.frames.data[start * c..end * c]
     }
 
-    /// Utterance `u`'s frames as a matrix copy.
+    /// Utterance `u`'s held frames as a matrix copy (all its frames unless loaded by fragments).
     pub fn utterance(&self, u: usize) -> Matrix {
         let (s, e) = (self.offsets[u], self.offsets[u + 1]);
         Matrix {
@@ -92,6 +154,21 @@ struct Stack {
     ids: Vec<String>,
     speakers: Vec<String>,
     offsets: Vec<usize>,
+    spans: Vec<Vec<Range<usize>>>,
+    lengths: Vec<usize>,
+}
+
+/// Sorts `ranges` and merges those that overlap or touch.
+fn merge(ranges: &mut [Range<usize>]) -> Vec<Range<usize>> {
+    ranges.sort_unstable_by_key(|r| (r.start, r.end));
+    let mut out: Vec<Range<usize>> = Vec::new();
+    for r in ranges.iter() {
+        match out.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => out.push(r.clone()),
+        }
+    }
+    out
 }
 
 impl Stack {
@@ -102,10 +179,26 @@ impl Stack {
             ids: Vec::new(),
             speakers: Vec::new(),
             offsets: vec![0],
+            spans: Vec::new(),
+            lengths: Vec::new(),
         }
     }
 
     fn push(&mut self, id: String, speaker: String, m: &Matrix) -> Result<()> {
+        let all: Vec<Range<usize>> = std::iter::once(0..m.rows)
+            .filter(|r| !r.is_empty())
+            .collect();
+        self.push_spans(id, speaker, m, all)
+    }
+
+    /// Appends the rows of `m` in `spans` (sorted, disjoint, within `m`).
+    fn push_spans(
+        &mut self,
+        id: String,
+        speaker: String,
+        m: &Matrix,
+        spans: Vec<Range<usize>>,
+    ) -> Result<()> {
         let dim = *self.dim.get_or_insert(m.cols);
         if m.cols != dim {
             return Err(Error::Shape {
@@ -115,11 +208,18 @@ impl Stack {
             });
         }
         check_distributions(&id, m)?;
-        self.data.extend_from_slice(&m.data);
+        let mut held = 0;
+        for s in &spans {
+            self.data
+                .extend_from_slice(&m.data[s.start * m.cols..s.end * m.cols]);
+            held += s.len();
+        }
         self.offsets
-            .push(self.offsets[self.offsets.len() - 1] + m.rows);
+            .push(self.offsets[self.offsets.len() - 1] + held);
         self.ids.push(id);
         self.speakers.push(speaker);
+        self.spans.push(spans);
+        self.lengths.push(m.rows);
         Ok(())
     }
 
@@ -132,6 +232,8 @@ impl Stack {
             speakers: self.speakers,
             offsets: self.offsets,
             frames: Matrix::new(total, dim, self.data)?,
+            spans: self.spans,
+            lengths: self.lengths,
             index,
         })
     }

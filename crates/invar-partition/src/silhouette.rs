@@ -58,7 +58,10 @@ pub fn silhouette(
             if r.len() < cfg.min_frames {
                 continue;
             }
-            let rows = post.rows(post.offsets[u] + r.start, post.offsets[u] + r.end);
+            let row = post
+                .row_of(u, r.clone())
+                .ok_or_else(|| crate::pairs::not_held(class.id, f, &r))?;
+            let rows = post.rows(row, row + r.len());
             let frames = match partition {
                 Some(p) => {
                     let m = invar_io::Matrix::new(r.len(), post.dim(), rows.to_vec())?;

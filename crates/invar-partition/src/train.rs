@@ -215,7 +215,7 @@ pub fn train(
         });
     }
     pairs.check_groups()?;
-    let (train_pairs, val_pairs) = split(pairs, cfg.validation_fraction, cfg.seed);
+    let (mut train_pairs, mut val_pairs) = split(pairs, cfg.validation_fraction, cfg.seed);
     tracing::info!(
         train = train_pairs.len(),
         validation = val_pairs.len(),
@@ -261,7 +261,15 @@ pub fn train(
         .ok_or_else(|| Error::config("model", "the variable map lost V"))?;
     drop(v);
 
-    let frames = Tensor::from_slice(&post.frames.data, (total, m), device)?;
+    // Only the frames the pairs use go to the device (the pairs are capped per class, the corpus is
+    // not); the pairs are renumbered into them, which gathers the same rows.
+    let used = compact(&post.frames, &mut train_pairs, &mut val_pairs)?;
+    tracing::info!(
+        frames = used.rows,
+        of = total,
+        "frames used by the pairs held for training"
+    );
+    let frames = Tensor::from_vec(used.data, (used.rows, m), device)?;
     let mut step = PartitionStep {
         v: var.clone(),
         frames,
@@ -282,6 +290,33 @@ pub fn train(
         v: Some(v),
         summary: Some(summary),
     })
+}
+
+/// The rows of `frames` that `train` and `val` use, in increasing order, as a matrix, with every
+/// pair's indices renumbered into it: a pair gathers the same two rows from the result as it did
+/// from `frames`, and nothing else is kept.
+fn compact(frames: &Matrix, train: &mut [Pair], val: &mut [Pair]) -> Result<Matrix> {
+    let mut rows: Vec<u32> = train
+        .iter()
+        .chain(val.iter())
+        .flat_map(|p| [p.0, p.1])
+        .collect();
+    rows.sort_unstable();
+    rows.dedup();
+    let renumber = |i: u32| -> u32 {
+        // Every index is one of `rows`, which has at most as many entries as `frames` rows (u32).
+        rows.binary_search(&i).map_or(u32::MAX, |k| k as u32)
+    };
+    for p in train.iter_mut().chain(val.iter_mut()) {
+        p.0 = renumber(p.0);
+        p.1 = renumber(p.1);
+    }
+    let c = frames.cols;
+    let mut data = Vec::with_capacity(rows.len() * c);
+    for &r in &rows {
+        data.extend_from_slice(frames.row(r as usize));
+    }
+    Ok(Matrix::new(rows.len(), c, data)?)
 }
 
 /// Splits same and different pairs separately into (train, validation), seeded, by whole groups
@@ -328,6 +363,8 @@ fn split(pairs: &FramePairs, fraction: f64, seed: u64) -> (Vec<Pair>, Vec<Pair>)
 
 #[cfg(test)]
 mod tests {
+    use rand::Rng;
+
     use super::*;
 
     fn epoch_pairs(source: &mut PairBatches, epoch: usize, rng: &mut ChaCha8Rng) -> Vec<Pair> {
@@ -355,6 +392,45 @@ mod tests {
         let mut sorted = second.clone();
         sorted.sort_unstable();
         assert_eq!(sorted, pairs, "each epoch holds every pair once");
+    }
+
+    /// The compacted frames hold only the rows the pairs use, and every renumbered pair gathers
+    /// the same bytes as before, on random pairs over a random matrix.
+    #[test]
+    fn compaction_keeps_what_each_pair_gathers_and_nothing_else() {
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        let (rows, cols) = (500, 3);
+        let frames = Matrix::new(
+            rows,
+            cols,
+            (0..rows * cols).map(|_| rng.random::<f32>()).collect(),
+        )
+        .expect("shape");
+        let draw = |rng: &mut ChaCha8Rng, n: usize| -> Vec<Pair> {
+            (0..n)
+                .map(|_| {
+                    let a = rng.random_range(100..300u32);
+                    (a, a + rng.random_range(0..50u32), rng.random::<bool>())
+                })
+                .collect()
+        };
+        let (train0, val0) = (draw(&mut rng, 120), draw(&mut rng, 40));
+        let (mut train, mut val) = (train0.clone(), val0.clone());
+        let used = compact(&frames, &mut train, &mut val).expect("compact");
+        let mut distinct: Vec<u32> = train0
+            .iter()
+            .chain(&val0)
+            .flat_map(|p| [p.0, p.1])
+            .collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(used.rows, distinct.len());
+        assert!(used.rows < 250, "rows outside 100..350 are dropped");
+        for (old, new) in train0.iter().zip(&train).chain(val0.iter().zip(&val)) {
+            assert_eq!(old.2, new.2);
+            assert_eq!(frames.row(old.0 as usize), used.row(new.0 as usize));
+            assert_eq!(frames.row(old.1 as usize), used.row(new.1 as usize));
+        }
     }
 
     /// Group `g` of `sizes[g]` pairs, pair values unique so each maps back to its group.

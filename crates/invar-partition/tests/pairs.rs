@@ -173,3 +173,126 @@ fn gold_classes_group_word_tokens_and_skip_silence_and_singletons() {
     assert_eq!((f[0].file.as_str(), f[0].start, f[0].end), ("a", 0.1, 0.5));
     assert_eq!((f[1].file.as_str(), f[1].start, f[1].end), ("b", 0.0, 0.2));
 }
+
+/// Issue 24: a posteriorgram set loaded for some classes holds exactly the frames inside their
+/// fragments (a fraction of the corpus), lists every utterance with its full length, builds the
+/// same pairs (each gathering the same bytes), trains to the same bits of V as the set loaded whole,
+/// and refuses fragments it was not loaded for, naming them.
+#[test]
+fn loading_only_the_fragments_frames_pairs_and_trains_the_same_bits() {
+    use invar_data::{Class, FeatureSet, FeatureSetWriter, SetOrigin};
+    use invar_partition::{train, Error, PartitionConfig, Posteriorgrams};
+    use invar_train::ProgressMode;
+
+    let c = common::generate(4, 6, 5, 2, 8, 21);
+    let classes: Vec<Class> = c.word_classes().into_iter().take(3).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let set_dir = dir.path().join("post");
+    let origin = SetOrigin {
+        timing: Some(common::timing()),
+        frontend: None,
+    };
+    let w = FeatureSetWriter::create(&set_dir, &serde_json::json!({}), &origin).unwrap();
+    for u in 0..c.post.len() {
+        let (id, spk) = (&c.post.ids[u], &c.post.speakers[u]);
+        w.write(id, spk, Split::Train, &c.post.utterance(u))
+            .unwrap();
+    }
+    w.finish().unwrap();
+    let set = FeatureSet::open(&set_dir).unwrap();
+    let timing = common::timing();
+    let full = Posteriorgrams::from_featureset(&set).unwrap();
+    let part = Posteriorgrams::from_featureset_fragments(&set, &classes, &[timing]).unwrap();
+
+    // Held: the union of the fragments' frames, counted here frame by frame.
+    let mut want = 0;
+    for u in 0..full.len() {
+        let mut covered = vec![false; full.frames_of(u)];
+        let frags = classes.iter().flat_map(|k| &k.fragments);
+        for f in frags.filter(|f| f.file == full.ids[u]) {
+            for k in timing.frames(f.start, f.end, full.frames_of(u)) {
+                covered[k] = true;
+            }
+        }
+        want += covered.iter().filter(|&&b| b).count();
+        assert_eq!(part.frames_of(u), full.frames_of(u));
+        assert_eq!(
+            (&part.ids[u], &part.speakers[u]),
+            (&full.ids[u], &full.speakers[u])
+        );
+    }
+    assert_eq!(part.frames.rows, want);
+    assert_eq!(part.held_bytes(), want * full.dim() * 4);
+    assert!(
+        3 * part.frames.rows < full.frames.rows,
+        "{} of {} frames held",
+        part.frames.rows,
+        full.frames.rows
+    );
+
+    let cfg = PairConfig {
+        timing,
+        max_fragment_pairs_per_class: Some(6),
+        ..PairConfig::default()
+    };
+    let (pf, sf) = build_pairs(&full, &classes, &cfg, 3).unwrap();
+    let (pp, sp) = build_pairs(&part, &classes, &cfg, 3).unwrap();
+    assert_eq!(sf, sp);
+    assert!(!pf.same.is_empty() && !pf.diff.is_empty());
+    assert_eq!(
+        (pf.same_group.clone(), pf.diff_group.clone()),
+        (pp.same_group.clone(), pp.diff_group.clone())
+    );
+    let row = |p: &Posteriorgrams, i: u32| p.rows(i as usize, i as usize + 1).to_vec();
+    for (a, b) in pf
+        .same
+        .iter()
+        .zip(&pp.same)
+        .chain(pf.diff.iter().zip(&pp.diff))
+    {
+        assert_eq!(row(&full, a[0]), row(&part, b[0]));
+        assert_eq!(row(&full, a[1]), row(&part, b[1]));
+    }
+
+    let mut pcfg = PartitionConfig {
+        pairs: cfg.clone(),
+        ..PartitionConfig::default()
+    };
+    pcfg.model.outputs = 4;
+    pcfg.batch_size = 200;
+    pcfg.train.epochs = 3;
+    pcfg.train.progress = ProgressMode::Off;
+    let a = train(
+        &full,
+        &pf,
+        &pcfg,
+        &dir.path().join("a"),
+        &candle_core::Device::Cpu,
+        false,
+    )
+    .unwrap();
+    let b = train(
+        &part,
+        &pp,
+        &pcfg,
+        &dir.path().join("b"),
+        &candle_core::Device::Cpu,
+        false,
+    )
+    .unwrap();
+    let bits = |t: &invar_partition::Trained| -> Vec<u32> {
+        t.v.as_ref()
+            .unwrap()
+            .data
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    };
+    assert_eq!(bits(&a), bits(&b));
+
+    // Classes the set was not loaded for.
+    let others: Vec<Class> = c.word_classes().into_iter().skip(3).collect();
+    let err = build_pairs(&part, &others, &cfg, 3).unwrap_err();
+    assert!(matches!(err, Error::NotHeld { .. }), "{err}");
+    assert!(err.to_string().contains("not held"), "{err}");
+}

@@ -38,8 +38,8 @@ impl Trained {
         )?;
         mean_normalise(&cfg.features, &mut features);
         let frames = features.first().map_or(0, |m| m.rows);
-        let chunks = ChunkSet::build(
-            &features,
+        let chunks = ChunkSet::from_features(
+            features,
             &[0],
             &self.meta.normalizer,
             cfg.features.chunk_frames,

@@ -89,12 +89,20 @@ pub fn load_corpus(
         }
     }
     let (mut train, mut test) = (Vec::new(), Vec::new());
+    // The samples move into the labelled utterances rather than being copied (held once).
+    let mut audio: Vec<Option<invar_audio::Audio>> = audio.into_iter().map(Some).collect();
     for i in keep {
         let u = &utterances[i];
+        let Some(samples) = audio[i].take() else {
+            return Err(Error::Empty {
+                what: "corpus utterance",
+                hint: format!("`{}` was kept twice by the speaker filter", u.id),
+            });
+        };
         let item = LabeledAudio {
             id: u.id.clone(),
             speaker: u.speaker.clone(),
-            audio: audio[i].clone(),
+            audio: samples,
         };
         match u.split {
             Split::Test => test.push(item),

@@ -140,12 +140,16 @@ pub fn subtract_sliding_mean(m: &mut Matrix, window: usize) {
 
 /// Non-overlapping (or hop-spaced) chunks `[N, bins, frames]` of z-normalised features, with each
 /// chunk's speaker label and utterance index.
+///
+/// The set holds each utterance's features once (frames × bins, before z-normalisation) and cuts,
+/// normalises and transposes a chunk only when a batch asks for it: chunks that overlap (a
+/// training hop shorter than the chunk) share their frames instead of each holding a copy, so the
+/// memory held is the features', whatever the hop ([`ChunkSet::resident_bytes`]). A batch holds the
+/// same bytes as a copy of every chunk made up front would.
 #[derive(Debug, Clone)]
 pub struct ChunkSet {
     pub bins: usize,
     pub frames: usize,
-    /// `[N, bins, frames]` row-major.
-    pub data: Vec<f32>,
     pub labels: Vec<u32>,
     /// Index of each chunk's utterance in the list it was built from.
     pub utterance: Vec<usize>,
@@ -153,14 +157,29 @@ pub struct ChunkSet {
     pub start: Vec<usize>,
     /// Frames of each utterance of the list (indexed like `utterance`'s values).
     pub utterance_frames: Vec<usize>,
+    /// Each utterance's features (frames × bins, not normalised); empty for one without chunks.
+    features: Vec<Matrix>,
+    norm: Normalizer,
 }
 
 impl ChunkSet {
     /// Cuts each utterance's features (frames × bins) into chunks of `frames` frames every `hop`,
-    /// z-normalises them with `norm` and transposes them to bins × frames. Utterances shorter than
-    /// one chunk give none.
+    /// z-normalised with `norm` and transposed to bins × frames when batched. Utterances shorter
+    /// than one chunk give none. Copies `features`; [`ChunkSet::from_features`] takes them.
     pub fn build(
         features: &[Matrix],
+        labels: &[u32],
+        norm: &Normalizer,
+        frames: usize,
+        hop: usize,
+    ) -> Result<Self> {
+        Self::from_features(features.to_vec(), labels, norm, frames, hop)
+    }
+
+    /// [`ChunkSet::build`] on features it keeps (an utterance without chunks is dropped from
+    /// memory, its frame count kept).
+    pub fn from_features(
+        mut features: Vec<Matrix>,
         labels: &[u32],
         norm: &Normalizer,
         frames: usize,
@@ -171,11 +190,11 @@ impl ChunkSet {
         }
         let bins = norm.dims();
         let hop = hop.max(1);
-        let mut data = Vec::new();
         let mut out_labels = Vec::new();
         let mut utterance = Vec::new();
         let mut starts = Vec::new();
-        for (u, (m, &label)) in features.iter().zip(labels).enumerate() {
+        let utterance_frames = features.iter().map(|m| m.rows).collect();
+        for (u, (m, &label)) in features.iter_mut().zip(labels).enumerate() {
             if m.cols != bins {
                 return Err(Error::shape(
                     format!("features of utterance {u}"),
@@ -185,28 +204,30 @@ impl ChunkSet {
             }
             let mut start = 0;
             while start + frames <= m.rows {
-                let base = data.len();
-                data.resize(base + bins * frames, 0.0);
-                for f in 0..frames {
-                    let row = m.row(start + f);
-                    for b in 0..bins {
-                        data[base + b * frames + f] = (row[b] - norm.mean[b]) / norm.std[b];
-                    }
-                }
                 out_labels.push(label);
                 utterance.push(u);
                 starts.push(start);
                 start += hop;
             }
+            if start == 0 {
+                *m = Matrix {
+                    rows: 0,
+                    cols: bins,
+                    data: Vec::new(),
+                };
+            } else {
+                m.data.shrink_to_fit();
+            }
         }
         Ok(Self {
             bins,
             frames,
-            data,
             labels: out_labels,
             utterance,
             start: starts,
-            utterance_frames: features.iter().map(|m| m.rows).collect(),
+            utterance_frames,
+            features,
+            norm: norm.clone(),
         })
     }
 
@@ -218,6 +239,37 @@ impl ChunkSet {
     /// Whether there are no chunks.
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty()
+    }
+
+    /// Bytes the set holds: the utterances' features and the per-chunk and per-utterance lists
+    /// (allocated capacity), not the chunks themselves, which batches make on demand.
+    pub fn resident_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let features: usize = self
+            .features
+            .iter()
+            .map(|m| m.data.capacity() * size_of::<f32>() + size_of::<Matrix>())
+            .sum();
+        features
+            + self.labels.capacity() * size_of::<u32>()
+            + (self.utterance.capacity() + self.start.capacity() + self.utterance_frames.capacity())
+                * size_of::<usize>()
+            + (self.norm.mean.capacity() + self.norm.std.capacity()) * size_of::<f32>()
+    }
+
+    /// Chunk `i`, z-normalised, as `bins × frames` row-major, appended to `out`.
+    fn push_chunk(&self, i: usize, out: &mut Vec<f32>) {
+        let m = &self.features[self.utterance[i]];
+        let rows = &m.data[self.start[i] * self.bins..(self.start[i] + self.frames) * self.bins];
+        for b in 0..self.bins {
+            let (mean, std) = (self.norm.mean[b], self.norm.std[b]);
+            out.extend(
+                rows.iter()
+                    .skip(b)
+                    .step_by(self.bins)
+                    .map(|&v| (v - mean) / std),
+            );
+        }
     }
 
     /// The chunks `idx` as inputs `[B, bins, frames]` and labels `[B]`.
@@ -237,8 +289,15 @@ impl ChunkSet {
         let mut x = Vec::with_capacity(idx.len() * size);
         let mut y = Vec::with_capacity(idx.len());
         for &i in idx {
+            if i >= self.len() {
+                return Err(Error::shape(
+                    "chunk index (below the chunk count)",
+                    self.len(),
+                    i,
+                ));
+            }
             let at = x.len();
-            x.extend_from_slice(&self.data[i * size..(i + 1) * size]);
+            self.push_chunk(i, &mut x);
             edit(i, &mut x[at..]);
             y.push(self.labels[i]);
         }
@@ -298,15 +357,122 @@ mod tests {
         assert_eq!(c.len(), 2);
         let s = 5f32.sqrt();
         let want = [-3.0 / s, -1.0 / s, 0.0, 0.0, 1.0 / s, 3.0 / s, 0.0, 0.0];
-        for (x, w) in c.data.iter().zip(want) {
-            assert!((x - w).abs() < 1e-6, "{:?}", c.data);
+        let (x, y) = c.batch(&[0, 1], &Device::Cpu).unwrap();
+        let x = x.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(x.len(), want.len());
+        for (v, w) in x.iter().zip(want) {
+            assert!((v - w).abs() < 1e-6, "{x:?}");
         }
+        assert_eq!(y.to_vec1::<u32>().unwrap(), vec![0, 1]);
         assert_eq!(c.utterance, vec![0, 1]);
         // Too short for 3 frames: no chunks.
         let short = Matrix::new(2, 2, vec![0.; 4]).unwrap();
         assert!(ChunkSet::build(&[short], &[0], &n, 3, 3)
             .unwrap()
             .is_empty());
+    }
+
+    /// Random utterances (some shorter than a chunk) of random features.
+    fn random_features(seed: u64, bins: usize) -> (Vec<Matrix>, Vec<u32>) {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        (0..7)
+            .map(|u| {
+                let rows = rng.random_range(3..90);
+                let data = (0..rows * bins)
+                    .map(|_| rng.random_range(-5.0f32..20.0))
+                    .collect();
+                (Matrix::new(rows, bins, data).unwrap(), u % 3)
+            })
+            .unzip()
+    }
+
+    /// The chunks as the set made them before it cut them on demand: every chunk copied up front,
+    /// `(x − μ) / σ` per element, bins × frames.
+    fn copied_up_front(
+        features: &[Matrix],
+        norm: &Normalizer,
+        frames: usize,
+        hop: usize,
+    ) -> Vec<f32> {
+        let bins = norm.dims();
+        let mut data = Vec::new();
+        for m in features {
+            let mut start = 0;
+            while start + frames <= m.rows {
+                let base = data.len();
+                data.resize(base + bins * frames, 0.0);
+                for f in 0..frames {
+                    let row = m.row(start + f);
+                    for b in 0..bins {
+                        data[base + b * frames + f] = (row[b] - norm.mean[b]) / norm.std[b];
+                    }
+                }
+                start += hop;
+            }
+        }
+        data
+    }
+
+    /// On-demand chunks are the bytes of chunks copied up front, in any batch order, for hops
+    /// shorter than, equal to and longer than the chunk.
+    #[test]
+    fn on_demand_chunks_are_the_bytes_of_chunks_copied_up_front() {
+        for (seed, frames, hop) in [(1, 10, 1), (2, 10, 3), (3, 16, 16), (4, 8, 20), (5, 30, 7)] {
+            let (features, labels) = random_features(seed, 5);
+            let norm = Normalizer::fit(&features).unwrap();
+            let want = copied_up_front(&features, &norm, frames, hop);
+            let set =
+                ChunkSet::from_features(features.clone(), &labels, &norm, frames, hop).unwrap();
+            let n = set.len();
+            assert_eq!(want.len(), n * 5 * frames);
+            // Reverse order, in batches of 3.
+            let idx: Vec<usize> = (0..n).rev().collect();
+            for part in idx.chunks(3) {
+                let (x, _) = set.batch(part, &Device::Cpu).unwrap();
+                let x = x.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                let size = 5 * frames;
+                for (k, &i) in part.iter().enumerate() {
+                    let got: Vec<u32> = x[k * size..(k + 1) * size]
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect();
+                    let exp: Vec<u32> = want[i * size..(i + 1) * size]
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect();
+                    assert_eq!(got, exp, "seed {seed}, chunk {i}");
+                }
+            }
+            assert!(
+                set.batch(&[n], &Device::Cpu).is_err(),
+                "past the last chunk"
+            );
+        }
+    }
+
+    /// The set holds the features once, not a copy per chunk: with chunks every frame the
+    /// up-front copies would be ~`frames` times the features; what it holds is the features and
+    /// a few words per chunk.
+    #[test]
+    fn overlapping_chunks_hold_the_features_once() {
+        let (features, labels) = random_features(9, 40);
+        let norm = Normalizer::fit(&features).unwrap();
+        let floats: usize = features.iter().map(|m| m.data.len()).sum();
+        let set = ChunkSet::from_features(features.clone(), &labels, &norm, 30, 1).unwrap();
+        let copies = set.len() * 40 * 30 * 4;
+        // Lists of 20 bytes a chunk, grown by doubling: at most 40.
+        let bound = floats * 4 + set.len() * 40 + 7 * 64 + 2 * 40 * 4;
+        assert!(
+            set.resident_bytes() <= bound,
+            "{} bytes held, bound {bound}",
+            set.resident_bytes()
+        );
+        assert!(
+            copies > 10 * set.resident_bytes(),
+            "{copies} vs {}",
+            set.resident_bytes()
+        );
     }
 
     #[test]

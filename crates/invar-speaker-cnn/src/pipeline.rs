@@ -232,27 +232,28 @@ pub fn train(
             is_val[i] = true;
         }
     }
-    let pick = |val: bool| -> (Vec<Matrix>, Vec<u32>) {
-        features
-            .iter()
-            .zip(&labels)
-            .zip(&is_val)
-            .filter(|(_, &v)| v == val)
-            .map(|((m, &l), _)| (m.clone(), l))
-            .unzip()
-    };
-    let (tr_feat, tr_lab) = pick(false);
-    let (va_feat, va_lab) = pick(true);
+    // Each utterance's features move to its side (held once; the chunk sets keep them).
+    let (mut tr_feat, mut tr_lab, mut va_feat, mut va_lab) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for ((m, &l), &v) in features.into_iter().zip(&labels).zip(&is_val) {
+        let (f, lab) = if v {
+            (&mut va_feat, &mut va_lab)
+        } else {
+            (&mut tr_feat, &mut tr_lab)
+        };
+        f.push(m);
+        lab.push(l);
+    }
     let norm = Normalizer::fit(&tr_feat)?;
     let (frames, hop) = (config.features.chunk_frames, config.features.chunk_hop);
-    let tr_chunks = ChunkSet::build(
-        &tr_feat,
+    let tr_chunks = ChunkSet::from_features(
+        tr_feat,
         &tr_lab,
         &norm,
         frames,
         config.features.training_hop(),
     )?;
-    let va_chunks = ChunkSet::build(&va_feat, &va_lab, &norm, frames, hop)?;
+    let va_chunks = ChunkSet::from_features(va_feat, &va_lab, &norm, frames, hop)?;
     if tr_chunks.is_empty() {
         return Err(Error::Empty {
             what: "training chunks",
@@ -462,8 +463,8 @@ pub fn evaluate(
     let labels = known_labels(test, &trained.meta.speakers)?;
     let mut features = compute_features(&cfg.features.frontend, log, test, condition)?;
     mean_normalise(&cfg.features, &mut features);
-    let chunks = ChunkSet::build(
-        &features,
+    let chunks = ChunkSet::from_features(
+        features,
         &labels,
         &trained.meta.normalizer,
         cfg.features.chunk_frames,
