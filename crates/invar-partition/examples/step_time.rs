@@ -198,7 +198,11 @@ fn main() -> Result<()> {
         "warmup": args.warmup,
         "step_seconds": timed,
         "losses": metric("train_loss")?,
-        "version": format!("invar {} (candle 0.11)", env!("CARGO_PKG_VERSION")),
+        "version": format!(
+            "invar {} (candle 0.11; gemm kernels: {})",
+            env!("CARGO_PKG_VERSION"),
+            invar_ops::gemm::simd_path()
+        ),
     });
     if let Some(dir) = &args.check_dir {
         invar_io::write_json(dir.join("partition.json"), &out)?;

@@ -184,7 +184,11 @@ fn main() -> Result<()> {
         "losses": metric("train_loss")?,
         "ce": metric("train_ce")?,
         "r": metric("train_r").ok(),
-        "version": format!("invar {} (candle 0.11)", env!("CARGO_PKG_VERSION")),
+        "version": format!(
+            "invar {} (candle 0.11; gemm kernels: {})",
+            env!("CARGO_PKG_VERSION"),
+            invar_ops::gemm::simd_path()
+        ),
     });
     if let Some(dir) = &args.check_dir {
         invar_io::write_json(dir.join("speaker_cnn.json"), &out)?;
