@@ -50,7 +50,9 @@ fn parse() -> Result<Args> {
         threads: 0,
         device: "cpu".into(),
         batch: defaults.batch_size,
-        sizes: defaults.model.sizes,
+        // The seed's widths; the config's input width is 0 ("the supervectors' width"), which
+        // an example without data must name.
+        sizes: vec![9216, 5000, 500, 100, 40],
         seed: 0,
         check_dir: None,
     };
