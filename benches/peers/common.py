@@ -71,6 +71,9 @@ def time_steps(step, args, device):
 def emit(record):
     record["impl"] = "pytorch"
     record["version"] = "torch " + torch.__version__
+    if record.get("device", "cpu") == "cpu":
+        # The SIMD level PyTorch's own CPU kernels dispatched to (its ATen capability).
+        record["version"] += f" (CPU kernels: {torch.backends.cpu.get_cpu_capability()})"
     record["threads"] = torch.get_num_threads()
     print(json.dumps(record), flush=True)
 

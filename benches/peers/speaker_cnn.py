@@ -5,7 +5,8 @@ conv1d 129→32 (width 8, valid) + ReLU, max-pool 4 (floor), conv1d 32→32 (wid
 max-pool 4, flatten (channel-major, 32·4 = 128), dropout 0.5 (inverted, as invar's), dense 100 +
 ReLU, dense K; log-softmax + NLL (mean). Glorot-uniform weights with Lasagne's fans (= torch's
 xavier_uniform_ fans for conv and linear), zero biases. SGD with Nesterov momentum, lr 0.01,
-momentum 0.9 (invar-train's SGD is PyTorch's form, dampening 0). The equivalence check runs both
+momentum 0.9 (invar-train's SGD is PyTorch's form, dampening 0), the global gradient norm
+clipped to 1 (`original()`'s `train.clip_grad_norm`, issue #17). The equivalence check runs both
 sides with --no-dropout (their masks come from different generators). With --lambda > 0 the loss adds λ·R, R = mean_i (∂P_{i,k_i}/∂α)²
 along the scale tangent (input tangent x), by forward-mode `torch.func.jvp` of log P — as invar
 computes it by tangent propagation — differentiated by ordinary backward.
@@ -67,6 +68,9 @@ def main():
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--no-dropout", action="store_true")
+    # invar's `original()` config clips the global gradient norm to 1 (issue #17); the loop's rule
+    # is PyTorch's clip_grad_norm_ (g · max / (norm + 1e-6) when norm > max). 0 turns it off.
+    p.add_argument("--clip-grad-norm", type=float, default=1.0)
     args = p.parse_args()
     device = common.setup(args)
     dropout = 0.0 if args.no_dropout else args.dropout
@@ -86,6 +90,8 @@ def main():
         opt.zero_grad(set_to_none=True)
         loss, ce, r = loss_fn(model, x, y, args.lam)
         loss.backward()
+        if args.clip_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad_norm)
         opt.step()
         ces.append(ce.item())
         if r is not None:
@@ -107,7 +113,8 @@ def main():
         "variant": f"lambda={args.lam:g}",
         "shapes": {"input": [args.batch, BINS, FRAMES], "conv": [[32, BINS, 8], [32, 32, 8]],
                    "pool": 4, "dropout": dropout or None, "dense": 100, "classes": args.classes},
-        "optimizer": {"kind": "sgd", "lr": args.lr, "momentum": 0.9, "nesterov": True},
+        "optimizer": {"kind": "sgd", "lr": args.lr, "momentum": 0.9, "nesterov": True,
+                      "clip_grad_norm": args.clip_grad_norm or None},
         "device": args.device,
         "warmup": args.warmup,
         "step_seconds": seconds,

@@ -119,6 +119,35 @@ pub fn gemm<T: CpuElem>(
     Ok(())
 }
 
+/// The kernel family the `gemm` crate dispatches f32/f64 products to on this CPU, decided at run
+/// time by the same CPUID tests as `gemm`'s own dispatch (the workspace builds `gemm` with its
+/// `x86-v4` feature): `"avx512f"`, `"avx2+fma"` (x86-64 without AVX-512F), `"neon"`, or
+/// `"scalar"`. The benches print it beside their timings, since the CPU decides the margin.
+pub fn simd_path() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            "avx512f"
+        } else if std::arch::is_x86_feature_detected!("fma") {
+            "avx2+fma"
+        } else {
+            "scalar"
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        if std::arch::is_aarch64_feature_detected!("neon") {
+            "neon"
+        } else {
+            "scalar"
+        }
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        "scalar"
+    }
+}
+
 /// Whether a row-major operand of [`gemm_rows`] is used as stored or transposed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {

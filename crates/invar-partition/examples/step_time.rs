@@ -172,6 +172,11 @@ fn main() -> Result<()> {
             "variant": format!("M={} D={} B={}", args.m, args.d, args.batch),
             "shapes": {"m": args.m, "d": args.d, "batch": args.batch, "frames": args.frames},
             "optimizer": optimizer,
+            "version": format!(
+                "invar {} (candle 0.11; gemm kernels: {})",
+                env!("CARGO_PKG_VERSION"),
+                invar_ops::gemm::simd_path()
+            ),
         }),
     )?;
     println!("{out}");

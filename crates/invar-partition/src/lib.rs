@@ -20,7 +20,7 @@ pub use config::{default_train, LossConfig, ModelConfig, PairConfig, PartitionCo
 pub use error::{Error, Result};
 pub use invar_io::FrameTiming;
 pub use loss::{partition_loss, LossParts};
-pub use model::{project, weights, weights_f32, Mapping, Partition};
+pub use model::{project, project_rows, weights, weights_f32, Mapping, Partition};
 pub use output::{
     apply_featureset, model_files, plot_heatmap, write_model, HEATMAP_FILE, MAPPING_FILE, V_FILE,
     W_FILE,

@@ -2,9 +2,13 @@
 //! trained [`Partition`] (plain `f32`) used to map posteriorgrams, soft or hard.
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Device, Layout, Shape, Tensor, D};
+use candle_core::{
+    CpuStorage, CustomOp1, CustomOp2, DType, Device, Layout, Shape, Storage, Tensor, D,
+};
 use invar_io::Matrix;
+use invar_ops::gemm::Operand;
 use invar_ops::CpuElem;
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
@@ -164,6 +168,228 @@ pub fn project(x: &Tensor, w: &Tensor) -> Result<Tensor> {
         invar_ops::WeightLayout::InOut,
         invar_ops::Activation::Identity,
     )?)
+}
+
+/// `frames[idx]·W` for frames `[N, M]` (data, no gradient), frame indices `idx` `[B]` (u32) and
+/// `W` `[M, D]`: `[B, D]`, differentiable in `W`. On the CPU (f32, f64) one fused op that never
+/// materialises the `[B, M]` gathered rows: the forward product runs over blocks of
+/// [`GATHER_ROWS`] rows gathered into a reused per-thread buffer, and `∂L/∂W` over blocks of
+/// [`GATHER_COLS`] columns of `M` (each block's `[B, cols]` slice gathered the same way, its rows of
+/// `∂L/∂W` one product), so no block sums with another and the result is the same bytes at any
+/// thread count. Elsewhere (or for frames that track a gradient) `index_select` + [`project`].
+pub fn project_rows(frames: &Tensor, idx: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let fused = frames.device().is_cpu()
+        && w.device().is_cpu()
+        && idx.device().is_cpu()
+        && frames.rank() == 2
+        && w.rank() == 2
+        && idx.rank() == 1
+        && idx.dtype() == DType::U32
+        && frames.dtype() == w.dtype()
+        && matches!(w.dtype(), DType::F32 | DType::F64)
+        && !frames.track_op();
+    if fused {
+        let op = ProjectRows {
+            frames: frames.contiguous()?,
+            idx: idx.contiguous()?,
+        };
+        return Ok(w.apply_op1(op)?);
+    }
+    project(&frames.index_select(idx, 0)?, w)
+}
+
+/// Gathered rows per block of the fused forward product (a `[rows, M]` block: 512 KB at M = 1024
+/// in f32, inside a core's L2).
+const GATHER_ROWS: usize = 128;
+/// Columns of `M` per block of the fused `∂L/∂W` (a `[B, cols]` block: 512 KB at B = 1000).
+const GATHER_COLS: usize = 128;
+
+/// The fused `frames[idx]·W`; `frames` and `idx` are contiguous CPU tensors.
+struct ProjectRows {
+    frames: Tensor,
+    idx: Tensor,
+}
+
+/// The backward kernel of [`ProjectRows`] on `∂L/∂y` `[B, D]`: `∂L/∂W = frames[idx]ᵀ·∂L/∂y`.
+struct ProjectRowsGrad {
+    frames: Tensor,
+    idx: Tensor,
+}
+
+fn gather_err(msg: String) -> candle_core::Error {
+    candle_core::Error::Msg(format!("fused gather-project: {msg}"))
+}
+
+/// Runs `f` on the frames' elements (`[N, M]`) and the checked indices.
+fn with_gathered<T: CpuElem, R>(
+    frames: &Tensor,
+    idx: &Tensor,
+    f: impl FnOnce(&[T], usize, usize, &[u32]) -> candle_core::Result<R>,
+) -> candle_core::Result<R> {
+    let (fs, fl) = frames.storage_and_layout();
+    let (is, il) = idx.storage_and_layout();
+    let (Storage::Cpu(fs), Storage::Cpu(is)) = (&*fs, &*is) else {
+        return Err(gather_err("CPU tensors only".into()));
+    };
+    let (data, n, m) = matrix::<T>(fs, fl, "frames")?;
+    let ids = match is {
+        CpuStorage::U32(v) => il
+            .contiguous_offsets()
+            .and_then(|(a, b)| v.get(a..b))
+            .ok_or_else(|| gather_err("indices must be a contiguous vector".into()))?,
+        other => {
+            return Err(gather_err(format!(
+                "indices must be u32, got {:?}",
+                other.dtype()
+            )))
+        }
+    };
+    if let Some(k) = ids.iter().position(|&i| i as usize >= n) {
+        return Err(gather_err(format!(
+            "index {} (position {k}) is past the {n} frames",
+            ids[k]
+        )));
+    }
+    f(data, n, m, ids)
+}
+
+impl ProjectRows {
+    fn fwd<T: CpuElem>(
+        &self,
+        s: &CpuStorage,
+        l: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (w, wm, d) = matrix::<T>(s, l, "weights W")?;
+        with_gathered::<T, _>(&self.frames, &self.idx, |frames, _, m, ids| {
+            if wm != m {
+                return Err(gather_err(format!("frames of width {m} for W [{wm}, {d}]")));
+            }
+            let mut y = vec![T::put(0.0); ids.len() * d];
+            if d > 0 && m > 0 {
+                y.par_chunks_mut(GATHER_ROWS * d)
+                    .zip(ids.par_chunks(GATHER_ROWS))
+                    .try_for_each(|(yb, ib)| {
+                        T::with_scratch(|x| {
+                            x.clear();
+                            for &i in ib {
+                                let at = i as usize * m;
+                                x.extend_from_slice(&frames[at..at + m]);
+                            }
+                            // [rows, M]·[M, D] → this block's rows of y
+                            invar_ops::gemm::gemm(
+                                (ib.len(), d, m),
+                                Operand {
+                                    data: &x[..],
+                                    rs: m,
+                                    cs: 1,
+                                },
+                                Operand {
+                                    data: w,
+                                    rs: d,
+                                    cs: 1,
+                                },
+                                yb,
+                                (d, 1),
+                                false,
+                                false,
+                            )
+                            .map_err(candle_core::Error::from)
+                        })
+                    })?;
+            }
+            Ok((T::storage(y), Shape::from((ids.len(), d))))
+        })
+    }
+}
+
+impl CustomOp1 for ProjectRows {
+    fn name(&self) -> &'static str {
+        "invar-partition-project-rows"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        match s {
+            CpuStorage::F64(_) => self.fwd::<f64>(s, l),
+            _ => self.fwd::<f32>(s, l),
+        }
+    }
+
+    fn bwd(
+        &self,
+        _w: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        let op = ProjectRowsGrad {
+            frames: self.frames.clone(),
+            idx: self.idx.clone(),
+        };
+        Ok(Some(grad.contiguous()?.apply_op1_no_bwd(&op)?))
+    }
+}
+
+impl ProjectRowsGrad {
+    fn fwd<T: CpuElem>(
+        &self,
+        s: &CpuStorage,
+        l: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (g, gb, d) = matrix::<T>(s, l, "projection gradient")?;
+        with_gathered::<T, _>(&self.frames, &self.idx, |frames, _, m, ids| {
+            let b = ids.len();
+            if gb != b {
+                return Err(gather_err(format!("gradient of {gb} rows for {b} indices")));
+            }
+            let mut dw = vec![T::put(0.0); m * d];
+            if d > 0 && m > 0 {
+                dw.par_chunks_mut(GATHER_COLS * d)
+                    .enumerate()
+                    .try_for_each(|(block, dwb)| {
+                        let (c0, cols) = (block * GATHER_COLS, dwb.len() / d);
+                        T::with_scratch(|x| {
+                            x.clear();
+                            for &i in ids {
+                                let at = i as usize * m + c0;
+                                x.extend_from_slice(&frames[at..at + cols]);
+                            }
+                            // ∂L/∂W[c0..c0 + cols] = x[B, cols]ᵀ · g[B, D]
+                            invar_ops::gemm::gemm(
+                                (cols, d, b),
+                                Operand {
+                                    data: &x[..],
+                                    rs: 1,
+                                    cs: cols,
+                                },
+                                Operand {
+                                    data: g,
+                                    rs: d,
+                                    cs: 1,
+                                },
+                                dwb,
+                                (d, 1),
+                                false,
+                                false,
+                            )
+                            .map_err(candle_core::Error::from)
+                        })
+                    })?;
+            }
+            Ok((T::storage(dw), Shape::from((m, d))))
+        })
+    }
+}
+
+impl CustomOp1 for ProjectRowsGrad {
+    fn name(&self) -> &'static str {
+        "invar-partition-project-rows-grad"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        match s {
+            CpuStorage::F64(_) => self.fwd::<f64>(s, l),
+            _ => self.fwd::<f32>(s, l),
+        }
+    }
 }
 
 /// `W` from a row-major `V` (`m × d`) without candle: the same rule as [`weights`].
@@ -351,6 +577,106 @@ mod tests {
         let g2 = (composite * &g)?.sum_all()?.backward()?;
         let (a, e) = (g1.get(var.as_tensor()), g2.get(var.as_tensor()));
         assert!(diff(a.expect("fused"), e.expect("composite"))? < 1e-14);
+        Ok(())
+    }
+
+    fn max_abs(a: &Tensor, b: &Tensor) -> anyhow::Result<f64> {
+        Ok((a - b)?.abs()?.flatten_all()?.max(0)?.to_scalar::<f64>()?)
+    }
+
+    /// Seeded `[n, m]` frames, `[m, d]` weights, `b` indices (repeats included) and a `[b, d]`
+    /// upstream gradient, all f64.
+    fn gather_case(
+        n: usize,
+        m: usize,
+        d: usize,
+        b: usize,
+    ) -> anyhow::Result<(Tensor, Var, Tensor, Tensor)> {
+        let dev = Device::Cpu;
+        let val = |i: usize, s: f64| ((i as f64 + 1.0) * 12.9898 + s * 78.233).sin();
+        let frames = Tensor::from_vec((0..n * m).map(|i| val(i, 1.0)).collect(), (n, m), &dev)?;
+        let w = Var::from_tensor(&Tensor::from_vec(
+            (0..m * d).map(|i| val(i, 2.0)).collect(),
+            (m, d),
+            &dev,
+        )?)?;
+        let idx: Vec<u32> = (0..b).map(|i| ((i * 7919 + 3) % n) as u32).collect();
+        let idx = Tensor::from_vec(idx, b, &dev)?;
+        let g = Tensor::from_vec((0..b * d).map(|i| val(i, 3.0)).collect(), (b, d), &dev)?;
+        Ok((frames, w, idx, g))
+    }
+
+    /// The fused gather-project equals `index_select` + `project` in value and in `∂L/∂W`, on
+    /// sizes that cut both the row blocks (B = 300 > 2·128) and the column blocks (M = 290) short.
+    #[test]
+    fn fused_gather_project_equals_index_select_then_project() -> anyhow::Result<()> {
+        let (frames, w, idx, g) = gather_case(500, 290, 7, 300)?;
+        let fused = project_rows(&frames, &idx, w.as_tensor())?;
+        let composite = project(&frames.index_select(&idx, 0)?, w.as_tensor())?;
+        assert_eq!(fused.dims(), [300, 7]);
+        assert!(max_abs(&fused, &composite)? < 1e-12);
+        let g1 = (fused * &g)?.sum_all()?.backward()?;
+        let g2 = (composite * &g)?.sum_all()?.backward()?;
+        let (a, e) = (g1.get(w.as_tensor()), g2.get(w.as_tensor()));
+        let (a, e) = (a.expect("fused gradient"), e.expect("composite gradient"));
+        assert!(max_abs(a, e)? < 1e-11, "{}", max_abs(a, e)?);
+        // f32 takes the same kernel: equal to the composite up to f32 rounding.
+        let (f32f, f32w) = (frames.to_dtype(DType::F32)?, w.to_dtype(DType::F32)?);
+        let fused = project_rows(&f32f, &idx, &f32w)?.to_dtype(DType::F64)?;
+        let composite = project(&f32f.index_select(&idx, 0)?, &f32w)?.to_dtype(DType::F64)?;
+        assert!(max_abs(&fused, &composite)? < 1e-4);
+        Ok(())
+    }
+
+    /// `∂L/∂W` of the fused op against central differences of `L = Σ g ⊙ frames[idx]·W` (linear in
+    /// W, so the difference quotient is exact up to rounding: h = 1e-3, tolerance 1e-8).
+    #[test]
+    fn fused_gather_project_gradient_matches_central_differences() -> anyhow::Result<()> {
+        let (n, m, d, b) = (40, 9, 3, 25);
+        let (frames, w, idx, g) = gather_case(n, m, d, b)?;
+        let loss = |wt: &Tensor| -> anyhow::Result<f64> {
+            Ok((project_rows(&frames, &idx, wt)? * &g)?
+                .sum_all()?
+                .to_scalar::<f64>()?)
+        };
+        let grads = (project_rows(&frames, &idx, w.as_tensor())? * &g)?
+            .sum_all()?
+            .backward()?;
+        let grad: Vec<f64> = grads
+            .get(w.as_tensor())
+            .expect("gradient")
+            .flatten_all()?
+            .to_vec1()?;
+        let w0: Vec<f64> = w.as_tensor().flatten_all()?.to_vec1()?;
+        let h = 1e-3;
+        for k in 0..m * d {
+            let mut up = w0.clone();
+            up[k] += h;
+            let mut down = w0.clone();
+            down[k] -= h;
+            let up = Tensor::from_vec(up, (m, d), &Device::Cpu)?;
+            let down = Tensor::from_vec(down, (m, d), &Device::Cpu)?;
+            let fd = (loss(&up)? - loss(&down)?) / (2.0 * h);
+            assert!(
+                (fd - grad[k]).abs() < 1e-8,
+                "W[{k}]: fd {fd} vs {}",
+                grad[k]
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn fused_gather_project_refuses_an_index_past_the_frames() -> anyhow::Result<()> {
+        let (frames, w, _, _) = gather_case(10, 4, 2, 3)?;
+        let idx = Tensor::from_vec(vec![0u32, 10, 2], 3, &Device::Cpu)?;
+        let err = project_rows(&frames, &idx, w.as_tensor())
+            .expect_err("index 10 of 10 frames")
+            .to_string();
+        assert!(
+            err.contains("index 10 (position 1) is past the 10 frames"),
+            "{err}"
+        );
         Ok(())
     }
 }

@@ -17,7 +17,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::loss::partition_loss;
-use crate::model::{project, weights};
+use crate::model::{project_rows, weights};
 use crate::{Error, FramePairs, LossConfig, Partition, PartitionConfig, Posteriorgrams, Result};
 
 /// A labelled frame pair: `(x, y, same)`.
@@ -122,8 +122,8 @@ pub fn pair_loss(
     cfg: &LossConfig,
 ) -> Result<crate::loss::LossParts> {
     let w = weights(v)?; // [M, D]
-    let xh = project(&frames.index_select(&b.x, 0)?, &w)?; // [B, M]·[M, D] → [B, D]
-    let yh = project(&frames.index_select(&b.y, 0)?, &w)?; // [B, D]
+    let xh = project_rows(frames, &b.x, &w)?; // frames[x] [B, M]·[M, D] → [B, D]
+    let yh = project_rows(frames, &b.y, &w)?; // [B, D]
     partition_loss(&xh, &yh, &b.same, b.n_same, cfg)
 }
 

@@ -154,6 +154,11 @@ fn main() -> Result<()> {
             "optimizer": serde_json::to_value(&config.train.optimizer)?,
             "ce": metric("train_ce")?,
             "r": metric("train_r").ok(),
+            "version": format!(
+                "invar {} (candle 0.11; gemm kernels: {})",
+                env!("CARGO_PKG_VERSION"),
+                invar_ops::gemm::simd_path()
+            ),
         }),
     )?;
     println!("{out}");

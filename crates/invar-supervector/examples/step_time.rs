@@ -38,7 +38,9 @@ struct Args {
 
 fn parse() -> Result<Args> {
     let defaults = SupervectorConfig::default();
-    let (mut batch, mut sizes) = (defaults.batch_size, defaults.model.sizes);
+    // The seed's widths; the config's input width is 0 ("the supervectors' width"), which an
+    // example without data must name.
+    let (mut batch, mut sizes) = (defaults.batch_size, vec![9216, 5000, 500, 100, 40]);
     let common = StepTimeFlags::parse(std::env::args().skip(1), |flag, value| {
         match flag {
             "--batch" => batch = number(flag, value()?)?,
@@ -118,6 +120,11 @@ fn main() -> Result<()> {
                 "params": model.num_params(),
             },
             "optimizer": serde_json::to_value(&config.train.optimizer)?,
+            "version": format!(
+                "invar {} (candle 0.11; gemm kernels: {})",
+                env!("CARGO_PKG_VERSION"),
+                invar_ops::gemm::simd_path()
+            ),
         }),
     )?;
     println!("{out}");

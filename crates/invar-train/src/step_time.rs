@@ -114,7 +114,7 @@ impl StepTimeFlags {
     /// The example's one JSON line (for it to print): `fields` (an object: the model, variant, shapes,
     /// optimizer and any numbers of the example's own) with what every example reports (the
     /// device, threads, warm-up, the timed steps' seconds and the losses of `summary`, the
-    /// version); with `--check-dir`, also written there as `NAME.json` for the peer's check.
+    /// version, which `fields` may replace); with `--check-dir`, also written there as `NAME.json` for the peer's check.
     pub fn report(
         &self,
         name: &str,
@@ -122,24 +122,29 @@ impl StepTimeFlags {
         summary: &TrainSummary,
         fields: serde_json::Value,
     ) -> Result<serde_json::Value> {
-        let serde_json::Value::Object(mut out) = fields else {
+        let serde_json::Value::Object(fields) = fields else {
             return Err(Error::Config {
                 field: "step_time",
                 reason: "the example's fields must be a JSON object".into(),
             });
         };
-        let common = serde_json::json!({
-            "impl": "invar",
-            "device": self.device,
-            "threads": threads,
-            "warmup": self.warmup,
-            "step_seconds": self.timed(summary.series("seconds")?),
-            "losses": summary.series("train_loss")?,
-            "version": format!("invar {} (candle 0.11)", env!("CARGO_PKG_VERSION")),
-        });
-        if let serde_json::Value::Object(common) = common {
-            out.extend(common);
-        }
+        let mut out = serde_json::Map::new();
+        out.insert("impl".into(), "invar".into());
+        out.insert("device".into(), self.device.clone().into());
+        out.insert("threads".into(), threads.into());
+        out.insert("warmup".into(), self.warmup.into());
+        out.insert(
+            "step_seconds".into(),
+            self.timed(summary.series("seconds")?).into(),
+        );
+        out.insert("losses".into(), summary.series("train_loss")?.into());
+        out.insert(
+            "version".into(),
+            format!("invar {} (candle 0.11)", env!("CARGO_PKG_VERSION")).into(),
+        );
+        // The example's own fields win (its `version` names the kernels it ran on, which
+        // invar-train, below invar-ops, cannot ask for).
+        out.extend(fields);
         let out = serde_json::Value::Object(out);
         if let Some(dir) = &self.check_dir {
             invar_io::write_json(dir.join(format!("{name}.json")), &out)?;
