@@ -106,7 +106,10 @@ fn training_with_lambda_lowers_r_on_held_out_chunks() -> Result<()> {
     let (train, test) = corpus(&tmp.path().join("corpus"))?;
     let dev = Device::Cpu;
     let mut r = Vec::new();
-    for lambda in [0.0, 30.0] {
+    // λ = 30 left R at 0.755 of the unregularised run once gemm's AVX-512 kernels changed the
+    // rounding (#25), on the edge of the 0.75 bound; at λ = 100 R falls about 20× (0.00735 →
+    // 0.00036 on the AVX-512 EPYC), so the check measures the regulariser, not the rounding.
+    for lambda in [0.0, 100.0] {
         let mut cfg = fast(SpeakerCnnConfig::original(), 12);
         cfg.features.frontend.frame.unit_norm = false;
         // Unclipped: this checks the regulariser. With the default clip of 1 this small network
