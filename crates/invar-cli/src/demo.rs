@@ -204,6 +204,7 @@ fn plan(cfg: &DemoConfig, out: &Path) -> Plan {
     let utd_classes = p("utd").join("classes.txt");
     let soft = p("partition").join("soft");
     let binary = p("partition").join("binary");
+    let random = p("partition").join("random");
     let mut partition = vec![
         Stage::new(
             "gmm posteriors",
@@ -274,8 +275,26 @@ fn plan(cfg: &DemoConfig, out: &Path) -> Plan {
                 &"--hard",
             ],
         ),
+        // The control: a uniformly random hard partition of the same size (seeded by the run's
+        // seed). A learned partition that does not beat it has learned nothing from its classes.
+        Stage::new(
+            "partition apply random",
+            &[
+                &"partition",
+                &"apply",
+                &"--model",
+                &p("partition"),
+                &"--posteriors",
+                &post,
+                &"--out",
+                &random,
+                &"--random-control",
+                &seed,
+            ],
+        ),
         abx("soft", &soft, "symmetric-kl", "partition, soft"),
         abx("binary", &binary, "symmetric-kl", "partition, binary"),
+        abx("random", &random, "symmetric-kl", RANDOM_CONTROL),
     ];
 
     if cfg.partition_classes == ClassSource::Utd {
@@ -612,7 +631,10 @@ fn ensure_complete(summary: &DemoSummary, out: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// 000's section of the table: the ABX rows of the four representations and the partition's facts.
+/// The control row's name: a random hard partition of the learned one's size.
+const RANDOM_CONTROL: &str = "random partition (control)";
+
+/// 000's section of the table: the ABX rows of the five representations and the partition's facts.
 fn partition_section(
     out: &Path,
     cfg: &DemoConfig,
@@ -631,6 +653,7 @@ fn partition_section(
             summary::read_abx(out, &abx_dir.join("posteriors"), "UBM posteriorgram", m)?,
             summary::read_abx(out, &abx_dir.join("soft"), "partition, soft", d)?,
             summary::read_abx(out, &abx_dir.join("binary"), "partition, binary", d)?,
+            summary::read_abx(out, &abx_dir.join("random"), RANDOM_CONTROL, d)?,
         ],
         partition: summary::read_partition(&out.join("partition"))?,
         classes: cfg.partition_classes.describe().to_owned(),

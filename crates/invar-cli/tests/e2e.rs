@@ -620,15 +620,15 @@ fn recipe_reruns_to_the_same_numbers(demo: &Path, tmp: &Path) {
     let again = sh(&[]).output().unwrap();
     assert!(again.status.success());
     let said = String::from_utf8_lossy(&again.stdout);
-    assert_eq!(said.matches("done, skipped").count(), 20, "{said}");
+    assert_eq!(said.matches("done, skipped").count(), 22, "{said}");
     assert_eq!(numbers(&recipe), want);
     // --stage N --stop-stage N redoes exactly that stage, from scratch.
-    let redo = sh(&["--stage", "13", "--stop-stage", "13"])
+    let redo = sh(&["--stage", "14", "--stop-stage", "14"])
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&redo.stdout);
     assert!(
-        redo.status.success() && said.contains("stage 13 (abx-binary)"),
+        redo.status.success() && said.contains("stage 14 (abx-binary)"),
         "{said}"
     );
     assert_eq!(said.lines().count(), 1, "{said}");
@@ -663,8 +663,15 @@ fn check_partition(p: &Value, config: &Value, out: &Path) {
     }
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains("| partition, binary | "), "{report}");
+    // Issue 21: the random hard partition of the same size stands beside the learned one.
+    assert!(out.join("abx/random/abx-across.svg").is_file());
     let rows = p["abx"].as_array().unwrap();
-    assert_eq!(rows.len(), 4);
+    assert_eq!(rows.len(), 5);
+    assert_eq!(
+        rows[4]["representation"], "random partition (control)",
+        "{}",
+        rows[4]
+    );
     for row in rows {
         for mode in ["within", "across"] {
             let e = rate(&row[mode], mode);
