@@ -219,8 +219,15 @@ pub fn build_pairs(
         } else {
             &[]
         };
+        // A same-speaker partner may come from a's own utterance; one overlapping a (term
+        // discovery's classes can hold overlapping fragments of one utterance in two classes)
+        // would make frames of the same audio a "different" pair.
         let found = if want_same {
-            draw(&mut rng, pool.len(), |k| frags[pool[k]].class != a.class).map(|k| pool[k])
+            draw(&mut rng, pool.len(), |k| {
+                let c = &frags[pool[k]];
+                c.class != a.class && !overlaps(c, &a)
+            })
+            .map(|k| pool[k])
         } else {
             draw(&mut rng, frags.len(), |k| {
                 frags[k].class != a.class && speaker_of(&frags[k]) != speaker_of(&a)
@@ -248,6 +255,11 @@ pub fn build_pairs(
     stats.same_frame_pairs = pairs.same.len();
     stats.diff_frame_pairs = pairs.diff.len();
     Ok((pairs, stats))
+}
+
+/// Whether two fragments share frames (rows of one utterance).
+fn overlaps(x: &Frag, y: &Frag) -> bool {
+    x.utt == y.utt && x.start < y.start + y.len && y.start < x.start + x.len
 }
 
 /// The error for a fragment whose frames a posteriorgram set loaded by fragments does not hold.
