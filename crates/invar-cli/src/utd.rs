@@ -86,6 +86,11 @@ pub struct UtdArgs {
     /// Longest fragment in frames (refine.max_frames) [default: 300]
     #[arg(long)]
     pub max_frames: Option<usize>,
+    /// Linking pass (cluster.link_threshold): also join the classes of two fragments when aligning
+    /// them finds a shared stretch of --min-frames or more with this mean cosine similarity, so one
+    /// word's tokens found apart end up in one class (see the invar-utd README) [default: off]
+    #[arg(long)]
+    pub link_threshold: Option<f32>,
     /// Frame pairs held in memory at once, 12 bytes each (search.hit_buffer): bounds the run's
     /// memory; more are spilled as sorted runs to --tmp-dir and merged, with the same results
     /// [default: 16777216, 192 MiB]
@@ -210,6 +215,9 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
     }
     if let Some(v) = args.min_frames {
         cfg.refine.min_frames = v;
+    }
+    if let Some(v) = args.link_threshold {
+        cfg.cluster.link_threshold = Some(v);
     }
     if let Some(v) = args.seed {
         cfg.seed = v;

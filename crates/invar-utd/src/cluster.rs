@@ -3,7 +3,11 @@
 //! components. Within a class, overlapping fragments of one utterance become one fragment (the mean
 //! of their boundaries).
 
-use crate::{FragmentPair, FragmentRef};
+use rayon::prelude::*;
+
+use crate::lines::{Line, Refiner};
+use crate::search::Frames;
+use crate::{FragmentPair, FragmentRef, Result};
 
 struct UnionFind {
     parent: Vec<usize>,
@@ -77,6 +81,125 @@ pub fn cluster(pairs: &[FragmentPair], overlap: f64) -> Vec<Vec<FragmentRef>> {
     classes
 }
 
+/// What the linking pass did: the extra edges and its work.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Links {
+    pub edges: Vec<FragmentPair>,
+    /// Fragment pairs in different classes (of the pairs alone), all screened.
+    pub candidates: usize,
+    /// Those that passed the screen and were aligned.
+    pub aligned: usize,
+}
+
+/// The linking pass (issue 21). The distinct fragments of `pairs` that are not already in one
+/// class (the classes `pairs` alone give, with `overlap`), not overlapping in one utterance, and
+/// whose mean unit frames have cosine ≥ `screen`, are aligned as the search's refinement aligns a
+/// line: DTW over both whole fragments, the path trimmed to its best stretch, kept when that
+/// stretch has `refine.min_frames` to `refine.max_frames` frames on both sides and mean
+/// similarity ≥ `threshold` (the trim moved with the threshold). So two fragments that share a
+/// term link even when their ends differ. O(F²) screens for F fragments, DTW on the screened.
+pub(crate) fn link(
+    frames: &Frames,
+    pairs: &[FragmentPair],
+    overlap: f64,
+    threshold: f32,
+    screen: f32,
+    refine: &crate::RefineConfig,
+) -> Result<Links> {
+    let refine = crate::RefineConfig {
+        extend: 0,
+        threshold,
+        trim: threshold - (refine.threshold - refine.trim),
+        ..refine.clone()
+    };
+    let mut nodes: Vec<FragmentRef> = pairs.iter().flat_map(|p| [p.a, p.b]).collect();
+    nodes.sort_unstable_by_key(|f| (f.utt, f.start, f.end));
+    nodes.dedup();
+    let class = components(&nodes, pairs, overlap);
+    let means: Vec<Vec<f32>> = nodes.iter().map(|f| mean_unit(frames, f)).collect();
+    let found: Vec<(Vec<FragmentPair>, usize, usize)> = (0..nodes.len())
+        .into_par_iter()
+        .map_init(Refiner::default, |refiner, i| {
+            let a = nodes[i];
+            let (mut out, mut candidates, mut aligned) = (Vec::new(), 0, 0);
+            for (j, b) in nodes.iter().enumerate().skip(i + 1) {
+                if class[i] == class[j] || (a.utt == b.utt && a.end > b.start && b.end > a.start) {
+                    continue;
+                }
+                candidates += 1;
+                let cos: f32 = means[i].iter().zip(&means[j]).map(|(x, y)| x * y).sum();
+                if cos < screen {
+                    continue;
+                }
+                aligned += 1;
+                let line = Line {
+                    i0: a.start,
+                    i1: a.end,
+                    j0: b.start,
+                    j1: b.end,
+                    score: 0.0,
+                };
+                if let Some(r) = refiner.refine(frames, a.utt, b.utt, &line, &refine)? {
+                    out.push(FragmentPair {
+                        a,
+                        b: *b,
+                        score: r.score,
+                    });
+                }
+            }
+            Ok((out, candidates, aligned))
+        })
+        .collect::<Result<_>>()?;
+    let mut links = Links::default();
+    for (edges, candidates, aligned) in found {
+        links.edges.extend(edges);
+        links.candidates += candidates;
+        links.aligned += aligned;
+    }
+    Ok(links)
+}
+
+/// The class (component root) of each of `nodes` (sorted, distinct) in the graph of `pairs` and
+/// of same-utterance overlaps ≥ `overlap`, as [`cluster`] builds it.
+fn components(nodes: &[FragmentRef], pairs: &[FragmentPair], overlap: f64) -> Vec<usize> {
+    let at = |f: &FragmentRef| {
+        nodes
+            .binary_search_by_key(&(f.utt, f.start, f.end), |n| (n.utt, n.start, n.end))
+            .unwrap_or_default()
+    };
+    let mut uf = UnionFind::new(nodes.len());
+    for p in pairs {
+        uf.union(at(&p.a), at(&p.b));
+    }
+    for n in 0..nodes.len() {
+        for m in n + 1..nodes.len() {
+            if nodes[m].utt != nodes[n].utt || nodes[m].start >= nodes[n].end {
+                break;
+            }
+            if iou(&nodes[n], &nodes[m]) >= overlap {
+                uf.union(n, m);
+            }
+        }
+    }
+    (0..nodes.len()).map(|n| uf.find(n)).collect()
+}
+
+/// The mean of a fragment's unit frames, scaled to unit length: the linking pass's screen.
+fn mean_unit(frames: &Frames, f: &FragmentRef) -> Vec<f32> {
+    let off = frames.offsets[f.utt];
+    let mut out = vec![0f32; frames.dims];
+    for t in f.start..f.end {
+        for (o, x) in out.iter_mut().zip(frames.frame(off + t)) {
+            *o += x;
+        }
+    }
+    let norm = out.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        out.iter_mut().for_each(|x| *x /= norm);
+    }
+    out
+}
+
 /// Merges chains of overlapping fragments of one utterance (input sorted by utterance, start).
 fn merge_overlapping(sorted: Vec<FragmentRef>) -> Vec<FragmentRef> {
     let mut out: Vec<FragmentRef> = Vec::with_capacity(sorted.len());
@@ -138,5 +261,88 @@ mod tests {
         assert_eq!(classes[1], vec![f(3, 0, 30), f(4, 0, 30)]);
         // With a stricter overlap the first two pairs stay apart.
         assert_eq!(cluster(&pairs, 0.95).len(), 3);
+    }
+
+    /// Four utterances of 100 random unit frames (16 dims); a 30-frame term P planted (with a
+    /// little noise) at utterance 0 [10,40), 1 [5,35), 2 [20,50) and 3 [15,45), a term Q at 0
+    /// [60,90) and 3 [60,90). Pairs as a search that found P twice apart: (0,1) and (2,3), and Q.
+    fn planted() -> (Frames, Vec<FragmentPair>) {
+        use rand::{Rng, SeedableRng};
+        let (dims, len) = (16, 100);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let mut unit: Vec<f32> = (0..4 * len * dims)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        let term = |rng: &mut rand_chacha::ChaCha8Rng| -> Vec<f32> {
+            (0..30 * dims)
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect()
+        };
+        let (p, q) = (term(&mut rng), term(&mut rng));
+        for (u, start, t) in [
+            (0, 10, &p),
+            (1, 5, &p),
+            (2, 20, &p),
+            (3, 15, &p),
+            (0, 60, &q),
+            (3, 60, &q),
+        ] {
+            let at = (u * len + start) * dims;
+            for (k, x) in t.iter().enumerate() {
+                unit[at + k] = x + rng.random_range(-0.1..0.1);
+            }
+        }
+        for frame in unit.chunks_mut(dims) {
+            let n = frame.iter().map(|x| x * x).sum::<f32>().sqrt();
+            frame.iter_mut().for_each(|x| *x /= n);
+        }
+        let frames = Frames {
+            dims,
+            offsets: (0..=4).map(|u| u * len).collect(),
+            utt: (0..4 * len).map(|g| (g / len) as u32).collect(),
+            unit,
+            sigs: vec![0; 4 * len],
+            silent: Vec::new(),
+        };
+        let pairs = vec![
+            pair(f(0, 10, 40), f(1, 5, 35)),
+            pair(f(2, 20, 50), f(3, 15, 45)),
+            pair(f(0, 60, 90), f(3, 60, 90)),
+        ];
+        (frames, pairs)
+    }
+
+    #[test]
+    fn the_linking_pass_joins_one_term_found_apart_and_nothing_else() {
+        let (frames, pairs) = planted();
+        let refine = crate::RefineConfig::default();
+        // Without it: P in two classes (method 000 would draw "different" pairs between them).
+        assert_eq!(cluster(&pairs, 0.5).len(), 3);
+        let links = link(&frames, &pairs, 0.5, 0.75, 0.3, &refine).unwrap();
+        assert!(!links.edges.is_empty());
+        for e in &links.edges {
+            // Only P's fragments of the two classes meet: never Q, never within a class.
+            let p_side = |x: &FragmentRef| x.end <= 50;
+            assert!(p_side(&e.a) && p_side(&e.b), "{e:?}");
+            assert!((e.a.utt < 2) != (e.b.utt < 2), "{e:?}");
+            assert!(e.score >= 0.75, "{e:?}");
+        }
+        // Candidates: the 2 × 2 P fragments across its two classes, and each P fragment against
+        // Q's two (4 × 2): 12, none overlapping on one utterance.
+        assert_eq!(links.candidates, 12);
+        assert!(links.aligned <= links.candidates);
+        let classes = cluster(&[pairs.as_slice(), &links.edges].concat(), 0.5);
+        assert_eq!(classes.len(), 2, "{classes:?}");
+        assert_eq!(classes[0].len(), 4, "P: one class of four fragments");
+        assert_eq!(classes[1], vec![f(0, 60, 90), f(3, 60, 90)]);
+        // A threshold above what the noise leaves links nothing; so does a screen of 1.
+        assert!(link(&frames, &pairs, 0.5, 0.9999, 0.3, &refine)
+            .unwrap()
+            .edges
+            .is_empty());
+        assert!(link(&frames, &pairs, 0.5, 0.75, 1.0, &refine)
+            .unwrap()
+            .edges
+            .is_empty());
     }
 }

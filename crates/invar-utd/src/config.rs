@@ -196,11 +196,24 @@ pub struct ClusterConfig {
     /// Two fragments of one utterance are the same node when their intersection over union is at
     /// least this.
     pub overlap: f64,
+    /// Linking pass (issue 21): fragments of pairs found apart are also joined when aligning them
+    /// as the refinement aligns a line finds a shared term (a stretch of `refine.min_frames` or
+    /// more with mean cosine similarity at least this). The search finds one word's tokens in
+    /// several small classes that never met, and method 000 then draws its different-class pairs
+    /// between tokens of one word. `None`: no linking (ZRTools).
+    pub link_threshold: Option<f32>,
+    /// Fragments are aligned only when the means of their unit frames have at least this cosine:
+    /// a cheap screen over all fragment pairs before the DTW.
+    pub link_screen: f32,
 }
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        Self { overlap: 0.5 }
+        Self {
+            overlap: 0.5,
+            link_threshold: None,
+            link_screen: 0.3,
+        }
     }
 }
 
@@ -282,6 +295,10 @@ impl UtdConfig {
                 ),
             ));
         }
+        if let Some(t) = self.cluster.link_threshold {
+            unit("cluster.link_threshold", t)?;
+        }
+        unit("cluster.link_screen", self.cluster.link_screen)?;
         if !(self.cluster.overlap > 0.0 && self.cluster.overlap <= 1.0) {
             return Err(bad(
                 "cluster.overlap",

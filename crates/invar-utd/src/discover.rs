@@ -55,6 +55,10 @@ pub struct StageCounts {
     /// Refined fragment pairs dropped because a fragment was mostly silent.
     #[serde(default)]
     pub silent_pairs_dropped: usize,
+    /// Extra edges of the linking pass (`cluster.link_threshold`): fragments of pairs found apart
+    /// that align as the same term.
+    #[serde(default)]
+    pub links: usize,
 }
 
 /// What a run found.
@@ -164,10 +168,27 @@ pub fn discover_with_progress(
         utterance_pairs = counts.utterance_pairs,
         "sparse similarity matrix"
     );
-    let classes = cluster(&pairs, cfg.cluster.overlap);
+    let links = match cfg.cluster.link_threshold {
+        Some(t) => {
+            let c = &cfg.cluster;
+            let l =
+                crate::cluster::link(&frames, &pairs, c.overlap, t, c.link_screen, &cfg.refine)?;
+            tracing::info!(
+                candidates = l.candidates,
+                aligned = l.aligned,
+                links = l.edges.len(),
+                "linking pass"
+            );
+            l.edges
+        }
+        None => Vec::new(),
+    };
+    counts.links = links.len();
+    let classes = cluster(&[pairs.as_slice(), &links].concat(), cfg.cluster.overlap);
     tracing::info!(
         lines = counts.lines,
         pairs = pairs.len(),
+        links = links.len(),
         classes = classes.len(),
         "term discovery done"
     );
