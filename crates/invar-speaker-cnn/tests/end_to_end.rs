@@ -326,7 +326,7 @@ fn spilled_training_and_streamed_evaluation_are_exact() -> Result<()> {
     let many: Vec<LabeledAudio> = test
         .iter()
         .cycle()
-        .take(3 * test.len() + 5)
+        .take(5 * test.len() + 5)
         .cloned()
         .collect();
     let condition = Condition::Gain { db: 6.0 };
