@@ -216,6 +216,11 @@ pub struct TrainArgs {
     /// the same settings, or be empty); a killed run resumes to the same weights.
     #[arg(long)]
     pub resume: bool,
+    /// Megabytes of features held in memory for training and validation together; past it they
+    /// are spilled to a temporary folder in OUT (removed at the end) and read back per batch:
+    /// the same batches and results, a memory bounded by this instead of by the corpus.
+    #[arg(long, default_value_t = invar_speaker_cnn::DEFAULT_FEATURE_MEMORY_MB, value_name = "MB")]
+    pub feature_memory_mb: usize,
     /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
     #[arg(long, conflicts_with = "resume")]
     pub force: bool,
@@ -370,7 +375,10 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     )?;
     let conditions = RobustnessConfig::default().conditions;
     let baselines = args.baselines.then(BaselineConfig::default);
-    let results = invar_speaker_cnn::run(
+    let data = invar_speaker_cnn::DataOptions {
+        feature_memory_mb: args.feature_memory_mb,
+    };
+    let results = invar_speaker_cnn::run_with(
         &cfg,
         baselines.as_ref(),
         &train,
@@ -379,6 +387,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         &args.out,
         &device,
         args.resume,
+        &data,
     )?;
     println!(
         "speaker CNN `{}` ({} regulariser, λ = {}): {} epochs (best {:?})",

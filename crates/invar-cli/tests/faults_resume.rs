@@ -252,6 +252,33 @@ fn speaker_train_killed_and_resumed_is_exact() {
     let reference = d.join("reference");
     case.invar(&reference, &[]);
     case.check_kill_and_resume(d, &reference);
+
+    // Issue #24: with every feature spilled to scratch files (`--feature-memory-mb 0`), a run
+    // killed and resumed ends with the in-memory reference's weights and results, and the
+    // scratch folder a killed run leaves behind is gone once the resumed run ends.
+    let spilled_args = |out: &Path| -> Vec<String> {
+        let mut a = args(out);
+        a.extend(["--feature-memory-mb".to_string(), "0".into()]);
+        a
+    };
+    let spilled = Case {
+        name: "speaker (spilled)",
+        args: &spilled_args,
+        run: ".",
+        max_delay_ms: 300,
+    };
+    let root = d.join("spilled");
+    std::fs::create_dir_all(&root).unwrap();
+    spilled.check_kill_and_resume(&root, &reference);
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let run = entry.unwrap().path();
+        let done = run.join("model.safetensors").exists() && run.join("results.json").exists();
+        assert!(
+            !done || !run.join(".feature-spill").exists(),
+            "{}: the spill folder outlived the run",
+            run.display()
+        );
+    }
 }
 
 #[test]

@@ -186,23 +186,35 @@ pub fn read_aligned_vectors(
 /// The rows of a feature set whose utterances are each one 1×D row (supervectors, i-vectors,
 /// embeddings), stacked in the set's order; an utterance of another shape is an error naming it.
 pub fn stack_rows(set: &FeatureSet) -> Result<Matrix> {
-    let rows = set
-        .entries()
-        .iter()
-        .map(|e| {
-            let m = set.load(e)?;
-            if m.rows != 1 {
-                return Err(Error::Mismatch {
-                    path: set.dir().join(&e.path),
-                    what: "rows of a per-utterance vector",
-                    expected: "1".into(),
-                    found: m.rows.to_string(),
-                });
-            }
-            Ok(m)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(Matrix::vstack(&rows)?)
+    // One buffer of the final size, filled a row at a time: the rows are never held beside the
+    // stacked matrix, nor the matrix grown by doubling (issue #24).
+    let entries = set.entries();
+    let mut data: Vec<f32> = Vec::new();
+    let mut cols = 0;
+    for (i, e) in entries.iter().enumerate() {
+        let m = set.load(e)?;
+        if m.rows != 1 {
+            return Err(Error::Mismatch {
+                path: set.dir().join(&e.path),
+                what: "rows of a per-utterance vector",
+                expected: "1".into(),
+                found: m.rows.to_string(),
+            });
+        }
+        if i == 0 {
+            cols = m.cols;
+            data.reserve_exact(entries.len() * cols);
+        } else if m.cols != cols {
+            return Err(Error::Mismatch {
+                path: set.dir().join(&e.path),
+                what: "columns of a per-utterance vector (the first utterance's)",
+                expected: cols.to_string(),
+                found: m.cols.to_string(),
+            });
+        }
+        data.extend_from_slice(&m.data);
+    }
+    Ok(Matrix::new(entries.len(), cols, data)?)
 }
 
 /// What one run of [`map_feature_set`] did.
@@ -313,5 +325,48 @@ mod tests {
             &["u1".into(), "two words\n".into(), "u3".into()],
         );
         assert!(matches!(bad, Err(Error::BadId { .. })));
+    }
+
+    /// A feature set of the matrices given, one per utterance.
+    fn row_set(dir: &Path, rows: &[Matrix]) -> FeatureSet {
+        let origin = crate::SetOrigin {
+            timing: Some(invar_io::FrameTiming::default()),
+            frontend: None,
+        };
+        let w = crate::FeatureSetWriter::create(dir, &serde_json::json!({"rows": true}), &origin)
+            .unwrap();
+        for (i, m) in rows.iter().enumerate() {
+            w.write(
+                &format!("u{i}"),
+                &format!("s{}", i % 2),
+                crate::Split::Train,
+                m,
+            )
+            .unwrap();
+        }
+        w.finish().unwrap();
+        FeatureSet::open(dir).unwrap()
+    }
+
+    /// Issue #24: the rows stacked in the set's order into one buffer of exactly their size (not
+    /// grown by doubling beside the rows); an utterance of two rows is refused naming its file.
+    #[test]
+    fn stacked_rows_are_the_rows_in_one_exact_buffer() {
+        let dir = scratch("rows");
+        let mut rows: Vec<Matrix> = (0..5)
+            .map(|i| Matrix::new(1, 3, (0..3).map(|j| (10 * i + j) as f32).collect()).unwrap())
+            .collect();
+        let m = stack_rows(&row_set(dir.path(), &rows)).unwrap();
+        assert_eq!((m.rows, m.cols), (5, 3));
+        let want: Vec<f32> = rows.iter().flat_map(|r| r.data.clone()).collect();
+        assert_eq!(m.data, want);
+        assert_eq!(m.data.capacity(), 15);
+        let bad = scratch("rows-bad");
+        rows[3] = Matrix::new(2, 3, vec![1.0; 6]).unwrap();
+        let err = stack_rows(&row_set(bad.path(), &rows)).unwrap_err();
+        assert!(
+            matches!(&err, Error::Mismatch { path, .. } if path.to_string_lossy().contains("u3")),
+            "{err}"
+        );
     }
 }

@@ -54,10 +54,11 @@ fn main() -> Result<()> {
         invar_synth::generate(&synth, &corpus_dir, invar_synth::Layout::Elsdsr)?;
     }
     let (train, test) = load_corpus(Layout::Elsdsr, &corpus_dir, &CorpusRecipe::default())?;
-    let secs: f64 = train
-        .iter()
-        .map(|u| u.audio.samples.len() as f64 / f64::from(u.audio.sample_rate))
-        .sum();
+    let mut secs = 0f64;
+    for u in &train {
+        let a = u.audio.decode()?;
+        secs += a.samples.len() as f64 / f64::from(a.sample_rate);
+    }
     println!(
         "corpus: {} speakers, {} train / {} test utterances, {:.1} s train audio ({:.1} s/utt)",
         synth.speakers,

@@ -28,7 +28,7 @@ impl Trained {
         let input = [LabeledAudio {
             id: "signal".into(),
             speaker: String::new(),
-            audio: audio.clone(),
+            audio: audio.clone().into(),
         }];
         let mut features = compute_features(
             &cfg.features.frontend,

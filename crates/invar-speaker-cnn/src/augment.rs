@@ -304,7 +304,8 @@ mod tests {
             audio: invar_audio::Audio {
                 samples,
                 sample_rate: 16000,
-            },
+            }
+            .into(),
         }];
         let features = |c: Condition| {
             compute_features(&cfg.features.frontend, true, &audio, c).unwrap()[0].clone()

@@ -8,7 +8,7 @@ use invar_data::{Layout, SpeakerFilter, Split, SplitConfig};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, LabeledAudio, Result};
+use crate::{AudioSource, Error, LabeledAudio, Result};
 
 /// How a corpus becomes a closed-set speaker-identification task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -58,7 +58,10 @@ impl CorpusRecipe {
     }
 }
 
-/// Reads the corpus at `root`, decodes every utterance and returns (train, test).
+/// Reads the corpus at `root` and returns (train, test). No audio is held: each utterance's
+/// samples are decoded when its features are computed ([`AudioSource::Corpus`]). The TIMIT
+/// filter, which needs each utterance's length, decodes every utterance once to count its
+/// samples, holding no more than one per thread.
 pub fn load_corpus(
     layout: Layout,
     root: &Path,
@@ -71,13 +74,12 @@ pub fn load_corpus(
         resample: true,
         ..ReadOptions::default()
     };
-    let audio: Vec<invar_audio::Audio> = utterances
-        .par_iter()
-        .map(|u| Ok(invar_data::read_utterance_audio(u, &options)?))
-        .collect::<Result<_>>()?;
     let mut keep: Vec<usize> = (0..utterances.len()).collect();
     if let Some(filter) = &recipe.filter {
-        let samples: Vec<u64> = audio.iter().map(|a| a.samples.len() as u64).collect();
+        let samples: Vec<u64> = utterances
+            .par_iter()
+            .map(|u| Ok(invar_data::read_utterance_audio(u, &options)?.samples.len() as u64))
+            .collect::<Result<_>>()?;
         keep = filter.apply(&utterances, &samples)?;
     }
     if let Some(split) = &recipe.within_speaker {
@@ -89,20 +91,28 @@ pub fn load_corpus(
         }
     }
     let (mut train, mut test) = (Vec::new(), Vec::new());
-    // The samples move into the labelled utterances rather than being copied (held once).
-    let mut audio: Vec<Option<invar_audio::Audio>> = audio.into_iter().map(Some).collect();
+    let mut taken = vec![false; utterances.len()];
     for i in keep {
         let u = &utterances[i];
-        let Some(samples) = audio[i].take() else {
+        if std::mem::replace(&mut taken[i], true) {
             return Err(Error::Empty {
                 what: "corpus utterance",
                 hint: format!("`{}` was kept twice by the speaker filter", u.id),
             });
+        }
+        // The alignments are not needed to read the audio.
+        let source = invar_data::Utterance {
+            phones: None,
+            words: None,
+            ..u.clone()
         };
         let item = LabeledAudio {
             id: u.id.clone(),
             speaker: u.speaker.clone(),
-            audio: samples,
+            audio: AudioSource::Corpus {
+                utterance: Box::new(source),
+                options,
+            },
         };
         match u.split {
             Split::Test => test.push(item),

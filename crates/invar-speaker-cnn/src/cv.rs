@@ -265,7 +265,8 @@ mod tests {
             audio: Audio {
                 samples: vec![0.0; 4],
                 sample_rate: 16_000,
-            },
+            }
+            .into(),
         }
     }
 

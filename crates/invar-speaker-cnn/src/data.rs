@@ -1,4 +1,10 @@
-//! Chunks of z-normalised features in memory, the normalisation statistics, and input tangents.
+//! Chunks of z-normalised features (held in memory, or spilled to a scratch file past a memory
+//! budget), the normalisation statistics, and input tangents.
+
+use std::fs::File;
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use candle_core::{Device, Tensor};
 use invar_io::Matrix;
@@ -16,43 +22,73 @@ pub struct Normalizer {
 impl Normalizer {
     /// Statistics over every frame of `features` (each frames × bins); a constant bin gets std 1.
     pub fn fit(features: &[Matrix]) -> Result<Self> {
-        let Some(first) = features.first() else {
+        let mut stats = NormalizerStats::default();
+        for m in features {
+            stats.add(m)?;
+        }
+        stats.finish()
+    }
+
+    /// Bins.
+    pub fn dims(&self) -> usize {
+        self.mean.len()
+    }
+}
+
+/// [`Normalizer::fit`] one utterance at a time: the same f64 sums in the same order, so the
+/// statistics of utterances added in order are bit for bit those of `fit` on the list.
+#[derive(Debug, Clone, Default)]
+pub struct NormalizerStats {
+    sum: Vec<f64>,
+    sq: Vec<f64>,
+    frames: usize,
+    utterances: usize,
+}
+
+impl NormalizerStats {
+    /// Adds every frame of `m` (frames × bins); its bins must be the first utterance's.
+    pub fn add(&mut self, m: &Matrix) -> Result<()> {
+        if self.utterances == 0 {
+            self.sum = vec![0f64; m.cols];
+            self.sq = vec![0f64; m.cols];
+        } else if m.cols != self.sum.len() {
+            return Err(Error::shape(
+                format!("features of utterance {}", self.utterances),
+                self.sum.len(),
+                m.cols,
+            ));
+        }
+        for r in 0..m.rows {
+            for (j, &v) in m.row(r).iter().enumerate() {
+                self.sum[j] += f64::from(v);
+                self.sq[j] += f64::from(v) * f64::from(v);
+            }
+        }
+        self.frames += m.rows;
+        self.utterances += 1;
+        Ok(())
+    }
+
+    /// Per-bin mean and standard deviation of the frames added; a constant bin gets std 1.
+    pub fn finish(&self) -> Result<Normalizer> {
+        if self.utterances == 0 {
             return Err(Error::Empty {
                 what: "normalisation statistics",
                 hint: "no training utterance has features".into(),
             });
-        };
-        let bins = first.cols;
-        let mut sum = vec![0f64; bins];
-        let mut sq = vec![0f64; bins];
-        let mut n = 0usize;
-        for (i, m) in features.iter().enumerate() {
-            if m.cols != bins {
-                return Err(Error::shape(
-                    format!("features of utterance {i}"),
-                    bins,
-                    m.cols,
-                ));
-            }
-            for r in 0..m.rows {
-                for (j, &v) in m.row(r).iter().enumerate() {
-                    sum[j] += f64::from(v);
-                    sq[j] += f64::from(v) * f64::from(v);
-                }
-            }
-            n += m.rows;
         }
-        if n == 0 {
+        if self.frames == 0 {
             return Err(Error::Empty {
                 what: "normalisation statistics",
                 hint: "the training utterances have no frames".into(),
             });
         }
-        let nf = n as f64;
-        let mean: Vec<f32> = sum.iter().map(|s| (s / nf) as f32).collect();
-        let std = sum
+        let nf = self.frames as f64;
+        let mean: Vec<f32> = self.sum.iter().map(|s| (s / nf) as f32).collect();
+        let std = self
+            .sum
             .iter()
-            .zip(&sq)
+            .zip(&self.sq)
             .map(|(s, q)| {
                 let m = s / nf;
                 let v = (q / nf - m * m).max(0.0).sqrt();
@@ -63,12 +99,7 @@ impl Normalizer {
                 }
             })
             .collect();
-        Ok(Self { mean, std })
-    }
-
-    /// Bins.
-    pub fn dims(&self) -> usize {
-        self.mean.len()
+        Ok(Normalizer { mean, std })
     }
 }
 
@@ -145,7 +176,9 @@ pub fn subtract_sliding_mean(m: &mut Matrix, window: usize) {
 /// normalises and transposes a chunk only when a batch asks for it: chunks that overlap (a
 /// training hop shorter than the chunk) share their frames instead of each holding a copy, so the
 /// memory held is the features', whatever the hop ([`ChunkSet::resident_bytes`]). A batch holds the
-/// same bytes as a copy of every chunk made up front would.
+/// same bytes as a copy of every chunk made up front would. A set built past a memory budget
+/// ([`ChunkSetBuilder::spill`]) holds its features in a scratch file instead, and reads each
+/// chunk's frames back from it when batched: the same bytes, so the same batches.
 #[derive(Debug, Clone)]
 pub struct ChunkSet {
     pub bins: usize,
@@ -157,9 +190,219 @@ pub struct ChunkSet {
     pub start: Vec<usize>,
     /// Frames of each utterance of the list (indexed like `utterance`'s values).
     pub utterance_frames: Vec<usize>,
-    /// Each utterance's features (frames × bins, not normalised); empty for one without chunks.
+    /// Each utterance's features (frames × bins, not normalised); empty for one without chunks,
+    /// and for every utterance once the set has spilled.
     features: Vec<Matrix>,
+    /// The spilled features: where each utterance starts in the scratch file (bytes).
+    spill: Option<Spill>,
     norm: Normalizer,
+}
+
+/// Features spilled to a scratch file (raw little-endian f32, utterance after utterance), removed
+/// when the last set that reads it is dropped.
+#[derive(Debug, Clone)]
+struct Spill {
+    file: Arc<SpillFile>,
+    /// Byte offset of each utterance's first frame (utterances without chunks take no bytes).
+    offset: Vec<u64>,
+}
+
+#[derive(Debug)]
+struct SpillFile {
+    path: PathBuf,
+    file: Mutex<File>,
+}
+
+impl Drop for SpillFile {
+    fn drop(&mut self) {
+        // A scratch file: nothing to report if it is already gone.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn io_error(path: &Path, source: std::io::Error) -> Error {
+    Error::Io(invar_io::Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The chunk list of a [`ChunkSet`] under construction: utterances are pushed one at a time and
+/// their features kept in memory until [`ChunkSetBuilder::spill`] moves them (and every later
+/// one) to a scratch file, so a caller bounds the memory the features take.
+#[derive(Debug)]
+pub struct ChunkSetBuilder {
+    bins: usize,
+    frames: usize,
+    hop: usize,
+    labels: Vec<u32>,
+    utterance: Vec<usize>,
+    start: Vec<usize>,
+    utterance_frames: Vec<usize>,
+    features: Vec<Matrix>,
+    held: usize,
+    writer: Option<SpillWriter>,
+}
+
+#[derive(Debug)]
+struct SpillWriter {
+    path: PathBuf,
+    out: BufWriter<File>,
+    offset: Vec<u64>,
+    bytes: u64,
+}
+
+impl SpillWriter {
+    fn write(&mut self, m: &Matrix) -> Result<()> {
+        self.offset.push(self.bytes);
+        let mut buf = Vec::with_capacity(m.data.len() * 4);
+        for v in &m.data {
+            buf.extend_from_slice(&v.to_le_bytes());
+        }
+        self.out
+            .write_all(&buf)
+            .map_err(|e| io_error(&self.path, e))?;
+        self.bytes += buf.len() as u64;
+        Ok(())
+    }
+}
+
+impl ChunkSetBuilder {
+    /// Chunks of `frames` frames every `hop` (at least 1) of features with `bins` bins.
+    pub fn new(bins: usize, frames: usize, hop: usize) -> Self {
+        Self {
+            bins,
+            frames,
+            hop: hop.max(1),
+            labels: Vec::new(),
+            utterance: Vec::new(),
+            start: Vec::new(),
+            utterance_frames: Vec::new(),
+            features: Vec::new(),
+            held: 0,
+            writer: None,
+        }
+    }
+
+    /// Adds the next utterance's features (frames × bins) with its label; one shorter than a
+    /// chunk gives none and its features are dropped (its frame count kept).
+    pub fn push(&mut self, mut m: Matrix, label: u32) -> Result<()> {
+        let u = self.utterance_frames.len();
+        if m.cols != self.bins {
+            return Err(Error::shape(
+                format!("features of utterance {u}"),
+                self.bins,
+                m.cols,
+            ));
+        }
+        self.utterance_frames.push(m.rows);
+        let mut start = 0;
+        while start + self.frames <= m.rows {
+            self.labels.push(label);
+            self.utterance.push(u);
+            self.start.push(start);
+            start += self.hop;
+        }
+        let empty = Matrix {
+            rows: 0,
+            cols: self.bins,
+            data: Vec::new(),
+        };
+        if start == 0 {
+            self.features.push(empty);
+            if let Some(w) = &mut self.writer {
+                w.offset.push(w.bytes);
+            }
+        } else if let Some(w) = &mut self.writer {
+            w.write(&m)?;
+            self.features.push(empty);
+        } else {
+            m.data.shrink_to_fit();
+            self.held += m.data.len() * std::mem::size_of::<f32>();
+            self.features.push(m);
+        }
+        Ok(())
+    }
+
+    /// Bytes of features held in memory (0 once spilled).
+    pub fn held_bytes(&self) -> usize {
+        self.held
+    }
+
+    /// Whether the features go to a scratch file.
+    pub fn is_spilled(&self) -> bool {
+        self.writer.is_some()
+    }
+
+    /// Moves the features held so far, and those of every utterance pushed later, to the scratch
+    /// file `path` (created; removed when the last set built from it is dropped). A second call
+    /// does nothing.
+    pub fn spill(&mut self, path: &Path) -> Result<()> {
+        if self.writer.is_some() {
+            return Ok(());
+        }
+        let file = File::create(path).map_err(|e| io_error(path, e))?;
+        let mut w = SpillWriter {
+            path: path.to_path_buf(),
+            out: BufWriter::with_capacity(1 << 20, file),
+            offset: Vec::with_capacity(self.features.len()),
+            bytes: 0,
+        };
+        for m in &mut self.features {
+            if m.rows == 0 {
+                w.offset.push(w.bytes);
+            } else {
+                w.write(m)?;
+            }
+            *m = Matrix {
+                rows: 0,
+                cols: self.bins,
+                data: Vec::new(),
+            };
+        }
+        self.held = 0;
+        self.writer = Some(w);
+        Ok(())
+    }
+
+    /// The set, z-normalised with `norm` when batched (its bins must be the features').
+    pub fn finish(self, norm: &Normalizer) -> Result<ChunkSet> {
+        if norm.dims() != self.bins {
+            return Err(Error::shape("normaliser bins", self.bins, norm.dims()));
+        }
+        let spill = match self.writer {
+            None => None,
+            Some(w) => {
+                let SpillWriter {
+                    path, out, offset, ..
+                } = w;
+                let file = out
+                    .into_inner()
+                    .map_err(|e| io_error(&path, e.into_error()))?;
+                // Opened again for reading: the writer's handle is write-only.
+                drop(file);
+                let file = File::open(&path).map_err(|e| io_error(&path, e))?;
+                Some(Spill {
+                    file: Arc::new(SpillFile {
+                        path,
+                        file: Mutex::new(file),
+                    }),
+                    offset,
+                })
+            }
+        };
+        Ok(ChunkSet {
+            bins: self.bins,
+            frames: self.frames,
+            labels: self.labels,
+            utterance: self.utterance,
+            start: self.start,
+            utterance_frames: self.utterance_frames,
+            features: self.features,
+            spill,
+            norm: norm.clone(),
+        })
+    }
 }
 
 impl ChunkSet {
@@ -176,10 +419,10 @@ impl ChunkSet {
         Self::from_features(features.to_vec(), labels, norm, frames, hop)
     }
 
-    /// [`ChunkSet::build`] on features it keeps (an utterance without chunks is dropped from
-    /// memory, its frame count kept).
+    /// [`ChunkSet::build`] on features it keeps in memory (an utterance without chunks is dropped
+    /// from memory, its frame count kept).
     pub fn from_features(
-        mut features: Vec<Matrix>,
+        features: Vec<Matrix>,
         labels: &[u32],
         norm: &Normalizer,
         frames: usize,
@@ -188,47 +431,11 @@ impl ChunkSet {
         if features.len() != labels.len() {
             return Err(Error::shape("labels", features.len(), labels.len()));
         }
-        let bins = norm.dims();
-        let hop = hop.max(1);
-        let mut out_labels = Vec::new();
-        let mut utterance = Vec::new();
-        let mut starts = Vec::new();
-        let utterance_frames = features.iter().map(|m| m.rows).collect();
-        for (u, (m, &label)) in features.iter_mut().zip(labels).enumerate() {
-            if m.cols != bins {
-                return Err(Error::shape(
-                    format!("features of utterance {u}"),
-                    bins,
-                    m.cols,
-                ));
-            }
-            let mut start = 0;
-            while start + frames <= m.rows {
-                out_labels.push(label);
-                utterance.push(u);
-                starts.push(start);
-                start += hop;
-            }
-            if start == 0 {
-                *m = Matrix {
-                    rows: 0,
-                    cols: bins,
-                    data: Vec::new(),
-                };
-            } else {
-                m.data.shrink_to_fit();
-            }
+        let mut builder = ChunkSetBuilder::new(norm.dims(), frames, hop);
+        for (m, &label) in features.into_iter().zip(labels) {
+            builder.push(m, label)?;
         }
-        Ok(Self {
-            bins,
-            frames,
-            labels: out_labels,
-            utterance,
-            start: starts,
-            utterance_frames,
-            features,
-            norm: norm.clone(),
-        })
+        builder.finish(norm)
     }
 
     /// Number of chunks.
@@ -241,8 +448,14 @@ impl ChunkSet {
         self.labels.is_empty()
     }
 
-    /// Bytes the set holds: the utterances' features and the per-chunk and per-utterance lists
-    /// (allocated capacity), not the chunks themselves, which batches make on demand.
+    /// Whether the features are read from a scratch file rather than held in memory.
+    pub fn is_spilled(&self) -> bool {
+        self.spill.is_some()
+    }
+
+    /// Bytes the set holds: the utterances' features in memory and the per-chunk and
+    /// per-utterance lists (allocated capacity), not the chunks themselves, which batches make on
+    /// demand, nor features spilled to disk.
     pub fn resident_bytes(&self) -> usize {
         use std::mem::size_of;
         let features: usize = self
@@ -250,17 +463,45 @@ impl ChunkSet {
             .iter()
             .map(|m| m.data.capacity() * size_of::<f32>() + size_of::<Matrix>())
             .sum();
+        let spill = self
+            .spill
+            .as_ref()
+            .map_or(0, |s| s.offset.capacity() * size_of::<u64>());
         features
+            + spill
             + self.labels.capacity() * size_of::<u32>()
             + (self.utterance.capacity() + self.start.capacity() + self.utterance_frames.capacity())
                 * size_of::<usize>()
             + (self.norm.mean.capacity() + self.norm.std.capacity()) * size_of::<f32>()
     }
 
-    /// Chunk `i`, z-normalised, as `bins × frames` row-major, appended to `out`.
-    fn push_chunk(&self, i: usize, out: &mut Vec<f32>) {
-        let m = &self.features[self.utterance[i]];
-        let rows = &m.data[self.start[i] * self.bins..(self.start[i] + self.frames) * self.bins];
+    /// Chunk `i`, z-normalised, as `bins × frames` row-major, appended to `out`; `scratch` holds
+    /// the bytes of a spilled chunk between calls.
+    fn push_chunk(&self, i: usize, out: &mut Vec<f32>, scratch: &mut Vec<u8>) -> Result<()> {
+        let n = self.frames * self.bins;
+        let read: Vec<f32>;
+        let rows: &[f32] = match &self.spill {
+            None => {
+                let m = &self.features[self.utterance[i]];
+                &m.data[self.start[i] * self.bins..self.start[i] * self.bins + n]
+            }
+            Some(spill) => {
+                let at = spill.offset[self.utterance[i]] + (self.start[i] * self.bins * 4) as u64;
+                scratch.resize(n * 4, 0);
+                {
+                    let f = &spill.file;
+                    let mut file = f.file.lock().unwrap_or_else(|p| p.into_inner());
+                    file.seek(SeekFrom::Start(at))
+                        .and_then(|_| file.read_exact(scratch))
+                        .map_err(|e| io_error(&f.path, e))?;
+                }
+                read = scratch
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect::<Vec<f32>>();
+                &read
+            }
+        };
         for b in 0..self.bins {
             let (mean, std) = (self.norm.mean[b], self.norm.std[b]);
             out.extend(
@@ -270,6 +511,37 @@ impl ChunkSet {
                     .map(|&v| (v - mean) / std),
             );
         }
+        Ok(())
+    }
+
+    /// The chunks `idx`, z-normalised, each `bins × frames` row-major, appended to `x`, and their
+    /// labels to `y`.
+    pub fn extend_chunks(&self, idx: &[usize], x: &mut Vec<f32>, y: &mut Vec<u32>) -> Result<()> {
+        self.extend_chunks_with(idx, x, y, &mut |_, _| {})
+    }
+
+    fn extend_chunks_with(
+        &self,
+        idx: &[usize],
+        x: &mut Vec<f32>,
+        y: &mut Vec<u32>,
+        edit: &mut dyn FnMut(usize, &mut [f32]),
+    ) -> Result<()> {
+        let mut scratch = Vec::new();
+        for &i in idx {
+            if i >= self.len() {
+                return Err(Error::shape(
+                    "chunk index (below the chunk count)",
+                    self.len(),
+                    i,
+                ));
+            }
+            let at = x.len();
+            self.push_chunk(i, x, &mut scratch)?;
+            edit(i, &mut x[at..]);
+            y.push(self.labels[i]);
+        }
+        Ok(())
     }
 
     /// The chunks `idx` as inputs `[B, bins, frames]` and labels `[B]`.
@@ -288,19 +560,7 @@ impl ChunkSet {
         let size = self.bins * self.frames;
         let mut x = Vec::with_capacity(idx.len() * size);
         let mut y = Vec::with_capacity(idx.len());
-        for &i in idx {
-            if i >= self.len() {
-                return Err(Error::shape(
-                    "chunk index (below the chunk count)",
-                    self.len(),
-                    i,
-                ));
-            }
-            let at = x.len();
-            self.push_chunk(i, &mut x);
-            edit(i, &mut x[at..]);
-            y.push(self.labels[i]);
-        }
+        self.extend_chunks_with(idx, &mut x, &mut y, edit)?;
         Ok((
             Tensor::from_vec(x, (idx.len(), self.bins, self.frames), device)?,
             Tensor::from_vec(y, idx.len(), device)?,
@@ -473,6 +733,106 @@ mod tests {
             "{copies} vs {}",
             set.resident_bytes()
         );
+    }
+
+    /// Issue #24: a set spilled part-way through (after utterance `at`, 0 = before the first)
+    /// gives the bytes of chunks copied up front, in any order, holds no features in memory, and
+    /// its scratch file goes with the last clone of the set.
+    #[test]
+    fn spilled_chunks_are_the_bytes_of_chunks_copied_up_front() {
+        let dir = tempfile::tempdir().unwrap();
+        for (seed, frames, hop, at) in [(11, 10, 1, 0), (12, 10, 3, 3), (13, 8, 20, 7)] {
+            let (features, labels) = random_features(seed, 6);
+            let norm = Normalizer::fit(&features).unwrap();
+            let want = copied_up_front(&features, &norm, frames, hop);
+            let memory =
+                ChunkSet::from_features(features.clone(), &labels, &norm, frames, hop).unwrap();
+            let path = dir.path().join(format!("spill-{seed}.f32"));
+            let mut b = ChunkSetBuilder::new(6, frames, hop);
+            for (u, (m, &l)) in features.iter().zip(&labels).enumerate() {
+                if u == at {
+                    b.spill(&path).unwrap();
+                }
+                b.push(m.clone(), l).unwrap();
+            }
+            if at == features.len() {
+                b.spill(&path).unwrap();
+            }
+            assert_eq!(b.held_bytes(), 0);
+            let set = b.finish(&norm).unwrap();
+            assert!(set.is_spilled() && !memory.is_spilled());
+            assert_eq!(set.len(), memory.len());
+            assert_eq!(set.labels, memory.labels);
+            assert_eq!(set.start, memory.start);
+            assert_eq!(set.utterance_frames, memory.utterance_frames);
+            // The file holds every chunked utterance's frames; memory holds none of them.
+            let floats: usize = memory.features.iter().map(|m| m.data.len()).sum();
+            assert_eq!(
+                std::fs::metadata(&path).unwrap().len(),
+                floats as u64 * 4,
+                "seed {seed}"
+            );
+            // What it holds is the in-memory set's chunk lists, without the features, plus one
+            // offset (8 bytes, the list grown by doubling) per utterance.
+            let bound = memory.resident_bytes() - floats * 4 + 2 * features.len() * 8;
+            assert!(
+                set.resident_bytes() <= bound,
+                "seed {seed}: {} bytes held, bound {bound} ({} bytes of features)",
+                set.resident_bytes(),
+                floats * 4
+            );
+            let n = set.len();
+            let size = 6 * frames;
+            let idx: Vec<usize> = (0..n).map(|i| (i * 7 + 3) % n).collect();
+            for part in idx.chunks(4) {
+                let (x, y) = set.batch(part, &Device::Cpu).unwrap();
+                let x: Vec<u32> = x
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1::<f32>()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect();
+                let exp: Vec<u32> = part
+                    .iter()
+                    .flat_map(|&i| want[i * size..(i + 1) * size].iter().map(|v| v.to_bits()))
+                    .collect();
+                assert_eq!(x, exp, "seed {seed}");
+                let labels: Vec<u32> = part.iter().map(|&i| memory.labels[i]).collect();
+                assert_eq!(y.to_vec1::<u32>().unwrap(), labels);
+            }
+            assert!(
+                set.batch(&[n], &Device::Cpu).is_err(),
+                "past the last chunk"
+            );
+            let copy = set.clone();
+            drop(set);
+            assert!(path.exists(), "a clone still reads the file");
+            assert_eq!(
+                copy.batch(&[0], &Device::Cpu).unwrap().0.dims3().unwrap().0,
+                1
+            );
+            drop(copy);
+            assert!(!path.exists(), "the scratch file outlived its sets");
+        }
+    }
+
+    /// The streaming statistics are `fit`'s, bit for bit, and refuse mismatched bins.
+    #[test]
+    fn streamed_statistics_are_fit_bit_for_bit() {
+        let (features, _) = random_features(21, 9);
+        let fit = Normalizer::fit(&features).unwrap();
+        let mut stats = NormalizerStats::default();
+        for m in &features {
+            stats.add(m).unwrap();
+        }
+        let streamed = stats.finish().unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&streamed.mean), bits(&fit.mean));
+        assert_eq!(bits(&streamed.std), bits(&fit.std));
+        assert!(stats.add(&Matrix::new(1, 8, vec![0.; 8]).unwrap()).is_err());
+        assert!(NormalizerStats::default().finish().is_err());
     }
 
     #[test]

@@ -39,16 +39,16 @@ pub use cv::{
 };
 pub use data::{
     input_tangent, sliding_window, subtract_sliding_mean, subtract_utterance_mean, ChunkSet,
-    Normalizer,
+    ChunkSetBuilder, Normalizer, NormalizerStats,
 };
 pub use error::{Error, Result};
 pub use layers::{conv1d_bias, conv1d_valid, max_pool_time};
-pub use method::{run, Report};
+pub use method::{run, run_with, Report};
 pub use model::{cross_entropy, regularizer, Forward, SpeakerCnn};
 pub use pipeline::{
     check_test_speakers, chunk_log_probs, compute_features, decide, evaluate, mean_normalise,
-    random_batch, report, speaker_labels, train, Condition, Evaluation, LabeledAudio, ModelMeta,
-    Trained, META_FILE,
+    random_batch, report, speaker_labels, train, train_with, AudioSource, Condition, DataOptions,
+    Evaluation, LabeledAudio, ModelMeta, Trained, DEFAULT_FEATURE_MEMORY_MB, META_FILE, SPILL_DIR,
 };
 pub use robustness::{
     comparison_treatments, robustness, BaselineRow, DivergedRun, RobustnessConfig,

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     check_test_speakers, evaluate, gmm_baseline, logistic_baseline_resume, BaselineConfig,
-    BaselineResult, Condition, Evaluation, LabeledAudio, Result, SpeakerCnnConfig,
+    BaselineResult, Condition, DataOptions, Evaluation, LabeledAudio, Result, SpeakerCnnConfig,
 };
 
 /// What [`run`] returns (and writes as `results.json`).
@@ -41,12 +41,38 @@ pub fn run(
     device: &Device,
     resume: bool,
 ) -> Result<Report> {
+    run_with(
+        config,
+        baselines,
+        train,
+        test,
+        conditions,
+        out_dir,
+        device,
+        resume,
+        &DataOptions::default(),
+    )
+}
+
+/// [`run`] with the training data held as `data` says.
+#[allow(clippy::too_many_arguments)]
+pub fn run_with(
+    config: &SpeakerCnnConfig,
+    baselines: Option<&BaselineConfig>,
+    train: &[LabeledAudio],
+    test: &[LabeledAudio],
+    conditions: &[Condition],
+    out_dir: &Path,
+    device: &Device,
+    resume: bool,
+    data: &DataOptions,
+) -> Result<Report> {
     config.validate()?;
     if let Some(b) = baselines {
         b.validate()?;
     }
     check_test_speakers(train, test)?;
-    let trained = crate::train(config, train, out_dir, device, resume)?;
+    let trained = crate::train_with(config, train, out_dir, device, resume, data)?;
     let evaluations = conditions
         .iter()
         .map(|&c| evaluate(&trained, test, c, device))

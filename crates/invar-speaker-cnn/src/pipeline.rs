@@ -2,12 +2,13 @@
 //! chunk- and utterance-level evaluation with a confusion matrix.
 
 use invar_train::MethodConfig as _;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarMap;
-use invar_audio::{Audio, Frontend, FrontendConfig};
+use invar_audio::{Audio, Frontend, FrontendConfig, ReadOptions};
 use invar_eval::{identify, IdentifyReport, Prediction};
 use invar_io::Matrix;
 use invar_train::{BatchSource, TrainSummary, Trainer};
@@ -15,8 +16,10 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::augment::Augmenter;
-use crate::data::{subtract_sliding_mean, subtract_utterance_mean};
-use crate::train::{new_model, ChunkBatch, ChunkBatches, ChunkScores, CnnStep};
+use crate::data::{
+    subtract_sliding_mean, subtract_utterance_mean, ChunkSetBuilder, NormalizerStats,
+};
+use crate::train::{new_model, ChunkBatch, ChunkBatches, CnnStep};
 use crate::{ChunkSet, Error, Normalizer, Result, SpeakerCnn, SpeakerCnnConfig};
 
 /// One utterance: its id, its speaker and its samples.
@@ -24,7 +27,80 @@ use crate::{ChunkSet, Error, Normalizer, Result, SpeakerCnn, SpeakerCnnConfig};
 pub struct LabeledAudio {
     pub id: String,
     pub speaker: String,
-    pub audio: Audio,
+    pub audio: AudioSource,
+}
+
+/// Where an utterance's samples come from: decoded already, or decoded from the corpus each time
+/// they are needed, so that a corpus is never held in memory ([`crate::load_corpus`]).
+#[derive(Debug, Clone)]
+pub enum AudioSource {
+    Decoded(Audio),
+    /// The corpus utterance (its alignments dropped) and how its audio is read.
+    Corpus {
+        utterance: Box<invar_data::Utterance>,
+        options: ReadOptions,
+    },
+}
+
+impl From<Audio> for AudioSource {
+    fn from(audio: Audio) -> Self {
+        AudioSource::Decoded(audio)
+    }
+}
+
+impl AudioSource {
+    /// The samples: borrowed when decoded already, read from the corpus otherwise (an error names
+    /// the file).
+    pub fn decode(&self) -> Result<Cow<'_, Audio>> {
+        match self {
+            AudioSource::Decoded(a) => Ok(Cow::Borrowed(a)),
+            AudioSource::Corpus { utterance, options } => Ok(Cow::Owned(
+                invar_data::read_utterance_audio(utterance, options)?,
+            )),
+        }
+    }
+}
+
+/// How a training run holds its data: settings that change memory and speed, never results
+/// (so they are not part of the method's config, and a resumed run may change them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DataOptions {
+    /// Megabytes of features the training and validation chunk sets hold in memory together;
+    /// past it every set's features go to scratch files in a temporary folder under the run's
+    /// output ([`SPILL_DIR`], removed at the end) and each batch reads its chunks back from them.
+    pub feature_memory_mb: usize,
+}
+
+/// The default of [`DataOptions::feature_memory_mb`].
+pub const DEFAULT_FEATURE_MEMORY_MB: usize = 128;
+
+/// The temporary folder, under a training run's output, of the features spilled past
+/// [`DataOptions::feature_memory_mb`].
+pub const SPILL_DIR: &str = ".feature-spill";
+
+impl Default for DataOptions {
+    fn default() -> Self {
+        Self {
+            feature_memory_mb: DEFAULT_FEATURE_MEMORY_MB,
+        }
+    }
+}
+
+/// Utterances whose features are computed together (in parallel) and then handed on, so that the
+/// features of a whole corpus are never held at once.
+fn feature_group() -> usize {
+    (rayon::current_num_threads() * 4).max(8)
+}
+
+/// Removes the spill folder when training ends, however it ends.
+struct SpillDir(PathBuf);
+
+impl Drop for SpillDir {
+    fn drop(&mut self) {
+        // Scratch files only: a folder already gone is fine.
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// A nuisance applied to test audio before the front-end (or to log features after it).
@@ -93,19 +169,20 @@ pub fn compute_features(
     audio
         .par_iter()
         .map(|u| {
+            let audio = u.audio.decode()?;
             // Cepstra are not log spectra: there a log offset c is applied as the waveform gain
             // that causes it (amplitude × e^{c/2}).
             let cepstral = frontend.kind == invar_audio::FeatureKind::Mfcc;
             let samples = match condition {
                 Condition::LogOffset { offset } if cepstral => {
                     let g = (offset / 2.0).exp();
-                    u.audio.samples.iter().map(|s| s * g).collect()
+                    audio.samples.iter().map(|s| s * g).collect()
                 }
-                _ => condition.apply_waveform(&u.audio.samples),
+                _ => condition.apply_waveform(&audio.samples),
             };
             let a = Audio {
                 samples,
-                sample_rate: u.audio.sample_rate,
+                sample_rate: audio.sample_rate,
             };
             let mut m = fe.compute(&a)?;
             if let (Condition::LogOffset { offset }, false) = (condition, cepstral) {
@@ -200,13 +277,33 @@ pub struct Trained {
 /// Trains the configured network on `train` (a per-speaker `validation_fraction` of the utterances
 /// is held out for early stopping) and writes the run into `run_dir`; `resume` continues from the
 /// newest good checkpoint there (the settings must be the checkpoint's; a folder without
-/// checkpoints starts fresh).
+/// checkpoints starts fresh). The data are held as [`DataOptions::default`] says.
 pub fn train(
     config: &SpeakerCnnConfig,
     train: &[LabeledAudio],
     run_dir: &Path,
     device: &Device,
     resume: bool,
+) -> Result<Trained> {
+    train_with(
+        config,
+        train,
+        run_dir,
+        device,
+        resume,
+        &DataOptions::default(),
+    )
+}
+
+/// [`train`], its features held in memory up to `data.feature_memory_mb` and spilled to scratch
+/// files under `run_dir` past it (the same batches either way, so the same weights).
+pub fn train_with(
+    config: &SpeakerCnnConfig,
+    train: &[LabeledAudio],
+    run_dir: &Path,
+    device: &Device,
+    resume: bool,
+    data: &DataOptions,
 ) -> Result<Trained> {
     config.validate()?;
     if train.is_empty() {
@@ -217,8 +314,6 @@ pub fn train(
     }
     let log = config.features.is_log();
     let (speakers, labels) = speaker_labels(train);
-    let mut features = compute_features(&config.features.frontend, log, train, Condition::Clean)?;
-    mean_normalise(&config.features, &mut features);
     // Hold out the last fraction of each speaker's utterances (at least one kept for training).
     let mut per_speaker: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     for (i, &l) in labels.iter().enumerate() {
@@ -232,28 +327,64 @@ pub fn train(
             is_val[i] = true;
         }
     }
-    // Each utterance's features move to its side (held once; the chunk sets keep them).
-    let (mut tr_feat, mut tr_lab, mut va_feat, mut va_lab) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for ((m, &l), &v) in features.into_iter().zip(&labels).zip(&is_val) {
-        let (f, lab) = if v {
-            (&mut va_feat, &mut va_lab)
-        } else {
-            (&mut tr_feat, &mut tr_lab)
-        };
-        f.push(m);
-        lab.push(l);
-    }
-    let norm = Normalizer::fit(&tr_feat)?;
+    // Features a group of utterances at a time, each moved to its side's chunk set; the
+    // normalisation statistics gather over the training side in utterance order (as
+    // `Normalizer::fit` on the whole list would). Past the memory budget both sets spill.
     let (frames, hop) = (config.features.chunk_frames, config.features.chunk_hop);
-    let tr_chunks = ChunkSet::from_features(
-        tr_feat,
-        &tr_lab,
-        &norm,
-        frames,
-        config.features.training_hop(),
-    )?;
-    let va_chunks = ChunkSet::from_features(va_feat, &va_lab, &norm, frames, hop)?;
+    let budget = data.feature_memory_mb.saturating_mul(1 << 20);
+    let spill_dir = run_dir.join(SPILL_DIR);
+    let mut spill_guard: Option<SpillDir> = None;
+    let mut stats = NormalizerStats::default();
+    let mut sets: Option<(ChunkSetBuilder, ChunkSetBuilder)> = None;
+    let group = feature_group();
+    for (g, part) in train.chunks(group).enumerate() {
+        let mut features =
+            compute_features(&config.features.frontend, log, part, Condition::Clean)?;
+        mean_normalise(&config.features, &mut features);
+        for (k, m) in features.into_iter().enumerate() {
+            let i = g * group + k;
+            let (tr, va) = sets.get_or_insert_with(|| {
+                (
+                    ChunkSetBuilder::new(m.cols, frames, config.features.training_hop()),
+                    ChunkSetBuilder::new(m.cols, frames, hop),
+                )
+            });
+            if is_val[i] {
+                va.push(m, labels[i])?;
+            } else {
+                stats.add(&m)?;
+                tr.push(m, labels[i])?;
+            }
+            if !tr.is_spilled() && tr.held_bytes() + va.held_bytes() > budget {
+                if spill_guard.is_none() {
+                    // Leftovers of a killed run are scratch too.
+                    let _ = std::fs::remove_dir_all(&spill_dir);
+                    std::fs::create_dir_all(&spill_dir).map_err(|source| invar_io::Error::Io {
+                        path: spill_dir.clone(),
+                        source,
+                    })?;
+                    spill_guard = Some(SpillDir(spill_dir.clone()));
+                }
+                tracing::info!(
+                    held_mb = (tr.held_bytes() + va.held_bytes()) >> 20,
+                    "features past the memory budget ({} MB): spilled to {}",
+                    data.feature_memory_mb,
+                    spill_dir.display()
+                );
+                tr.spill(&spill_dir.join("train.f32"))?;
+                va.spill(&spill_dir.join("validation.f32"))?;
+            }
+        }
+    }
+    let norm = stats.finish()?;
+    let Some((tr, va)) = sets else {
+        return Err(Error::Empty {
+            what: "normalisation statistics",
+            hint: "no training utterance has features".into(),
+        });
+    };
+    let tr_chunks = tr.finish(&norm)?;
+    let va_chunks = va.finish(&norm)?;
     if tr_chunks.is_empty() {
         return Err(Error::Empty {
             what: "training chunks",
@@ -451,7 +582,10 @@ pub fn report(
     Ok(Some(identify(&predictions)?))
 }
 
-/// Evaluates `trained` on `test` under `condition`.
+/// Evaluates `trained` on `test` under `condition`. The test audio is read, and its features
+/// computed, a group of utterances at a time: the chunks go through the network in the batches of
+/// the whole set in order (so the numbers are those of one chunk set of every utterance), and no
+/// more than a group's features and one batch are held.
 pub fn evaluate(
     trained: &Trained,
     test: &[LabeledAudio],
@@ -461,24 +595,6 @@ pub fn evaluate(
     let cfg = &trained.meta.config;
     let log = cfg.features.is_log();
     let labels = known_labels(test, &trained.meta.speakers)?;
-    let mut features = compute_features(&cfg.features.frontend, log, test, condition)?;
-    mean_normalise(&cfg.features, &mut features);
-    let chunks = ChunkSet::from_features(
-        features,
-        &labels,
-        &trained.meta.normalizer,
-        cfg.features.chunk_frames,
-        cfg.features.chunk_hop,
-    )?;
-    if chunks.is_empty() {
-        return Err(Error::Empty {
-            what: "test chunks",
-            hint: format!(
-                "every test utterance is shorter than {} frames",
-                cfg.features.chunk_frames
-            ),
-        });
-    }
     let step = CnnStep {
         model: trained.model.clone(),
         regularizer: cfg.regularizer.clone(),
@@ -487,9 +603,64 @@ pub fn evaluate(
         batch_size: cfg.batch_size.max(64),
         device: device.clone(),
     };
-    let ChunkScores { loss, r, .. } = step.score(&chunks)?;
-    let lp = chunk_log_probs(&trained.model, &chunks, cfg.batch_size.max(64), device)?;
-    let (decisions, chunk_accuracy) = decide(&lp, &chunks.labels, &chunks.utterance, &labels);
+    let batch = step.batch_size;
+    let (bins, frames) = (trained.meta.normalizer.dims(), cfg.features.chunk_frames);
+    let k = trained.model.classes();
+    // Chunks cut but not yet through the network (fewer than a batch between groups).
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    let mut scores = invar_train::ValidOutput::new();
+    let mut log_probs = Vec::new();
+    let (mut chunk_labels, mut chunk_utterance) = (Vec::new(), Vec::new());
+    let mut run = |x: Vec<f32>, y: Vec<u32>| -> Result<()> {
+        let n = y.len();
+        let x = Tensor::from_vec(x, (n, bins, frames), device)?;
+        let y = Tensor::from_vec(y, n, device)?;
+        scores.merge(&step.scores(&x, &y)?);
+        let lp = trained.model.forward(&x, None, None)?.log_probs;
+        log_probs.extend(lp.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?);
+        Ok(())
+    };
+    let group = feature_group();
+    for (g, (part, part_labels)) in test.chunks(group).zip(labels.chunks(group)).enumerate() {
+        let mut features = compute_features(&cfg.features.frontend, log, part, condition)?;
+        mean_normalise(&cfg.features, &mut features);
+        let chunks = ChunkSet::from_features(
+            features,
+            part_labels,
+            &trained.meta.normalizer,
+            frames,
+            cfg.features.chunk_hop,
+        )?;
+        chunk_labels.extend_from_slice(&chunks.labels);
+        chunk_utterance.extend(chunks.utterance.iter().map(|u| g * group + u));
+        let idx: Vec<usize> = (0..chunks.len()).collect();
+        for part in idx.chunks(batch) {
+            let room = batch - y.len();
+            let (now, later) = part.split_at(room.min(part.len()));
+            chunks.extend_chunks(now, &mut x, &mut y)?;
+            if y.len() == batch {
+                run(std::mem::take(&mut x), std::mem::take(&mut y))?;
+            }
+            chunks.extend_chunks(later, &mut x, &mut y)?;
+        }
+    }
+    if !y.is_empty() {
+        run(x, y)?;
+    }
+    if chunk_labels.is_empty() {
+        return Err(Error::Empty {
+            what: "test chunks",
+            hint: format!(
+                "every test utterance is shorter than {} frames",
+                cfg.features.chunk_frames
+            ),
+        });
+    }
+    let means = scores.means();
+    let mean = |key: &str| means.get(key).copied().unwrap_or(0.0);
+    let (loss, r) = (mean("loss"), mean("r"));
+    let lp = Matrix::new(chunk_labels.len(), k, log_probs)?;
+    let (decisions, chunk_accuracy) = decide(&lp, &chunk_labels, &chunk_utterance, &labels);
     let decided = decisions.iter().filter(|d| d.is_some()).count();
     let correct = decisions
         .iter()
@@ -499,7 +670,7 @@ pub fn evaluate(
     let identification = report(test, &decisions, &trained.meta.speakers)?;
     Ok(Evaluation {
         condition,
-        chunks: chunks.len(),
+        chunks: chunk_labels.len(),
         chunk_accuracy,
         chunk_loss: loss,
         r,

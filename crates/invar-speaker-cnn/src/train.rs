@@ -144,7 +144,7 @@ impl CnnStep<'_> {
 
     /// One batch's cross-entropy, correct count and R (0 without a regulariser), without
     /// dropout, as sums over its chunks.
-    fn scores(&self, x: &Tensor, y: &Tensor) -> crate::Result<ValidOutput> {
+    pub(crate) fn scores(&self, x: &Tensor, y: &Tensor) -> crate::Result<ValidOutput> {
         let (_, ce, r, correct) = self.loss(x, y, None)?;
         let w = y.elem_count() as f64;
         let r = match r {

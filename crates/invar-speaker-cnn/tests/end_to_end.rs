@@ -261,3 +261,129 @@ fn a_diverging_model_is_recorded_and_the_grid_goes_on() -> Result<()> {
     );
     Ok(())
 }
+
+/// Issue #24: features spilled to scratch files (a budget of 0 MB) train to the same weights and
+/// validation numbers as features in memory and leave no scratch behind; and the evaluation, which
+/// reads the test audio a group of utterances at a time, gives the numbers of one chunk set of
+/// every utterance (as it was computed before it streamed) bit for bit, across group and batch
+/// boundaries.
+#[test]
+fn spilled_training_and_streamed_evaluation_are_exact() -> Result<()> {
+    use invar_speaker_cnn::{
+        chunk_log_probs, compute_features, decide, mean_normalise, train_with, ChunkSet, CnnStep,
+        DataOptions, SPILL_DIR,
+    };
+    let tmp = tempfile::tempdir()?;
+    let (train, test) = corpus(&tmp.path().join("corpus"))?;
+    let dev = Device::Cpu;
+    let mut cfg = fast(SpeakerCnnConfig::original(), 3);
+    cfg.regularizer.nuisance = Nuisance::Gain;
+    cfg.regularizer.lambda = 0.1;
+    let in_memory =
+        invar_speaker_cnn::train(&cfg, &train, &tmp.path().join("memory"), &dev, false)?;
+    let spill_run = tmp.path().join("spilled");
+    let spilled = train_with(
+        &cfg,
+        &train,
+        &spill_run,
+        &dev,
+        false,
+        &DataOptions {
+            feature_memory_mb: 0,
+        },
+    )?;
+    assert_eq!(
+        std::fs::read(tmp.path().join("memory/model.safetensors"))?,
+        std::fs::read(spill_run.join("model.safetensors"))?,
+        "spilled features trained other weights"
+    );
+    let numbers = |t: &invar_speaker_cnn::Trained| -> Vec<(usize, String, u64)> {
+        let summary = t.summary.as_ref().expect("a trained model has a summary");
+        summary
+            .history
+            .iter()
+            .flat_map(|r| {
+                ["loss", "val_loss", "val_acc", "val_r"]
+                    .iter()
+                    .filter_map(|k| {
+                        r.metrics
+                            .get(*k)
+                            .map(|v| (r.epoch, k.to_string(), v.to_bits()))
+                    })
+            })
+            .collect()
+    };
+    let (a, b) = (numbers(&in_memory), numbers(&spilled));
+    assert!(a.len() >= 6, "{a:?}");
+    assert_eq!(a, b);
+    assert!(
+        !spill_run.join(SPILL_DIR).exists(),
+        "the spill folder outlived the run"
+    );
+
+    // More test utterances than a feature group (8 on one thread), so that batches of 64 chunks
+    // straddle the groups.
+    let many: Vec<LabeledAudio> = test
+        .iter()
+        .cycle()
+        .take(5 * test.len() + 5)
+        .cloned()
+        .collect();
+    let condition = Condition::Gain { db: 6.0 };
+    let streamed = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()?
+        .install(|| evaluate(&in_memory, &many, condition, &dev))?;
+    let c = &in_memory.meta.config;
+    let labels: Vec<u32> = many
+        .iter()
+        .map(|u| {
+            in_memory
+                .meta
+                .speakers
+                .binary_search(&u.speaker)
+                .map(|i| i as u32)
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|_| anyhow::anyhow!("a test speaker the model does not know"))?;
+    let mut features =
+        compute_features(&c.features.frontend, c.features.is_log(), &many, condition)?;
+    mean_normalise(&c.features, &mut features);
+    let chunks = ChunkSet::from_features(
+        features,
+        &labels,
+        &in_memory.meta.normalizer,
+        c.features.chunk_frames,
+        c.features.chunk_hop,
+    )?;
+    let batch = c.batch_size.max(64);
+    assert!(chunks.len() > 2 * batch, "{} chunks", chunks.len());
+    let step = CnnStep {
+        model: in_memory.model.clone(),
+        regularizer: c.regularizer.clone(),
+        norm: &in_memory.meta.normalizer,
+        log_features: c.features.is_log(),
+        batch_size: batch,
+        device: dev.clone(),
+    };
+    let scores = step.score(&chunks)?;
+    let lp = chunk_log_probs(&in_memory.model, &chunks, batch, &dev)?;
+    let (decisions, accuracy) = decide(&lp, &chunks.labels, &chunks.utterance, &labels);
+    assert_eq!(streamed.chunks, chunks.len());
+    assert_eq!(streamed.chunk_loss.to_bits(), scores.loss.to_bits());
+    assert_eq!(streamed.r.to_bits(), scores.r.to_bits());
+    assert!(streamed.r > 0.0);
+    assert_eq!(streamed.chunk_accuracy.to_bits(), accuracy.to_bits());
+    assert_eq!(streamed.utterances, decisions.iter().flatten().count());
+    let id = streamed
+        .identification
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("no report"))?;
+    let correct = decisions
+        .iter()
+        .zip(&labels)
+        .filter(|(d, &l)| **d == Some(l))
+        .count();
+    assert_eq!(id.correct as usize, correct);
+    Ok(())
+}
