@@ -20,7 +20,7 @@ use clap::Args;
 use crate::out_dir::opt;
 pub use config::DemoConfig;
 use config::{ClassSource, UnitNormRuns};
-use stages::{Runner, Stage};
+use stages::{AsArg, Runner, Stage};
 use summary::{DemoSummary, Section};
 
 /// Run all three methods end to end on a generated corpus.
@@ -205,6 +205,22 @@ fn plan(cfg: &DemoConfig, out: &Path) -> Plan {
     let soft = p("partition").join("soft");
     let binary = p("partition").join("binary");
     let random = p("partition").join("random");
+    // `partition apply` of the trained model to the posteriorgrams, into `to`, with `extra` flags.
+    let apply = |name: &str, to: &PathBuf, extra: &[&dyn AsArg]| {
+        let model = p("partition");
+        let mut args: Vec<&dyn AsArg> = vec![
+            &"partition",
+            &"apply",
+            &"--model",
+            &model,
+            &"--posteriors",
+            &post,
+            &"--out",
+            to,
+        ];
+        args.extend_from_slice(extra);
+        Stage::new(name, &args)
+    };
     let mut partition = vec![
         Stage::new(
             "gmm posteriors",
@@ -248,49 +264,14 @@ fn plan(cfg: &DemoConfig, out: &Path) -> Plan {
                 ],
             )
         },
-        Stage::new(
-            "partition apply soft",
-            &[
-                &"partition",
-                &"apply",
-                &"--model",
-                &p("partition"),
-                &"--posteriors",
-                &post,
-                &"--out",
-                &soft,
-            ],
-        ),
-        Stage::new(
-            "partition apply binary",
-            &[
-                &"partition",
-                &"apply",
-                &"--model",
-                &p("partition"),
-                &"--posteriors",
-                &post,
-                &"--out",
-                &binary,
-                &"--hard",
-            ],
-        ),
+        apply("partition apply soft", &soft, &[]),
+        apply("partition apply binary", &binary, &[&"--hard"]),
         // The control: a uniformly random hard partition of the same size (seeded by the run's
         // seed). A learned partition that does not beat it has learned nothing from its classes.
-        Stage::new(
+        apply(
             "partition apply random",
-            &[
-                &"partition",
-                &"apply",
-                &"--model",
-                &p("partition"),
-                &"--posteriors",
-                &post,
-                &"--out",
-                &random,
-                &"--random-control",
-                &seed,
-            ],
+            &random,
+            &[&"--random-control", &seed],
         ),
         abx("soft", &soft, "symmetric-kl", "partition, soft"),
         abx("binary", &binary, "symmetric-kl", "partition, binary"),
