@@ -32,7 +32,7 @@ fn dataset(frames: ItemFrames) -> anyhow::Result<AbxDataset> {
         timing: FrameTiming::from_ms(10.0, 10.0),
         frames,
     };
-    Ok(AbxDataset::build(&items, timing, |file| {
+    Ok(AbxDataset::build_timed(&items, timing, |file| {
         Ok(invar_io::read_npy(
             dir.join("feats").join(format!("{file}.npy")),
         )?)

@@ -166,10 +166,18 @@ impl AbxDataset {
     /// matrix of one file stem; each file is loaded once and dropped after its items are cut.
     pub fn build(
         items: &ItemFile,
-        timing: impl Into<ItemTiming>,
+        timing: &FrameTiming,
+        load: impl FnMut(&str) -> Result<Matrix>,
+    ) -> Result<AbxDataset> {
+        Self::build_timed(items, ItemTiming::from(timing), load)
+    }
+
+    /// [`AbxDataset::build`] with items cut by `timing.frames` (centre or Libri-Light's rule).
+    pub fn build_timed(
+        items: &ItemFile,
+        timing: ItemTiming,
         mut load: impl FnMut(&str) -> Result<Matrix>,
     ) -> Result<AbxDataset> {
-        let timing: ItemTiming = timing.into();
         super::check_timing(&timing.timing)?;
         let contexts_of: Vec<String> = items.items.iter().map(ItemFile::context_key).collect();
         let (phones, phone_ix) = intern(items.items.iter().map(|i| i.phone.as_str()));
@@ -276,9 +284,10 @@ impl AbxDataset {
         shape: impl FnMut(&str) -> Result<(usize, usize)>,
         load: impl FnMut(&str) -> Result<Matrix>,
     ) -> Result<AbxDataset> {
+        let timing: ItemTiming = timing.into();
         match max_size_group {
-            Some(max) => Self::build_capped(items, timing, max, seed, shape, load),
-            None => Self::build(items, timing, load),
+            Some(max) => Self::build_capped_timed(items, timing, max, seed, shape, load),
+            None => Self::build_timed(items, timing, load),
         }
     }
 
@@ -290,13 +299,25 @@ impl AbxDataset {
     /// (context, talker, phone) blocks times the cap, not with the corpus.
     pub fn build_capped(
         items: &ItemFile,
-        timing: impl Into<ItemTiming>,
+        timing: &FrameTiming,
+        max_size_group: usize,
+        seed: u64,
+        shape: impl FnMut(&str) -> Result<(usize, usize)>,
+        load: impl FnMut(&str) -> Result<Matrix>,
+    ) -> Result<AbxDataset> {
+        let timing = ItemTiming::from(timing);
+        Self::build_capped_timed(items, timing, max_size_group, seed, shape, load)
+    }
+
+    /// [`AbxDataset::build_capped`] with items cut by `timing.frames`.
+    pub fn build_capped_timed(
+        items: &ItemFile,
+        timing: ItemTiming,
         max_size_group: usize,
         seed: u64,
         mut shape: impl FnMut(&str) -> Result<(usize, usize)>,
         mut load: impl FnMut(&str) -> Result<Matrix>,
     ) -> Result<AbxDataset> {
-        let timing: ItemTiming = timing.into();
         super::check_timing(&timing.timing)?;
         let contexts_of: Vec<String> = items.items.iter().map(ItemFile::context_key).collect();
         let (phones, phone_ix) = intern(items.items.iter().map(|i| i.phone.as_str()));
