@@ -244,7 +244,8 @@ pub(crate) fn measure(
         for round in 1..=rounds {
             eprintln!("round {round}/{rounds}: {} invar", c.name);
             let out = dir.join("invar-abx");
-            let json_path = dir.join("invar-abx.json");
+            // What a user runs: no `--json` copy (results.json holds every cell: 57 MB at 1 h).
+            let json_path = out.join("results.json");
             let got = timed(
                 Command::new(invar)
                     .args([
@@ -269,16 +270,26 @@ pub(crate) fn measure(
                         "angular",
                         "--threads",
                         &t,
-                        "--json",
                     ])
-                    .arg(&json_path)
                     .current_dir(&dir)
                     .env("RAYON_NUM_THREADS", &t),
             )
             .and_then(|(_, secs)| {
                 let v: Value = serde_json::from_str(&std::fs::read_to_string(&json_path)?)?;
+                // The summary of each mode, not its cells.
+                let modes: Vec<Value> = v
+                    .as_array()
+                    .map(|l| {
+                        l.iter()
+                            .map(|r| {
+                                json!({"mode": r["mode"], "error": r["error"], "items": r["items"],
+                                       "cells": r["cells"], "triplets": r["triplets"]})
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 raw.push(json!({"model": c.name, "impl": "invar", "round": round,
-                                "seconds": secs, "result": v}));
+                                "seconds": secs, "result": modes}));
                 Ok((secs, invar_scores(&v)?))
             });
             match got {
