@@ -155,7 +155,7 @@ pub(crate) const USAGE: &str = "cargo xtask bench --peers [--threads T (2)] [--r
       slower on a loaded 2-core machine); on a quiet machine leave it off (the default users get).
   models: speaker-cnn, speaker-cnn-scale, supervector-ae, partition, abx-small (invar eval abx against
       Libri-Light's eval_ABX.py, every triplet, on a 0.07 h generated test split; CPU only), abx-1h
-      (the same on a 0.97 h corpus: one round; Libri-Light takes over an hour; only when named).
+      (the same on a 0.97 h corpus: one round, Libri-Light taking minutes; only when named).
       A prefix selects several; without --model every row but abx-1h runs. --steps, --warmup and
       --no-check concern the training steps only.";
 

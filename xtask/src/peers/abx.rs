@@ -442,7 +442,7 @@ pub(crate) fn render(
     );
     let _ = writeln!(
         md,
-        "- rounds: {rounds} (at most {} for `abx-1h`, where one Libri-Light run takes over an hour)",
+        "- rounds: {rounds} (at most {} for `abx-1h`, where one Libri-Light run takes minutes)",
         CORPORA
             .iter()
             .find(|c| c.name == "abx-1h")
