@@ -105,6 +105,7 @@ pub fn run(args: &[String]) -> Result<()> {
     for heading in [
         crate::peers::HEADING,
         crate::peers::GPU_HEADING,
+        crate::peers::ABX_HEADING,
         crate::scale::HEADING,
     ] {
         if let Some(section) = crate::peers::extract_section(&old, heading) {

@@ -8,7 +8,10 @@
 //! a toolchain or network: `--bin-dir DIR --python PATH --device cuda --out FILE` needs neither
 //! cargo nor a download). Before timing, each pair is checked for equivalence: the invar example
 //! dumps its initial weights and inputs (`--check-dir`), the PyTorch script loads them and must
-//! reproduce invar's first three losses.
+//! reproduce invar's first three losses. The ABX rows (`abx.rs`) time `invar eval abx` against
+//! Libri-Light's `eval_ABX.py` on a generated corpus and write their own section.
+
+mod abx;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -21,12 +24,15 @@ use crate::{cargo, workspace_root};
 
 /// The pinned PyTorch of the peers' virtual environment (the PyPI wheel).
 const TORCH: &str = "torch==2.5.1";
-const NUMPY: &str = "numpy>=1.26,<3";
+/// Below 2: Libri-Light's ABX package ships a DTW compiled against numpy 1 (see `abx::LIBRIABX`).
+const NUMPY: &str = "numpy>=1.26,<2";
 /// The heading of the section this task owns in `BENCHMARKS.md`.
 pub(crate) const HEADING: &str = "## Peers: training step against PyTorch";
 /// The heading of the same bench run with `--device cuda`: its own section, so a GPU run never
 /// replaces the CPU table (and `cargo xtask bench` keeps both).
 pub(crate) const GPU_HEADING: &str = "## Peers on GPU";
+/// The heading of the ABX rows' section (`abx.rs`).
+pub(crate) use abx::HEADING as ABX_HEADING;
 
 /// The section heading a run on `device` writes.
 fn heading(device: &str) -> &'static str {
@@ -147,7 +153,11 @@ pub(crate) const USAGE: &str = "cargo xtask bench --peers [--threads T (2)] [--r
   --omp-passive: OMP_WAIT_POLICY=PASSIVE for PyTorch. On a machine shared with other work,
       libgomp's default spin-waiting collapses PyTorch's multi-threaded steps (measured 10-30x
       slower on a loaded 2-core machine); on a quiet machine leave it off (the default users get).
-  models: speaker-cnn, speaker-cnn-scale, supervector-ae, partition (a prefix selects several)";
+  models: speaker-cnn, speaker-cnn-scale, supervector-ae, partition, abx-small (invar eval abx against
+      Libri-Light's eval_ABX.py, every triplet, on a 0.07 h generated test split; CPU only), abx-1h
+      (the same on a 0.97 h corpus: one round, Libri-Light taking minutes; only when named).
+      A prefix selects several; without --model every row but abx-1h runs. --steps, --warmup and
+      --no-check concern the training steps only.";
 
 fn parse(args: &[String]) -> Result<Options> {
     let mut o = Options::default();
@@ -181,11 +191,30 @@ fn parse(args: &[String]) -> Result<Options> {
         }
     }
     for m in &o.models {
-        if !PEERS.iter().any(|p| p.name.starts_with(m.as_str())) {
+        if !PEERS.iter().any(|p| p.name.starts_with(m.as_str()))
+            && !abx::CORPORA.iter().any(|c| c.name.starts_with(m.as_str()))
+        {
             bail!("no model called `{m}`\n\n{USAGE}");
         }
     }
     Ok(o)
+}
+
+/// The ABX corpora a run measures: those named (by prefix), or the default ones (CPU only).
+fn selected_abx(models: &[String], device: &str) -> Vec<&'static abx::AbxCorpus> {
+    if device != "cpu" {
+        return Vec::new();
+    }
+    abx::CORPORA
+        .iter()
+        .filter(|c| {
+            if models.is_empty() {
+                c.by_default
+            } else {
+                models.iter().any(|m| c.name.starts_with(m.as_str()))
+            }
+        })
+        .collect()
 }
 
 fn selected(models: &[String]) -> Vec<&'static Peer> {
@@ -645,13 +674,20 @@ pub fn run(args: &[String]) -> Result<()> {
     let opts = parse(args)?;
     let root = root();
     let peers = selected(&opts.models);
+    let abx_corpora = selected_abx(&opts.models, &opts.device);
     let py = python(&opts, &root)?;
+    if !abx_corpora.is_empty() {
+        abx::ensure_libriabx(&py, opts.python.is_none())?;
+    }
     let bins = match &opts.bin_dir {
         Some(d) => d.clone(),
         None => {
             let mut a = vec!["build", "--release"];
             for p in &peers {
                 a.extend(["-p", p.package, "--example", p.example]);
+            }
+            if !abx_corpora.is_empty() {
+                a.extend(["-p", "invar-cli", "--bin", "invar"]);
             }
             let features: Vec<String> = peers
                 .iter()
@@ -766,15 +802,44 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     }
 
+    // The invar binary sits beside the examples (`--bin-dir`) or in the release folder.
+    // Absolute: the ABX rows run it from the corpus folder.
+    let invar_bin = match &opts.bin_dir {
+        Some(d) => d.join("invar"),
+        None => target_dir(&root).join("release").join("invar"),
+    };
+    let invar_bin = std::path::absolute(&invar_bin).unwrap_or(invar_bin);
+    let abx_work = target_dir(&root).join("xtask-peers").join("abx");
+    let abx_script = scripts.join("abx_librilight.py");
+    let abx_run = abx::AbxRun {
+        invar: &invar_bin,
+        py: &py,
+        script: &abx_script,
+        work: &abx_work,
+        threads: opts.threads,
+        rounds: opts.rounds,
+        omp_passive: opts.omp_passive,
+    };
+    let abx_rows = abx::measure(&abx_corpora, &abx_run, &mut raw);
+
     let command = reproduce(args);
-    let section = render(&rows, &opts, &machine(&opts.device), &command);
-    println!("{section}");
+    let facts = machine(&opts.device);
     let out = opts
         .out
         .clone()
         .unwrap_or_else(|| root.join("BENCHMARKS.md"));
-    let old = std::fs::read_to_string(&out).unwrap_or_default();
-    write_atomic(&out, &replace_section(&old, &section))?;
+    let mut text = std::fs::read_to_string(&out).unwrap_or_default();
+    if !peers.is_empty() {
+        let section = render(&rows, &opts, &facts, &command);
+        println!("{section}");
+        text = replace_section(&text, &section);
+    }
+    if !abx_rows.is_empty() {
+        let section = abx::render(&abx_rows, opts.threads, opts.rounds, &facts, &command);
+        println!("{section}");
+        text = replace_section(&text, &section);
+    }
+    write_atomic(&out, &text)?;
     let json_path = opts
         .json
         .clone()
@@ -794,8 +859,23 @@ pub fn run(args: &[String]) -> Result<()> {
             })
         })
         .collect();
+    let abx_summary: Vec<Value> = abx_rows
+        .iter()
+        .map(|r| {
+            let q = |s: &[f64]| quartiles(s).map(|(m, lo, hi)| json!([m, lo, hi]));
+            json!({
+                "corpus": r.name, "hours": r.hours, "items": r.items,
+                "invar": {"wall_median_p25_p75_s": q(&r.invar_seconds),
+                          "within": r.invar_scores.0, "across": r.invar_scores.1},
+                "libri_light": {"wall_median_p25_p75_s": q(&r.peer_seconds),
+                                "abx_call_median_p25_p75_s": q(&r.peer_inner_seconds),
+                                "within": r.peer_scores.0, "across": r.peer_scores.1},
+                "max_diff_points": r.max_diff_points, "error": r.error,
+            })
+        })
+        .collect();
     let doc = json!({"threads": opts.threads, "device": opts.device, "rounds": opts.rounds,
-                     "command": command, "rows": summary, "runs": raw});
+                     "command": command, "rows": summary, "abx": abx_summary, "runs": raw});
     write_atomic(&json_path, &serde_json::to_string_pretty(&doc)?)?;
     eprintln!(
         "peers table written to {} (all numbers in {})",
@@ -805,6 +885,7 @@ pub fn run(args: &[String]) -> Result<()> {
     if rows
         .iter()
         .any(|r| r.invar.error.is_some() || r.torch.error.is_some())
+        || abx_rows.iter().any(|r| r.error.is_some())
     {
         bail!("some runs failed (see the table)");
     }
@@ -893,6 +974,20 @@ mod tests {
         assert_eq!(names, ["speaker-cnn", "speaker-cnn-scale"]);
         assert_eq!(parse(&[]).unwrap(), Options::default());
         assert_eq!(selected(&[]).len(), 4);
+        // ABX: `abx-small` by default on the CPU, `abx-1h` only when named; `abx` selects both.
+        let abx_names = |m: &[&str], device: &str| -> Vec<&str> {
+            selected_abx(&strings(m), device)
+                .iter()
+                .map(|c| c.name)
+                .collect()
+        };
+        assert_eq!(abx_names(&[], "cpu"), ["abx-small"]);
+        assert_eq!(abx_names(&["abx"], "cpu"), ["abx-small", "abx-1h"]);
+        assert_eq!(abx_names(&["abx-small"], "cpu"), ["abx-small"]);
+        assert_eq!(abx_names(&["abx-1h"], "cpu"), ["abx-1h"]);
+        assert!(abx_names(&["abx"], "cuda").is_empty());
+        assert!(abx_names(&["partition"], "cpu").is_empty());
+        assert!(parse(&strings(&["--model", "abx-1h"])).is_ok());
         assert!(parse(&strings(&["--threads", "0"])).is_err());
         assert!(parse(&strings(&["--rounds"])).is_err());
         assert!(parse(&strings(&["--model", "resnet"])).is_err());

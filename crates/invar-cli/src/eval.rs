@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use invar_data::FeatureSet;
-use invar_eval::abx::{self, AbxConfig, AbxDataset, AbxMode, AbxResult, Convention};
+use invar_eval::abx::{
+    self, AbxConfig, AbxDataset, AbxMode, AbxResult, Convention, ItemFrames, ItemTiming,
+};
 use invar_eval::{Embeddings, IdentifyReport, PairMetric, Trial, VerifyConfig, VerifyReport};
 use invar_ops::FrameDistance;
 use serde::Serialize;
@@ -72,6 +74,11 @@ pub struct AbxArgs {
     /// Frame length in ms (default: the timing the feature set records; required as --hop-ms).
     #[arg(long)]
     pub win_ms: Option<f64>,
+    /// Which frames an item keeps: centre (those whose centre, hop·k + win/2, lies in
+    /// [onset, offset]) or libri-light (Libri-Light's / ZeroSpeech 2021's eval_ABX.py: frames
+    /// ceil(onset/hop − ½) up to, not including, floor(offset/hop − ½), one frame fewer).
+    #[arg(long, default_value = "centre")]
+    pub frames: ItemFrames,
     /// Also write the results JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -219,9 +226,13 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
     };
     // With --max-size-group, the draw is made from the manifest's shapes and only the frames of
     // the items kept are read.
+    let item_timing = ItemTiming {
+        timing,
+        frames: args.frames,
+    };
     let ds = AbxDataset::build_with_cap(
         &items,
-        &timing,
+        item_timing,
         args.max_size_group,
         args.seed,
         |file| find(file).map(|e| (e.frames, e.dims)),
@@ -275,7 +286,7 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
         args.out.join("config.json"),
         &serde_json::json!({
             "stage": "eval abx", "item": args.item, "features": args.features,
-            "convention": args.convention, "distance": distance, "timing": timing,
+            "convention": args.convention, "distance": distance, "timing": timing, "frames": args.frames,
             "max_size_group": args.max_size_group, "max_x_across": args.max_x_across, "seed": args.seed,
         }),
     )?;
@@ -284,8 +295,12 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
     } else {
         ""
     };
+    let frames = match args.frames {
+        ItemFrames::Centre => String::new(),
+        other => format!(", {other} frames"),
+    };
     println!(
-        "ABX ({} convention, {distance} distance{chosen})",
+        "ABX ({} convention, {distance} distance{chosen}{frames})",
         args.convention
     );
     println!(

@@ -311,7 +311,7 @@ fn abx(
             // As `invar eval abx`: with max_size_group only the kept items' frames are read.
             let ds = AbxDataset::build_with_cap(
                 &items,
-                &timing,
+                timing,
                 max_size_group,
                 seed,
                 |file| match &source {

@@ -8,6 +8,7 @@ use std::ops::Range;
 
 pub use invar_io::FrameTiming;
 use invar_io::Matrix;
+use serde::{Deserialize, Serialize};
 
 use crate::item::{Item, ItemFile};
 use crate::{Error, Result};
@@ -53,6 +54,106 @@ pub struct AbxDataset {
     pub empty_items: Vec<usize>,
 }
 
+/// Which frames of its file an item keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ItemFrames {
+    /// Every frame whose centre `k·hop + win/2` lies in `[onset, offset]` ([`FrameTiming::frames`];
+    /// with `win = hop` this is fastabx's selection).
+    #[default]
+    Centre,
+    /// Libri-Light's `eval_ABX.py` (`ABX_src/abx_iterators.py`, what ZeroSpeech 2021 runs): frames
+    /// `ceil(onset/hop − ½)` up to, not including, `floor(offset/hop − ½)`, clipped to the file. It
+    /// places frame `k`'s centre at `(k + ½)·hop` whatever the window, and leaves out the last frame
+    /// whose centre lies in the segment (the end index is exclusive): one frame fewer than
+    /// `centre` with `win = hop`, and a one-frame item covers nothing.
+    LibriLight,
+}
+
+impl ItemFrames {
+    /// The frames `[start, end)` of a file with `n_frames` frames that an item from `onset` to
+    /// `offset` seconds keeps (possibly empty).
+    pub fn range(
+        self,
+        timing: &FrameTiming,
+        onset: f64,
+        offset: f64,
+        n_frames: usize,
+    ) -> Range<usize> {
+        match self {
+            ItemFrames::Centre => timing.frames(onset, offset, n_frames),
+            ItemFrames::LibriLight => {
+                // As Libri-Light, in f64: `step = 1 / feature_size`, then `step · onset − 0.5`.
+                let step = 1.0 / timing.hop_s;
+                let start = (step * onset - 0.5).ceil().max(0.0);
+                let end = (step * offset - 0.5).floor();
+                if !(start.is_finite() && end.is_finite()) || end <= start {
+                    return 0..0;
+                }
+                let (start, end) = (start as usize, (end as usize).min(n_frames));
+                if start >= end {
+                    0..0
+                } else {
+                    start..end
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for ItemFrames {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ItemFrames::Centre => "centre",
+            ItemFrames::LibriLight => "libri-light",
+        })
+    }
+}
+
+impl std::str::FromStr for ItemFrames {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "centre" | "center" => Ok(ItemFrames::Centre),
+            "libri-light" | "librilight" => Ok(ItemFrames::LibriLight),
+            _ => Err(Error::config(
+                "frames",
+                s,
+                "expected `centre` or `libri-light`",
+            )),
+        }
+    }
+}
+
+/// The frame timing of a feature set with the rule that cuts items out of it. `&FrameTiming`
+/// converts into one with the `centre` rule.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ItemTiming {
+    pub timing: FrameTiming,
+    pub frames: ItemFrames,
+}
+
+impl ItemTiming {
+    fn range(&self, onset: f64, offset: f64, n_frames: usize) -> Range<usize> {
+        self.frames.range(&self.timing, onset, offset, n_frames)
+    }
+}
+
+impl From<&FrameTiming> for ItemTiming {
+    fn from(timing: &FrameTiming) -> Self {
+        ItemTiming {
+            timing: *timing,
+            frames: ItemFrames::Centre,
+        }
+    }
+}
+
+impl From<FrameTiming> for ItemTiming {
+    fn from(timing: FrameTiming) -> Self {
+        ItemTiming::from(&timing)
+    }
+}
+
 fn intern<'a>(values: impl Iterator<Item = &'a str>) -> (Vec<String>, BTreeMap<&'a str, u32>) {
     let set: BTreeSet<&str> = values.collect();
     let names: Vec<String> = set.iter().map(|s| s.to_string()).collect();
@@ -66,9 +167,18 @@ impl AbxDataset {
     pub fn build(
         items: &ItemFile,
         timing: &FrameTiming,
+        load: impl FnMut(&str) -> Result<Matrix>,
+    ) -> Result<AbxDataset> {
+        Self::build_timed(items, ItemTiming::from(timing), load)
+    }
+
+    /// [`AbxDataset::build`] with items cut by `timing.frames` (centre or Libri-Light's rule).
+    pub fn build_timed(
+        items: &ItemFile,
+        timing: ItemTiming,
         mut load: impl FnMut(&str) -> Result<Matrix>,
     ) -> Result<AbxDataset> {
-        super::check_timing(timing)?;
+        super::check_timing(&timing.timing)?;
         let contexts_of: Vec<String> = items.items.iter().map(ItemFile::context_key).collect();
         let (phones, phone_ix) = intern(items.items.iter().map(|i| i.phone.as_str()));
         let (speakers, speaker_ix) = intern(items.items.iter().map(|i| i.speaker.as_str()));
@@ -99,7 +209,7 @@ impl AbxDataset {
             }
             for &i in indices {
                 let item: &Item = &items.items[i];
-                let range = timing.frames(item.onset, item.offset, m.rows);
+                let range = timing.range(item.onset, item.offset, m.rows);
                 if range.is_empty() {
                     empty_items.push(item.line);
                     continue;
@@ -168,15 +278,16 @@ impl AbxDataset {
     /// abx` and the Python binding call, so a capped run reads only the frames it scores.
     pub fn build_with_cap(
         items: &ItemFile,
-        timing: &FrameTiming,
+        timing: impl Into<ItemTiming>,
         max_size_group: Option<usize>,
         seed: u64,
         shape: impl FnMut(&str) -> Result<(usize, usize)>,
         load: impl FnMut(&str) -> Result<Matrix>,
     ) -> Result<AbxDataset> {
+        let timing: ItemTiming = timing.into();
         match max_size_group {
-            Some(max) => Self::build_capped(items, timing, max, seed, shape, load),
-            None => Self::build(items, timing, load),
+            Some(max) => Self::build_capped_timed(items, timing, max, seed, shape, load),
+            None => Self::build_timed(items, timing, load),
         }
     }
 
@@ -191,10 +302,23 @@ impl AbxDataset {
         timing: &FrameTiming,
         max_size_group: usize,
         seed: u64,
+        shape: impl FnMut(&str) -> Result<(usize, usize)>,
+        load: impl FnMut(&str) -> Result<Matrix>,
+    ) -> Result<AbxDataset> {
+        let timing = ItemTiming::from(timing);
+        Self::build_capped_timed(items, timing, max_size_group, seed, shape, load)
+    }
+
+    /// [`AbxDataset::build_capped`] with items cut by `timing.frames`.
+    pub fn build_capped_timed(
+        items: &ItemFile,
+        timing: ItemTiming,
+        max_size_group: usize,
+        seed: u64,
         mut shape: impl FnMut(&str) -> Result<(usize, usize)>,
         mut load: impl FnMut(&str) -> Result<Matrix>,
     ) -> Result<AbxDataset> {
-        super::check_timing(timing)?;
+        super::check_timing(&timing.timing)?;
         let contexts_of: Vec<String> = items.items.iter().map(ItemFile::context_key).collect();
         let (phones, phone_ix) = intern(items.items.iter().map(|i| i.phone.as_str()));
         let (speakers, speaker_ix) = intern(items.items.iter().map(|i| i.speaker.as_str()));
@@ -225,7 +349,7 @@ impl AbxDataset {
             shapes.insert(file, (rows, cols));
             for &i in indices {
                 let item: &Item = &items.items[i];
-                let range = timing.frames(item.onset, item.offset, rows);
+                let range = timing.range(item.onset, item.offset, rows);
                 if range.is_empty() {
                     empty_items.push(item.line);
                 } else {
@@ -367,6 +491,42 @@ mod tests {
     use super::*;
     use crate::item::parse_items;
     use std::path::Path;
+
+    #[test]
+    fn libri_light_frames_by_hand() {
+        // Libri-Light at 100 frames/s (`--feature_size 0.01`), worked from its
+        // `abx_iterators.py`: start = max(0, ceil(100·onset − 0.5)), end = min(n, floor(100·offset
+        // − 0.5)), nothing when start ≥ n or end ≤ start.
+        let t = FrameTiming::from_ms(10.0, 25.0);
+        let ll = |on: f64, off: f64, n: usize| ItemFrames::LibriLight.range(&t, on, off, n);
+        // 0.252–0.312 s: ceil(24.7) = 25, floor(30.7) = 30.
+        assert_eq!(ll(0.252, 0.312, 100), 25..30);
+        // The centre rule with Libri-Light's centres (win = hop) keeps frame 30 too (30.5 ≤ 31.2).
+        let centre = FrameTiming::from_ms(10.0, 10.0);
+        assert_eq!(ItemFrames::Centre.range(&centre, 0.252, 0.312, 100), 25..31);
+        // One centre inside (25.5 ms … 26 frames): ceil(24.5) = 25, floor(25.5) = 25: empty.
+        assert_eq!(ll(0.25, 0.26, 100), 0..0);
+        assert_eq!(ItemFrames::Centre.range(&centre, 0.25, 0.26, 100), 25..26);
+        // Clipped to the file; past its end nothing; a negative onset starts at 0.
+        assert_eq!(ll(0.252, 0.312, 28), 25..28);
+        assert_eq!(ll(0.252, 0.312, 25), 0..0);
+        assert_eq!(ll(-0.1, 0.05, 100), 0..4);
+        // The window plays no part: the 25 ms window above gave the same frames as 10 ms.
+        assert_eq!(
+            ItemFrames::LibriLight.range(&centre, 0.252, 0.312, 100),
+            25..30
+        );
+        assert_eq!(
+            "libri-light".parse::<ItemFrames>().ok(),
+            Some(ItemFrames::LibriLight)
+        );
+        assert_eq!(
+            "centre".parse::<ItemFrames>().ok(),
+            Some(ItemFrames::Centre)
+        );
+        assert!("middle".parse::<ItemFrames>().is_err());
+        assert_eq!(ItemFrames::LibriLight.to_string(), "libri-light");
+    }
 
     #[test]
     fn build_sorts_items_into_contiguous_blocks() -> Result<()> {

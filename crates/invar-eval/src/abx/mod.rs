@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use invar_ops::FrameDistance;
 use serde::{Deserialize, Serialize};
 
-pub use dataset::{AbxDataset, AbxItem, Block, FrameTiming};
+pub use dataset::{AbxDataset, AbxItem, Block, FrameTiming, ItemFrames, ItemTiming};
 pub use score::CellScore;
 pub use task::{units, AbxMode, Unit};
 
