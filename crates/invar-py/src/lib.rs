@@ -11,7 +11,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use invar_audio::{Audio, ChannelSelect, FeatureKind, Frontend, FrontendConfig, ReadOptions};
 use invar_data::{FeatureSet, Layout};
-use invar_eval::abx::{self as abx_lib, AbxConfig, AbxDataset, AbxMode, Convention, FrameTiming};
+use invar_eval::abx::{
+    self as abx_lib, AbxConfig, AbxDataset, AbxMode, Convention, FrameTiming, ItemFrames,
+    ItemTiming,
+};
 use invar_eval::{PairMetric, Trial, VerifyConfig};
 use invar_gmm::{DiagGmm, EmConfig, GmmMeta, MapConfig};
 use invar_io::Matrix;
@@ -248,7 +251,7 @@ enum AbxSource {
 
 /// ABX error as `invar eval abx` computes it; returns the results JSON (one result per mode).
 #[pyfunction]
-#[pyo3(signature = (features, item, distance=None, convention="zs2015", mode="both", hop_ms=None, win_ms=None, progress=false, max_size_group=None, max_x_across=None, seed=0))]
+#[pyo3(signature = (features, item, distance=None, convention="zs2015", mode="both", hop_ms=None, win_ms=None, progress=false, max_size_group=None, max_x_across=None, seed=0, frames="centre"))]
 fn abx(
     py: Python<'_>,
     features: &Bound<'_, PyAny>,
@@ -262,8 +265,10 @@ fn abx(
     max_size_group: Option<usize>,
     max_x_across: Option<usize>,
     seed: u64,
+    frames: &str,
 ) -> PyResult<String> {
     let distance: Option<FrameDistance> = distance.map(|d| parse("distance", d)).transpose()?;
+    let frames: ItemFrames = parse("frames", frames)?;
     let convention: Convention = parse("convention", convention)?;
     let modes = match mode {
         "both" => vec![AbxMode::Within, AbxMode::Across],
@@ -311,7 +316,7 @@ fn abx(
             // As `invar eval abx`: with max_size_group only the kept items' frames are read.
             let ds = AbxDataset::build_with_cap(
                 &items,
-                timing,
+                ItemTiming { timing, frames },
                 max_size_group,
                 seed,
                 |file| match &source {

@@ -99,6 +99,34 @@ def test_abx_equals_the_cli_from_a_folder_and_from_arrays(corpus):
         assert invar.abx(arrays, item, distance=distance, convention=convention,
                          hop_ms=20, win_ms=25) != want
     assert 0.0 <= want["within"]["error"] <= 1.0 and want["within"]["pairs"]
+    # Libri-Light's item frames (one fewer each): the CLI's `--frames libri-light`, not the default.
+    out = corpus / "abx-libri-light"
+    cli("eval", "abx", "--item", item, "--features", corpus / "mfcc", "--out", out,
+        "--convention", "fastabx", "--distance", "angular", "--frames", "libri-light")
+    want_ll = {r["mode"]: r for r in json.loads((out / "results.json").read_text())}
+    got_ll = invar.abx(corpus / "mfcc", item, distance="angular", convention="fastabx",
+                       frames="libri-light")
+    assert got_ll == want_ll
+    with pytest.raises(ValueError, match="frames `middle`"):
+        invar.abx(corpus / "mfcc", item, frames="middle")
+
+
+def test_abx_frames_reach_the_library(tmp_path):
+    # An item from 12 to 18 ms holds one frame centred at 15 ms (hop = win = 10 ms); Libri-Light's
+    # rule keeps frames ceil(1.2 - .5) = 1 up to, not including, floor(1.8 - .5) = 1: none.
+    rng = np.random.default_rng(0)
+    arrays = {f"f{k}": rng.standard_normal((40, 3)).astype(np.float32) for k in range(4)}
+    lines = ["#file onset offset #phone prev-phone next-phone speaker"]
+    for k in range(4):
+        for j, phone in enumerate(["a", "b"]):
+            lines.append(f"f{k} {0.05 + 0.1 * j:.2f} {0.12 + 0.1 * j:.2f} {phone} x y s{k % 2}")
+    lines.append("f0 0.012 0.018 a x y s0")
+    item = tmp_path / "one-frame.item"
+    item.write_text("\n".join(lines) + "\n")
+    centre = invar.abx(arrays, item, hop_ms=10, win_ms=10)
+    libri = invar.abx(arrays, item, hop_ms=10, win_ms=10, frames="libri-light")
+    assert centre["within"]["empty_items"] == []
+    assert libri["within"]["empty_items"] == [10]  # its .item line (the header is line 1)
 
 
 def test_gmm_posteriors_and_fit_equal_the_cli(corpus):

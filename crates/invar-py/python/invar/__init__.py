@@ -231,6 +231,7 @@ def abx(
     max_size_group: Optional[int] = None,
     max_x_across: Optional[int] = None,
     seed: int = 0,
+    frames: str = "centre",
 ) -> Dict[str, Dict[str, Any]]:
     """ABX error from a ZeroSpeech ``.item`` file, as ``invar eval abx`` computes it.
 
@@ -243,7 +244,10 @@ def abx(
     ``cell_scores``, ``cells``, ``triplets``, ``items``, … as the CLI's ``results.json``.
     ``max_size_group`` / ``max_x_across`` / ``seed`` cap the tokens per cell as ``eval abx
     --max-size-group/--max-x-across/--seed`` do (Libri-light's and ZeroSpeech 2021's 10 and 5);
-    unset, every triplet is scored.
+    unset, every triplet is scored. ``frames`` is which frames an item keeps, as ``eval abx
+    --frames``: ``centre`` (every frame whose centre lies in the item) or ``libri-light``
+    (Libri-Light's and ZeroSpeech 2021's ``eval_ABX.py``: one frame fewer; with
+    ``convention="fastabx"`` and ``distance="angular"`` its scores).
     """
     if isinstance(features, Mapping):
         source: Any = {str(k): _f32(v, 2, f"features[{k!r}]") for k, v in features.items()}
@@ -251,7 +255,7 @@ def abx(
         source = os.fspath(features)
     results = json.loads(
         _invar.abx(source, os.fspath(item), distance, convention, mode, hop_ms, win_ms, progress,
-                   max_size_group, max_x_across, seed)
+                   max_size_group, max_x_across, seed, frames)
     )
     return {r["mode"]: r for r in results}
 

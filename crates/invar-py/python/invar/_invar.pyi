@@ -28,6 +28,10 @@ def abx(
     hop_ms: Optional[float] = None,
     win_ms: Optional[float] = None,
     progress: bool = False,
+    max_size_group: Optional[int] = None,
+    max_x_across: Optional[int] = None,
+    seed: int = 0,
+    frames: str = "centre",
 ) -> str:
     """ABX results JSON (a list, one result per mode)."""
 
