@@ -107,6 +107,7 @@ def test_abx_equals_the_cli_from_a_folder_and_from_arrays(corpus):
     got_ll = invar.abx(corpus / "mfcc", item, distance="angular", convention="fastabx",
                        frames="libri-light")
     assert got_ll == want_ll
+    assert got_ll["across"]["frames"] == "libri-light" and want["across"]["frames"] == "centre"
     with pytest.raises(ValueError, match="frames `middle`"):
         invar.abx(corpus / "mfcc", item, frames="middle")
 

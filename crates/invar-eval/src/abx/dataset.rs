@@ -52,6 +52,8 @@ pub struct AbxDataset {
     pub contexts: Vec<String>,
     /// `.item` lines of the items that cover no frame (too short, or past the end of their file).
     pub empty_items: Vec<usize>,
+    /// The rule that cut the items into frames (recorded in every result).
+    pub item_frames: ItemFrames,
 }
 
 /// Which frames of its file an item keeps.
@@ -271,6 +273,7 @@ impl AbxDataset {
             speakers,
             contexts,
             empty_items,
+            item_frames: timing.frames,
         })
     }
 
@@ -457,6 +460,7 @@ impl AbxDataset {
             speakers,
             contexts,
             empty_items,
+            item_frames: timing.frames,
         })
     }
 

@@ -233,6 +233,10 @@ pub struct AbxResult {
     pub items: usize,
     /// `.item` lines whose segment covers no frame; they take no part.
     pub empty_items: Vec<usize>,
+    /// Which frames each item kept (`--frames`); absent from a results.json written before the
+    /// choice existed, which used `centre`.
+    #[serde(default)]
+    pub frames: ItemFrames,
     pub cells: usize,
     pub triplets: u64,
     /// The caps and seed the triplets were drawn with (`None`: every one). Absent from a results.json
@@ -304,6 +308,7 @@ pub fn evaluate(
         error,
         items: ds.items.len(),
         empty_items: ds.empty_items.clone(),
+        frames: ds.item_frames,
         cells: cells.len(),
         triplets,
         max_size_group: config.max_size_group,

@@ -93,6 +93,7 @@ pub(crate) fn cap_blocks(ds: &AbxDataset, max: usize, seed: u64) -> Option<AbxDa
         speakers: ds.speakers.clone(),
         contexts: ds.contexts.clone(),
         empty_items: ds.empty_items.clone(),
+        item_frames: ds.item_frames,
     })
 }
 
