@@ -50,23 +50,7 @@ pub(crate) fn iou(a: &FragmentRef, b: &FragmentRef) -> f64 {
 /// Connected components of the fragment graph; each class has at least two fragments, classes are
 /// ordered by their first fragment and fragments by (utterance, start).
 pub fn cluster(pairs: &[FragmentPair], overlap: f64) -> Vec<Vec<FragmentRef>> {
-    let nodes: Vec<FragmentRef> = pairs.iter().flat_map(|p| [p.a, p.b]).collect();
-    let mut uf = UnionFind::new(nodes.len());
-    for k in 0..pairs.len() {
-        uf.union(2 * k, 2 * k + 1);
-    }
-    let mut order: Vec<usize> = (0..nodes.len()).collect();
-    order.sort_unstable_by_key(|&n| (nodes[n].utt, nodes[n].start, nodes[n].end));
-    for (x, &n) in order.iter().enumerate() {
-        for &m in &order[x + 1..] {
-            if nodes[m].utt != nodes[n].utt || nodes[m].start >= nodes[n].end {
-                break;
-            }
-            if iou(&nodes[n], &nodes[m]) >= overlap {
-                uf.union(n, m);
-            }
-        }
-    }
+    let (nodes, order, mut uf) = graph(pairs, overlap);
     let mut members: std::collections::BTreeMap<usize, Vec<FragmentRef>> = Default::default();
     for &n in &order {
         let root = uf.find(n);
@@ -112,10 +96,16 @@ pub(crate) fn link(
         trim: threshold - (refine.threshold - refine.trim),
         ..refine.clone()
     };
-    let mut nodes: Vec<FragmentRef> = pairs.iter().flat_map(|p| [p.a, p.b]).collect();
-    nodes.sort_unstable_by_key(|f| (f.utt, f.start, f.end));
-    nodes.dedup();
-    let class = components(&nodes, pairs, overlap);
+    // The distinct fragments in order, each with its class in the graph of the pairs alone (equal
+    // fragments are adjacent in the order and share a class: their IoU is 1).
+    let (all, order, mut uf) = graph(pairs, overlap);
+    let (mut nodes, mut class): (Vec<FragmentRef>, Vec<usize>) = (Vec::new(), Vec::new());
+    for &n in &order {
+        if nodes.last() != Some(&all[n]) {
+            nodes.push(all[n]);
+            class.push(uf.find(n));
+        }
+    }
     let means: Vec<Vec<f32>> = nodes.iter().map(|f| mean_unit(frames, f)).collect();
     let found: Vec<(Vec<FragmentPair>, usize, usize)> = (0..nodes.len())
         .into_par_iter()
@@ -159,31 +149,6 @@ pub(crate) fn link(
     Ok(links)
 }
 
-/// The class (component root) of each of `nodes` (sorted, distinct) in the graph of `pairs` and
-/// of same-utterance overlaps ≥ `overlap`, as [`cluster`] builds it.
-fn components(nodes: &[FragmentRef], pairs: &[FragmentPair], overlap: f64) -> Vec<usize> {
-    let at = |f: &FragmentRef| {
-        nodes
-            .binary_search_by_key(&(f.utt, f.start, f.end), |n| (n.utt, n.start, n.end))
-            .unwrap_or_default()
-    };
-    let mut uf = UnionFind::new(nodes.len());
-    for p in pairs {
-        uf.union(at(&p.a), at(&p.b));
-    }
-    for n in 0..nodes.len() {
-        for m in n + 1..nodes.len() {
-            if nodes[m].utt != nodes[n].utt || nodes[m].start >= nodes[n].end {
-                break;
-            }
-            if iou(&nodes[n], &nodes[m]) >= overlap {
-                uf.union(n, m);
-            }
-        }
-    }
-    (0..nodes.len()).map(|n| uf.find(n)).collect()
-}
-
 /// The mean of a fragment's unit frames, scaled to unit length: the linking pass's screen.
 fn mean_unit(frames: &Frames, f: &FragmentRef) -> Vec<f32> {
     let off = frames.offsets[f.utt];
@@ -198,6 +163,30 @@ fn mean_unit(frames: &Frames, f: &FragmentRef) -> Vec<f32> {
         out.iter_mut().for_each(|x| *x /= norm);
     }
     out
+}
+
+/// The fragment graph: a node per end of each pair (pair `k`: nodes `2k` and `2k + 1`), edges the
+/// pairs and the fragments of one utterance with IoU ≥ `overlap`. Returns the nodes, their order by
+/// (utterance, start, end), and the components.
+fn graph(pairs: &[FragmentPair], overlap: f64) -> (Vec<FragmentRef>, Vec<usize>, UnionFind) {
+    let nodes: Vec<FragmentRef> = pairs.iter().flat_map(|p| [p.a, p.b]).collect();
+    let mut uf = UnionFind::new(nodes.len());
+    for k in 0..pairs.len() {
+        uf.union(2 * k, 2 * k + 1);
+    }
+    let mut order: Vec<usize> = (0..nodes.len()).collect();
+    order.sort_unstable_by_key(|&n| (nodes[n].utt, nodes[n].start, nodes[n].end));
+    for (x, &n) in order.iter().enumerate() {
+        for &m in &order[x + 1..] {
+            if nodes[m].utt != nodes[n].utt || nodes[m].start >= nodes[n].end {
+                break;
+            }
+            if iou(&nodes[n], &nodes[m]) >= overlap {
+                uf.union(n, m);
+            }
+        }
+    }
+    (nodes, order, uf)
 }
 
 /// Merges chains of overlapping fragments of one utterance (input sorted by utterance, start).

@@ -335,5 +335,16 @@ mod tests {
         let mut c = UtdConfig::default();
         c.refine.threshold = 1.5;
         assert!(c.validate().is_err());
+        // The linking pass's settings, named in the error.
+        for (threshold, screen) in [(Some(f32::NAN), 0.3), (Some(2.0), 0.3), (Some(0.7), -1.5)] {
+            let mut c = UtdConfig::default();
+            c.cluster.link_threshold = threshold;
+            c.cluster.link_screen = screen;
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains("cluster.link_"), "{err}");
+        }
+        let mut c = UtdConfig::default();
+        c.cluster.link_threshold = Some(0.7);
+        c.validate().unwrap();
     }
 }
