@@ -44,5 +44,6 @@ pub use step_time::StepTimeFlags;
 pub use trainer::{
     collapse, divergence, resume_differences, BatchSource, Collapse, Divergence, RepeatBatch,
     StepContext, StepOutput, TrainStep, TrainSummary, Trainer, ValidContext, ValidOutput,
-    CHANCE_FACTOR, DIVERGENCE_FACTOR, KEPT_FRACTION, LEARNED_FACTOR, RESUME_MAY_CHANGE,
+    CHANCE_FACTOR, DIVERGENCE_FACTOR, GIVEN_BACK_FRACTION, KEPT_FRACTION, LEARNED_FACTOR,
+    RESUME_MAY_CHANGE,
 };
