@@ -102,6 +102,11 @@ pub enum TimePooling {
     Flatten,
     /// Mean over the remaining time steps: `[F2]`.
     Mean,
+    /// Mean and standard deviation over the remaining time steps, concatenated: `[2·F2]` (the
+    /// statistics pooling of x-vector networks, Snyder et al. 2018; the deviation is
+    /// `√(var + 1e-5)`, as Kaldi's `StatisticsPoolingComponent` floors its variance).
+    #[serde(rename = "mean-std")]
+    MeanStd,
 }
 
 impl Default for ModelConfig {
@@ -126,6 +131,7 @@ impl ModelConfig {
         match self.time_pooling {
             TimePooling::Flatten => self.conv2_filters * self.output_steps(frames),
             TimePooling::Mean => self.conv2_filters,
+            TimePooling::MeanStd => 2 * self.conv2_filters,
         }
     }
 

@@ -158,17 +158,15 @@ impl SpeakerCnn {
         let (h, th) = relu_tangent(&pre, t2)?;
         let (h, th) = max_pool_time(&h, th.as_ref(), m.pool)?; // [B, F2, steps]
         let b = h.dim(0)?;
-        // [B, F2·steps] (flatten) or [B, F2] (mean over time; linear, so the tangent is averaged too)
-        let summarise = |v: Tensor| -> Result<Tensor> {
-            Ok(match m.time_pooling {
-                TimePooling::Flatten => v.flatten_from(1)?,
-                TimePooling::Mean => v.mean(2)?,
-            })
-        };
-        let mut h = summarise(h)?;
-        let mut th = match th {
-            Some(t) => Some(summarise(t)?),
-            None => None,
+        // [B, F2·steps] (flatten), [B, F2] (mean over time; linear, so the tangent is averaged
+        // too) or [B, 2·F2] (mean and deviation over time, with the deviation's tangent)
+        let (mut h, mut th) = match m.time_pooling {
+            TimePooling::Flatten => (
+                h.flatten_from(1)?,
+                th.map(|t| t.flatten_from(1)).transpose()?,
+            ),
+            TimePooling::Mean => (h.mean(2)?, th.map(|t| t.mean(2)).transpose()?),
+            TimePooling::MeanStd => mean_std_pool(&h, th.as_ref())?,
         };
         if let (Some(p), Some(rng)) = (m.dropout, dropout) {
             if p > 0.0 {
@@ -220,6 +218,27 @@ impl SpeakerCnn {
             prob_tangent,
         })
     }
+}
+
+/// Variance floor of [`TimePooling::MeanStd`].
+const STD_POOL_FLOOR: f64 = 1e-5;
+
+/// Mean and standard deviation over time of `h` `[B, F, T]`, concatenated to `[B, 2F]`, with the
+/// tangent when `t` is given: d mean = mean(t), d σ = mean((h − μ) ⊙ t) / σ.
+fn mean_std_pool(h: &Tensor, t: Option<&Tensor>) -> Result<(Tensor, Option<Tensor>)> {
+    let mu = h.mean_keepdim(2)?; // [B, F, 1]
+    let centred = h.broadcast_sub(&mu)?;
+    let sd = (centred.sqr()?.mean(2)? + STD_POOL_FLOOR)?.sqrt()?; // [B, F]
+    let pooled = Tensor::cat(&[&mu.squeeze(2)?, &sd], 1)?;
+    let tangent = match t {
+        Some(t) => {
+            let dmu = t.mean(2)?;
+            let dsd = (centred * t)?.mean(2)?.div(&sd)?;
+            Some(Tensor::cat(&[&dmu, &dsd], 1)?)
+        }
+        None => None,
+    };
+    Ok((pooled, tangent))
 }
 
 /// R = mean_i (tangent of P_{i, k_i})², or mean_i Σ_k (tangent of P_{i,k})² with `all_classes`.

@@ -27,10 +27,6 @@ fn small() -> ModelConfig {
 }
 
 /// A random f64 network (seeded Glorot weights, biases moved off zero so ReLUs are mixed).
-fn network(seed: u64) -> Result<(VarMap, SpeakerCnn)> {
-    network_with(seed, &small())
-}
-
 fn network_with(seed: u64, config: &ModelConfig) -> Result<(VarMap, SpeakerCnn)> {
     let dev = Device::Cpu;
     let varmap = VarMap::new();
@@ -160,6 +156,32 @@ fn mean_time_pooling_tangent_matches_finite_differences() -> Result<()> {
 }
 
 #[test]
+fn mean_std_time_pooling_tangent_matches_finite_differences() -> Result<()> {
+    let cfg = ModelConfig {
+        time_pooling: TimePooling::MeanStd,
+        ..small()
+    };
+    for (nuisance, log) in [
+        (Nuisance::Scale, false),
+        (Nuisance::Offset, false),
+        (Nuisance::Gain, false),
+        (Nuisance::Gain, true),
+    ] {
+        check_tangent_with(&cfg, nuisance, log)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn mean_std_time_pooling_r_gradient_matches_finite_differences() -> Result<()> {
+    let cfg = ModelConfig {
+        time_pooling: TimePooling::MeanStd,
+        ..small()
+    };
+    check_r_gradient_with(&cfg, Nuisance::Gain, false)
+}
+
+#[test]
 fn scale_tangent_matches_finite_differences() -> Result<()> {
     check_tangent(Nuisance::Scale, false)
 }
@@ -188,7 +210,11 @@ fn r_value(model: &SpeakerCnn, x: &Tensor, t: &Tensor, y: &Tensor, all: bool) ->
 }
 
 fn check_r_gradient(nuisance: Nuisance, all: bool) -> Result<()> {
-    let (varmap, model) = network(3)?;
+    check_r_gradient_with(&small(), nuisance, all)
+}
+
+fn check_r_gradient_with(config: &ModelConfig, nuisance: Nuisance, all: bool) -> Result<()> {
+    let (varmap, model) = network_with(3, config)?;
     let x = random_batch(4, BINS, FRAMES, 5, &Device::Cpu)?.to_dtype(DType::F64)?;
     let y = Tensor::from_vec(vec![2u32, 0, 1, 2], 4, &Device::Cpu)?;
     let t = input_tangent(nuisance, &x, &norm(), false)?.ok_or_else(|| anyhow::anyhow!("none"))?;
