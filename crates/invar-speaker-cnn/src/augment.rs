@@ -47,6 +47,43 @@ impl ChunkGain {
     }
 }
 
+/// The spectral masks one training chunk gets in one epoch (SpecAugment): `[start, end)` bins and
+/// frames set to 0; an empty range masks nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkMasks {
+    pub bins: [usize; 2],
+    pub frames: [usize; 2],
+}
+
+impl ChunkMasks {
+    /// Draws one chunk's masks for a chunk of `bins × frames`: a width uniform in
+    /// `0..=max`, then a start uniform in `0..=len − width` (frequency first, then time; nothing is
+    /// drawn for a mask that is off).
+    pub fn draw(cfg: &AugmentConfig, bins: usize, frames: usize, rng: &mut ChaCha8Rng) -> Self {
+        let mut band = |max: usize, len: usize| -> [usize; 2] {
+            if max == 0 {
+                return [0, 0];
+            }
+            let width = rng.random_range(0..=max.min(len));
+            let start = rng.random_range(0..=len - width);
+            [start, start + width]
+        };
+        let bins = band(cfg.freq_mask, bins);
+        let frames = band(cfg.time_mask, frames);
+        Self { bins, frames }
+    }
+
+    /// Sets the masked bins and frames of `x` (`bins × frames`, row-major) to 0.
+    pub fn apply(&self, x: &mut [f32], bins: usize) {
+        let frames = x.len() / bins.max(1);
+        for row in x.chunks_exact_mut(frames.max(1)).take(bins) {
+            row[self.frames[0].min(frames)..self.frames[1].min(frames)].fill(0.0);
+        }
+        let [b0, b1] = self.bins;
+        x[b0.min(bins) * frames..b1.min(bins) * frames].fill(0.0);
+    }
+}
+
 /// Which mean normalisation the chunk's log features went through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MeanNorm {
@@ -91,11 +128,37 @@ impl Augmenter {
         })
     }
 
-    /// One gain per chunk for an epoch of `chunks` chunks, drawn in chunk order.
+    /// One gain per chunk for an epoch of `chunks` chunks, drawn in chunk order (none when
+    /// only masks are on).
     pub fn draw_epoch(&self, chunks: usize, rng: &mut ChaCha8Rng) -> Vec<ChunkGain> {
+        if !self.config.gains_on() {
+            return Vec::new();
+        }
         (0..chunks)
             .map(|_| ChunkGain::draw(&self.config, rng))
             .collect()
+    }
+
+    /// One pair of masks per chunk of `frames` frames, drawn in chunk order after the gains
+    /// (empty when masks are off, so configs without them draw exactly what they drew before).
+    pub fn draw_masks(
+        &self,
+        chunks: usize,
+        frames: usize,
+        rng: &mut ChaCha8Rng,
+    ) -> Vec<ChunkMasks> {
+        if !self.config.masks_on() {
+            return Vec::new();
+        }
+        let bins = self.std.len();
+        (0..chunks)
+            .map(|_| ChunkMasks::draw(&self.config, bins, frames, rng))
+            .collect()
+    }
+
+    /// Bins per frame of the chunks this augmenter edits.
+    pub fn bins(&self) -> usize {
+        self.std.len()
     }
 
     /// Applies `gain` to one z-normalised chunk `x` (`bins × frames`, row-major) that starts at
@@ -189,6 +252,7 @@ mod tests {
             AugmentConfig {
                 gain_db: Some([-20.0, 20.0]),
                 ramp_db: None,
+                ..AugmentConfig::default()
             },
             true,
             MeanNorm::None,

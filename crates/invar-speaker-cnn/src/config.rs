@@ -223,12 +223,29 @@ pub struct AugmentConfig {
     /// A gain linear in dB across the chunk, from a start to an end each uniform in [lo, hi] dB
     /// (the test ramp runs −10..+10 dB across an utterance). With `gain_db` too, the two add.
     pub ramp_db: Option<[f64; 2]>,
+    /// SpecAugment's frequency mask (Park et al. 2019): per chunk and epoch, a band of `f` bins
+    /// with `f` uniform in `0..=freq_mask` starting uniform in `0..=bins − f` is set to 0 (the
+    /// training mean after z-normalisation); 0: off. Drawn after every chunk's gain.
+    pub freq_mask: usize,
+    /// SpecAugment's time mask: a run of `t` frames, `t` uniform in `0..=time_mask`, set to 0
+    /// likewise; 0: off.
+    pub time_mask: usize,
 }
 
 impl AugmentConfig {
     /// Whether any augmentation is on.
     pub fn is_on(&self) -> bool {
+        self.gains_on() || self.masks_on()
+    }
+
+    /// Whether a random gain is drawn per chunk.
+    pub fn gains_on(&self) -> bool {
         self.gain_db.is_some() || self.ramp_db.is_some()
+    }
+
+    /// Whether a spectral mask is drawn per chunk.
+    pub fn masks_on(&self) -> bool {
+        self.freq_mask > 0 || self.time_mask > 0
     }
 
     /// The test conditions' ranges: constant −20..+20 dB, ramp ends −10..+10 dB.
@@ -236,6 +253,7 @@ impl AugmentConfig {
         Self {
             gain_db: Some([-20.0, 20.0]),
             ramp_db: Some([-10.0, 10.0]),
+            ..Self::default()
         }
     }
 }
@@ -379,6 +397,7 @@ impl SpeakerCnnConfig {
         cfg.augment = AugmentConfig {
             gain_db: None,
             ramp_db: AugmentConfig::test_ranges().ramp_db,
+            ..AugmentConfig::default()
         };
         cfg
     }
@@ -482,7 +501,32 @@ impl SpeakerCnnConfig {
                 }
             }
         }
-        if self.augment.is_on() {
+        if self.augment.masks_on() {
+            let bins = invar_audio::Frontend::new(&self.features.frontend)
+                .map_err(|e| Error::config("features.frontend", e.to_string()))?
+                .dims();
+            if self.augment.freq_mask >= bins
+                || self.augment.time_mask >= self.features.chunk_frames
+            {
+                return Err(Error::config(
+                    "augment.freq_mask",
+                    format!(
+                        "masks must be narrower than the chunk: freq_mask {} of {bins} bins, time_mask {} of {} frames",
+                        self.augment.freq_mask, self.augment.time_mask, self.features.chunk_frames
+                    ),
+                ));
+            }
+            if self.regularizer.nuisance != Nuisance::None {
+                return Err(Error::config(
+                    "augment.freq_mask",
+                    format!(
+                        "spectral masks are on with the {} regulariser, whose input tangent does not know the masks; use one or the other",
+                        self.regularizer.nuisance
+                    ),
+                ));
+            }
+        }
+        if self.augment.gains_on() {
             if self.features.frontend.kind == FeatureKind::Mfcc {
                 return Err(Error::config(
                     "augment",
@@ -663,6 +707,24 @@ mod tests {
         assert_eq!(field(&o), "augment");
         o.features.frontend.frame.unit_norm = false;
         o.validate().unwrap();
+        // Spectral masks: narrower than the chunk (64 log-mel bins, 100 frames), no regulariser.
+        let mut m = SpeakerCnnConfig::robust();
+        m.augment.freq_mask = 63;
+        m.augment.time_mask = 99;
+        m.validate().unwrap();
+        m.augment.freq_mask = 64;
+        assert_eq!(field(&m), "augment.freq_mask");
+        m.augment.freq_mask = 8;
+        m.augment.time_mask = 100;
+        assert_eq!(field(&m), "augment.freq_mask");
+        m.augment.time_mask = 0;
+        m.regularizer.nuisance = Nuisance::Scale;
+        assert_eq!(field(&m), "augment.freq_mask");
+        // Masks alone are augmentation too, and need no log front-end (they are no gain).
+        let mut q = SpeakerCnnConfig::original();
+        q.augment.freq_mask = 10;
+        assert!(q.augment.is_on() && !q.augment.gains_on());
+        q.validate().unwrap();
         let mut h = SpeakerCnnConfig::original();
         h.features.train_hop = Some(0);
         assert!(matches!(

@@ -60,6 +60,9 @@ impl Treatment {
             } else {
                 None
             },
+            // Spectral masks are no gain treatment: the base config's stay.
+            freq_mask: base.augment.freq_mask,
+            time_mask: base.augment.time_mask,
         };
         cfg.regularizer.nuisance = self.nuisance;
         cfg

@@ -8,7 +8,7 @@ use invar_train::{
     BatchSource, ShuffledOrder, StepContext, StepOutput, TrainStep, ValidContext, ValidOutput,
 };
 
-use crate::augment::{Augmenter, ChunkGain};
+use crate::augment::{Augmenter, ChunkGain, ChunkMasks};
 use crate::{
     cross_entropy, input_tangent, regularizer, ChunkSet, Normalizer, RegularizerConfig, SpeakerCnn,
 };
@@ -22,6 +22,7 @@ pub struct ChunkBatches<'a> {
     device: Device,
     augment: Option<Augmenter>,
     gains: Vec<ChunkGain>,
+    masks: Vec<ChunkMasks>,
 }
 
 impl<'a> ChunkBatches<'a> {
@@ -33,6 +34,7 @@ impl<'a> ChunkBatches<'a> {
             device,
             augment: None,
             gains: Vec::new(),
+            masks: Vec::new(),
         }
     }
 
@@ -50,9 +52,14 @@ impl<'a> ChunkBatches<'a> {
         self
     }
 
-    /// The gains drawn for the current epoch, per chunk (empty without augmentation).
+    /// The gains drawn for the current epoch, per chunk (empty without gain augmentation).
     pub fn gains(&self) -> &[ChunkGain] {
         &self.gains
+    }
+
+    /// The spectral masks drawn for the current epoch, per chunk (empty without them).
+    pub fn masks(&self) -> &[ChunkMasks] {
+        &self.masks
     }
 }
 
@@ -70,6 +77,7 @@ impl BatchSource for ChunkBatches<'_> {
         let batches = self.order.start_epoch(rng);
         if let Some(a) = &self.augment {
             self.gains = a.draw_epoch(self.chunks.len(), rng);
+            self.masks = a.draw_masks(self.chunks.len(), self.chunks.frames, rng);
         }
         Ok(batches)
     }
@@ -80,10 +88,15 @@ impl BatchSource for ChunkBatches<'_> {
         let (x, y) = match &self.augment {
             None => chunks.batch(idx, &self.device),
             Some(a) => {
-                let gains = &self.gains;
+                let (gains, masks) = (&self.gains, &self.masks);
                 chunks.batch_with(idx, &self.device, &mut |i, x| {
-                    let frames = chunks.utterance_frames[chunks.utterance[i]];
-                    a.apply(&gains[i], chunks.start[i], frames, x);
+                    if let Some(g) = gains.get(i) {
+                        let frames = chunks.utterance_frames[chunks.utterance[i]];
+                        a.apply(g, chunks.start[i], frames, x);
+                    }
+                    if let Some(m) = masks.get(i) {
+                        m.apply(x, a.bins());
+                    }
                 })
             }
         }
@@ -283,5 +296,88 @@ mod tests {
         // Without augmentation the source draws nothing more.
         assert!(plain.gains().is_empty());
         assert!(Augmenter::new(&SpeakerCnnConfig::logmel(), &norm).is_none());
+    }
+
+    /// SpecAugment masks: drawn after the gains (so the gains are those of the same config
+    /// without masks), zeroing exactly the drawn band and run of each chunk, the same per seed.
+    #[test]
+    fn masks_zero_their_band_and_run_and_leave_the_gains_alone() {
+        let (set, norm) = chunks();
+        let gains_only = SpeakerCnnConfig::robust();
+        let mut masked = gains_only.clone();
+        masked.augment.freq_mask = 1;
+        masked.augment.time_mask = 3;
+        let mut g = ChunkBatches::new(&set, 3, Device::Cpu)
+            .with_augment(Augmenter::new(&gains_only, &norm));
+        let mut m =
+            ChunkBatches::new(&set, 3, Device::Cpu).with_augment(Augmenter::new(&masked, &norm));
+        let (xg, xm) = (epoch(&mut g, 9), epoch(&mut m, 9));
+        assert_eq!(g.gains(), m.gains(), "masks are drawn after the gains");
+        assert!(g.masks().is_empty());
+        assert_eq!(m.masks().len(), set.len());
+        // Batches of 3 in the epoch's order (the order is drawn first, from the same seed).
+        let (bins, frames) = (set.bins, set.frames);
+        let per = bins * frames;
+        let mut order: Vec<usize> = Vec::new();
+        let mut probe = ChunkBatches::new(&set, 3, Device::Cpu);
+        let n = probe
+            .start_epoch(0, &mut ChaCha8Rng::seed_from_u64(9))
+            .unwrap();
+        for i in 0..n {
+            order.extend(probe.order.batch(i).unwrap());
+        }
+        let mut masked_any = false;
+        for (pos, &chunk) in order.iter().enumerate() {
+            let mask: ChunkMasks = m.masks()[chunk];
+            for b in 0..bins {
+                for t in 0..frames {
+                    let k = pos * per + b * frames + t;
+                    let inside = (mask.bins[0]..mask.bins[1]).contains(&b)
+                        || (mask.frames[0]..mask.frames[1]).contains(&t);
+                    if inside {
+                        assert_eq!(xm[k], 0.0, "chunk {chunk} bin {b} frame {t} masked");
+                        masked_any = true;
+                    } else {
+                        assert_eq!(xm[k], xg[k], "chunk {chunk} bin {b} frame {t} untouched");
+                    }
+                }
+            }
+            assert!(mask.bins[1] - mask.bins[0] <= 1 && mask.bins[1] <= bins);
+            assert!(mask.frames[1] - mask.frames[0] <= 3 && mask.frames[1] <= frames);
+        }
+        assert!(masked_any, "some chunk got a non-empty mask");
+        assert_eq!(epoch(&mut m, 9), xm, "same seed, same masks");
+    }
+
+    /// Widths are uniform in 0..=max and every start is reachable (SpecAugment's draw).
+    #[test]
+    fn mask_draws_cover_their_ranges() {
+        let cfg = crate::AugmentConfig {
+            freq_mask: 3,
+            time_mask: 5,
+            ..Default::default()
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let draws: Vec<ChunkMasks> = (0..2000)
+            .map(|_| ChunkMasks::draw(&cfg, 8, 10, &mut rng))
+            .collect();
+        for w in 0..=3 {
+            assert!(
+                draws.iter().any(|d| d.bins[1] - d.bins[0] == w),
+                "freq width {w}"
+            );
+        }
+        for w in 0..=5 {
+            assert!(
+                draws.iter().any(|d| d.frames[1] - d.frames[0] == w),
+                "time width {w}"
+            );
+        }
+        assert!(draws.iter().all(|d| d.bins[1] <= 8 && d.frames[1] <= 10));
+        assert!(
+            draws.iter().any(|d| d.bins == [5, 8]),
+            "a band at the top edge"
+        );
+        assert!(draws.iter().any(|d| d.frames[0] == 0 && d.frames[1] == 5));
     }
 }
