@@ -633,8 +633,8 @@ fn supervectors(args: SupervectorsArgs) -> anyhow::Result<()> {
         let sv = SupervectorSet::stack_feature_set(&args.out, "supervectors")?;
         tracing::info!(
             "{} supervectors of {} speakers stacked into {}",
-            sv.vectors.rows,
-            sv.speakers.len(),
+            sv.rows,
+            sv.speakers,
             args.out.join("supervectors.npy").display()
         );
     }

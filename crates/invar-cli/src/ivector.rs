@@ -450,8 +450,10 @@ fn extract(args: ExtractArgs) -> anyhow::Result<()> {
         Ok(model.utterance_ivector(&ubm, x, length_norm)?)
     })?;
     if done.complete {
-        let stacked = invar_data::SupervectorSet::stack_feature_set(&args.out, "ivectors")?;
+        invar_data::SupervectorSet::stack_feature_set(&args.out, "ivectors")?;
         if args.lda.is_some() || args.wccn {
+            // The projection is fitted on every row: read the stacked i-vectors back.
+            let (stacked, _) = invar_data::SupervectorSet::open_folder(&args.out, "ivectors")?;
             project(&args, &stacked)?;
         }
     }

@@ -252,10 +252,11 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
         ]
         .concat(),
     )?;
-    let utts = invar_utd::load_featureset(&set)?;
+    let mut utts = invar_utd::load_featureset(&set)?;
     let started = std::time::Instant::now();
     let bar: OnceLock<ItemProgress> = OnceLock::new();
-    let discovery = invar_utd::discover_with_progress(&utts, &cfg, &|stage, _done, total| {
+    // The frames move into the run (held once); `utts` keeps ids, speakers and lengths.
+    let discovery = invar_utd::discover_taking(&mut utts, &cfg, &|stage, _done, total| {
         if stage == "lines" {
             bar.get_or_init(|| ItemProgress::new(total as u64, "utd: lines, by first utterance"))
                 .inc();

@@ -65,7 +65,7 @@ pub use utterance::{
 };
 pub use vectors::{
     map_feature_set, read_aligned_vectors, read_ids, read_vector_rows, stack_rows,
-    write_vector_folder, MapSummary, IDS_FILE, SPEAKERS_FILE,
+    write_vector_folder, MapSummary, StackedFolder, IDS_FILE, SPEAKERS_FILE,
 };
 pub use voxceleb::{read_voxceleb, read_voxceleb_trials, voxceleb_id, VoxTrial};
 pub use zerospeech::{list_feature_files, parse_fea, read_features, write_fea, FeatureFile};

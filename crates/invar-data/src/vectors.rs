@@ -39,18 +39,26 @@ pub fn write_vector_folder(
             });
         }
     }
-    for id in speakers
-        .iter()
-        .copied()
-        .chain(ids.iter().map(String::as_str))
-    {
+    check_ids(
+        speakers
+            .iter()
+            .copied()
+            .chain(ids.iter().map(String::as_str)),
+    )?;
+    invar_io::write_npy(dir.join(format!("{name}.npy")), vectors)?;
+    write_lines(&dir.join(SPEAKERS_FILE), speakers.iter().copied())?;
+    write_lines(&dir.join(IDS_FILE), ids.iter().map(String::as_str))?;
+    Ok(())
+}
+
+/// A speaker or id that cannot be one line of a text list (empty, a line break, outer spaces) is
+/// [`Error::BadId`].
+fn check_ids<'a>(ids: impl Iterator<Item = &'a str>) -> Result<()> {
+    for id in ids {
         if id.is_empty() || id.contains(['\n', '\r']) || id.trim() != id {
             return Err(Error::BadId { id: id.to_string() });
         }
     }
-    invar_io::write_npy(dir.join(format!("{name}.npy")), vectors)?;
-    write_lines(&dir.join(SPEAKERS_FILE), speakers.iter().copied())?;
-    write_lines(&dir.join(IDS_FILE), ids.iter().map(String::as_str))?;
     Ok(())
 }
 
@@ -110,16 +118,63 @@ impl SupervectorSet {
 
     /// Stacks the complete feature set in `dir` whose utterances are each one 1×D row (what
     /// [`map_feature_set`] writes for supervectors and i-vectors) into the vector folder
-    /// `dir/NAME.npy` + speakers + ids, in the set's order.
-    pub fn stack_feature_set(dir: &Path, name: &str) -> Result<Self> {
+    /// `dir/NAME.npy` + speakers + ids, in the set's order. The rows are streamed into the file
+    /// through an [`invar_io::NpyRowWriter`], one utterance at a time (issue #24): memory holds one
+    /// row and the set's ids, never the matrix. The files are the bytes
+    /// [`write_vector_folder`] writes for the stacked matrix.
+    pub fn stack_feature_set(dir: &Path, name: &str) -> Result<StackedFolder> {
         let set = FeatureSet::open(dir)?;
-        let matrix = stack_rows(&set)?;
-        let names: Vec<String> = set.entries().iter().map(|e| e.speaker.clone()).collect();
-        let sv = SupervectorSet::from_names(matrix, &names, &dir.join(crate::MANIFEST))?;
-        let ids: Vec<String> = set.entries().iter().map(|e| e.id.clone()).collect();
-        sv.save_folder(dir, name, &ids)?;
-        Ok(sv)
+        let entries = set.entries();
+        check_ids(
+            entries
+                .iter()
+                .flat_map(|e| [e.speaker.as_str(), e.id.as_str()]),
+        )?;
+        let path = dir.join(format!("{name}.npy"));
+        let mut writer: Option<invar_io::NpyRowWriter> = None;
+        let cols = each_row(&set, &mut |_, row| {
+            let w = match writer.as_mut() {
+                Some(w) => w,
+                None => writer.insert(invar_io::NpyRowWriter::create(
+                    &path,
+                    entries.len(),
+                    row.len(),
+                )?),
+            };
+            w.push_row(row)?;
+            Ok(())
+        })?;
+        let writer = match writer {
+            Some(w) => w,
+            None => invar_io::NpyRowWriter::create(&path, 0, 0)?,
+        };
+        writer.finish()?;
+        write_lines(
+            &dir.join(SPEAKERS_FILE),
+            entries.iter().map(|e| e.speaker.as_str()),
+        )?;
+        write_lines(&dir.join(IDS_FILE), entries.iter().map(|e| e.id.as_str()))?;
+        let mut speakers: Vec<&str> = entries.iter().map(|e| e.speaker.as_str()).collect();
+        speakers.sort_unstable();
+        speakers.dedup();
+        Ok(StackedFolder {
+            rows: entries.len(),
+            cols,
+            speakers: speakers.len(),
+        })
     }
+}
+
+/// What [`SupervectorSet::stack_feature_set`] wrote: the matrix's shape and how many speakers
+/// its rows belong to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StackedFolder {
+    /// Rows (utterances).
+    pub rows: usize,
+    /// Columns of every row.
+    pub cols: usize,
+    /// Distinct speakers.
+    pub speakers: usize,
 }
 
 /// A feature set of 1×D rows (embeddings, i-vectors) as one matrix with the utterance id and the
@@ -188,10 +243,24 @@ pub fn read_aligned_vectors(
 pub fn stack_rows(set: &FeatureSet) -> Result<Matrix> {
     // One buffer of the final size, filled a row at a time: the rows are never held beside the
     // stacked matrix, nor the matrix grown by doubling (issue #24).
-    let entries = set.entries();
     let mut data: Vec<f32> = Vec::new();
+    let rows = set.entries().len();
+    let cols = each_row(set, &mut |i, row| {
+        if i == 0 {
+            data.reserve_exact(rows * row.len());
+        }
+        data.extend_from_slice(row);
+        Ok(())
+    })?;
+    Ok(Matrix::new(rows, cols, data)?)
+}
+
+/// Loads each utterance of `set` in order, checks that it is one row as wide as the first, and
+/// hands it to `f` with its index; returns the width (0 for an empty set). An utterance of
+/// another shape is an error naming its file.
+fn each_row(set: &FeatureSet, f: &mut dyn FnMut(usize, &[f32]) -> Result<()>) -> Result<usize> {
     let mut cols = 0;
-    for (i, e) in entries.iter().enumerate() {
+    for (i, e) in set.entries().iter().enumerate() {
         let m = set.load(e)?;
         if m.rows != 1 {
             return Err(Error::Mismatch {
@@ -203,7 +272,6 @@ pub fn stack_rows(set: &FeatureSet) -> Result<Matrix> {
         }
         if i == 0 {
             cols = m.cols;
-            data.reserve_exact(entries.len() * cols);
         } else if m.cols != cols {
             return Err(Error::Mismatch {
                 path: set.dir().join(&e.path),
@@ -212,9 +280,9 @@ pub fn stack_rows(set: &FeatureSet) -> Result<Matrix> {
                 found: m.cols.to_string(),
             });
         }
-        data.extend_from_slice(&m.data);
+        f(i, &m.data)?;
     }
-    Ok(Matrix::new(entries.len(), cols, data)?)
+    Ok(cols)
 }
 
 /// What one run of [`map_feature_set`] did.
@@ -368,5 +436,50 @@ mod tests {
             matches!(&err, Error::Mismatch { path, .. } if path.to_string_lossy().contains("u3")),
             "{err}"
         );
+    }
+
+    /// Issue #24: the streamed folder is the folder written from the stacked matrix, byte for
+    /// byte (matrix, speakers, ids), and a bad row leaves no matrix under the final name.
+    #[test]
+    fn streamed_folder_is_the_stacked_folder() {
+        let dir = scratch("stream");
+        let mut rows: Vec<Matrix> = (0..7)
+            .map(|i| {
+                Matrix::new(
+                    1,
+                    5,
+                    (0..5).map(|j| (i * 5 + j) as f32 * 0.37 - 3.0).collect(),
+                )
+                .unwrap()
+            })
+            .collect();
+        let set = row_set(dir.path(), &rows);
+        let want = scratch("stream-want");
+        let m = stack_rows(&set).unwrap();
+        let speakers: Vec<&str> = set.entries().iter().map(|e| e.speaker.as_str()).collect();
+        let ids: Vec<String> = set.entries().iter().map(|e| e.id.clone()).collect();
+        write_vector_folder(want.path(), "sv", &m, &speakers, &ids).unwrap();
+        let got = SupervectorSet::stack_feature_set(dir.path(), "sv").unwrap();
+        assert_eq!(
+            got,
+            StackedFolder {
+                rows: 7,
+                cols: 5,
+                speakers: 2
+            }
+        );
+        for f in ["sv.npy", SPEAKERS_FILE, IDS_FILE] {
+            assert_eq!(
+                std::fs::read(dir.path().join(f)).unwrap(),
+                std::fs::read(want.path().join(f)).unwrap(),
+                "{f}"
+            );
+        }
+        let bad = scratch("stream-bad");
+        rows[4] = Matrix::new(2, 5, vec![1.0; 10]).unwrap();
+        row_set(bad.path(), &rows);
+        let err = SupervectorSet::stack_feature_set(bad.path(), "sv").unwrap_err();
+        assert!(err.to_string().contains("u4"), "{err}");
+        assert!(!bad.path().join("sv.npy").exists());
     }
 }

@@ -92,6 +92,16 @@ proptest! {
         prop_assert_eq!(capped.blocks.len(), full.blocks.len());
         prop_assert!(capped.blocks.iter().all(|b| b.items.len() <= cap));
         prop_assert_eq!(capped.frames.len(), capped.items.iter().map(|i| i.len).sum::<usize>() * 2);
+        // Issue #24: one buffer of exactly the kept frames, each item's frames those of the same
+        // line in the uncapped build.
+        prop_assert_eq!(capped.frames.capacity(), capped.frames.len());
+        for it in &capped.items {
+            let twin = full.items.iter().find(|f| f.line == it.line).unwrap();
+            prop_assert_eq!(
+                capped.frame_rows(it.start..it.start + it.len),
+                full.frame_rows(twin.start..twin.start + twin.len)
+            );
+        }
         let lines: BTreeSet<usize> = capped.items.iter().map(|i| i.line).collect();
         let files_kept: BTreeSet<String> = items
             .items

@@ -189,14 +189,29 @@ pub(crate) fn temporary_sibling(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.tmp-{}-{n}", std::process::id()))
 }
 
-/// Writes `value` as pretty JSON (with a trailing newline), atomically.
+/// Writes `value` as pretty JSON (with a trailing newline), atomically. The text is serialised
+/// straight into the file (the bytes of `serde_json::to_string_pretty` plus `\n`), never held
+/// whole: a large result (every ABX cell, a corpus manifest) costs no memory of its size (issue
+/// #24). A value that cannot be serialised is [`Error::Json`], and nothing is written.
 pub fn write_json<T: Serialize + ?Sized>(path: impl AsRef<Path>, value: &T) -> Result<()> {
     let path = path.as_ref();
-    let text = serde_json::to_string_pretty(value).map_err(|source| Error::Json {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    write_text(path, &(text + "\n"))
+    let mut failed: Option<serde_json::Error> = None;
+    let result = atomic_write(path, |w| {
+        if let Err(e) = serde_json::to_writer_pretty(&mut *w, value) {
+            let io = std::io::Error::other(e.to_string());
+            failed = Some(e);
+            return Err(io);
+        }
+        w.write_all(b"\n")
+    });
+    match failed {
+        // An I/O error inside serde_json is reported as I/O, naming the file.
+        Some(source) if !source.is_io() => Err(Error::Json {
+            path: path.to_path_buf(),
+            source,
+        }),
+        _ => result,
+    }
 }
 
 /// Reads a JSON file into `T`; a parse error names the file, line and column.
@@ -358,5 +373,35 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("bad.json") && err.contains("line 3"), "{err}");
+    }
+
+    /// Issue #24: the streamed JSON is `to_string_pretty`'s text plus a newline, byte for byte;
+    /// a value serde_json refuses midway is a JSON error naming the file, and the old file stays
+    /// whole with no temporary beside it.
+    #[test]
+    fn json_is_streamed_as_pretty_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.json");
+        let value = serde_json::json!({
+            "cells": (0..50).map(|i| serde_json::json!({
+                "phone": format!("p{i} \"q\" é\n"),
+                "score": f64::from(i) / 7.0,
+                "n": [i, -i, i64::MAX],
+            })).collect::<Vec<_>>(),
+            "empty": {}, "none": null, "list": [],
+        });
+        write_json(&path, &value).unwrap();
+        let want = serde_json::to_string_pretty(&value).unwrap() + "\n";
+        assert_eq!(fs::read_to_string(&path).unwrap(), want);
+
+        let mut bad = std::collections::BTreeMap::new();
+        bad.insert((1u8, 2u8), 3u8);
+        let err = write_json(&path, &("first", bad)).unwrap_err();
+        assert!(
+            matches!(&err, Error::Json { path: p, .. } if p == &path),
+            "{err}"
+        );
+        assert_eq!(fs::read_to_string(&path).unwrap(), want);
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 }

@@ -140,7 +140,9 @@ pub fn generate_with_progress(
             continue;
         }
         let name = format!("{}.item", split.name());
-        invar_io::write_text(out.join(&name), &item_text(&rows, plan.config.sample_rate))?;
+        // Streamed into the file, a row at a time: the text is never held whole (issue #24).
+        let sr = plan.config.sample_rate;
+        invar_io::atomic_write(out.join(&name), |w| write_item(w, &rows, sr))?;
         item_files.push(name);
     }
     let manifest = Manifest {
@@ -273,8 +275,20 @@ pub fn segments_text(segments: &[Segment]) -> String {
 /// per non-silence phone token (seconds, 4 decimals), with its neighbours as context
 /// ([`ITEM_SILENCE`] for silences and utterance edges).
 pub fn item_text(rows: &[(&UtteranceRecord, &Vec<Segment>)], sample_rate: u32) -> String {
+    let mut bytes = Vec::new();
+    // Writing into a Vec cannot fail, and every row is UTF-8 text.
+    let _ = write_item(&mut bytes, rows, sample_rate);
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// [`item_text`] written into `w` a row at a time (what [`generate`] writes the `.item` files with).
+pub fn write_item(
+    w: &mut dyn std::io::Write,
+    rows: &[(&UtteranceRecord, &Vec<Segment>)],
+    sample_rate: u32,
+) -> std::io::Result<()> {
     let sr = f64::from(sample_rate.max(1));
-    let mut s = String::from("#file onset offset #phone prev next speaker\n");
+    writeln!(w, "#file onset offset #phone prev next speaker")?;
     for (rec, tokens) in rows {
         let ctx = |i: Option<usize>| -> &str {
             match i.and_then(|i| tokens.get(i)) {
@@ -286,8 +300,8 @@ pub fn item_text(rows: &[(&UtteranceRecord, &Vec<Segment>)], sample_rate: u32) -
             if is_silence_label(&t.label) {
                 continue;
             }
-            let _ = writeln!(
-                s,
+            writeln!(
+                w,
                 "{} {:.4} {:.4} {} {} {} {}",
                 rec.id,
                 t.start as f64 / sr,
@@ -296,8 +310,8 @@ pub fn item_text(rows: &[(&UtteranceRecord, &Vec<Segment>)], sample_rate: u32) -
                 ctx(i.checked_sub(1)),
                 ctx(Some(i + 1)),
                 rec.speaker
-            );
+            )?;
         }
     }
-    s
+    Ok(())
 }

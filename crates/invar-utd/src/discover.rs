@@ -85,6 +85,36 @@ pub fn discover_with_progress(
 ) -> Result<Discovery> {
     cfg.validate()?;
     let frames = prepare(utterances, cfg)?;
+    run(utterances, frames, cfg, progress)
+}
+
+/// [`discover_with_progress`] taking the frames out of `utterances` as it gathers them, so the
+/// corpus is held once, not twice (issue #24): afterwards each utterance's `frames` is a
+/// `rows × 0` matrix (its length kept for [`crate::to_classes`] and [`crate::summarize`]), also
+/// when the run fails after the checks. The results are [`discover_with_progress`]'s.
+pub fn discover_taking(
+    utterances: &mut [UtteranceFeatures],
+    cfg: &UtdConfig,
+    progress: Progress<'_>,
+) -> Result<Discovery> {
+    cfg.validate()?;
+    let (dims, offsets, silent) = check(utterances, cfg)?;
+    let mut unit = Vec::with_capacity(offsets[offsets.len() - 1] * dims);
+    for u in utterances.iter_mut() {
+        unit.extend_from_slice(&u.frames.data);
+        u.frames = invar_io::Matrix::new(u.frames.rows, 0, Vec::new())?;
+    }
+    let frames = normalise(utterances, cfg, dims, offsets, silent, unit)?;
+    run(utterances, frames, cfg, progress)
+}
+
+/// The run after the frames are gathered: search, lines, refinement, linking, classes.
+fn run(
+    utterances: &[UtteranceFeatures],
+    frames: Frames,
+    cfg: &UtdConfig,
+    progress: Progress<'_>,
+) -> Result<Discovery> {
     let mut counts = StageCounts {
         utterances: utterances.len(),
         frames: frames.sigs.len(),
@@ -258,8 +288,13 @@ fn group_pairs(
     Ok((lines.len(), silent, pairs))
 }
 
-/// Checks shapes and ids, normalises frames and computes their signatures (in parallel).
-fn prepare(utterances: &[UtteranceFeatures], cfg: &UtdConfig) -> Result<Frames> {
+/// Checks shapes and ids and reads the energy gate: the frame dimension, each utterance's first
+/// global frame (and the total last), the silent frames.
+#[allow(clippy::type_complexity)]
+fn check(
+    utterances: &[UtteranceFeatures],
+    cfg: &UtdConfig,
+) -> Result<(usize, Vec<usize>, Vec<bool>)> {
     let dims = utterances.first().map_or(0, |u| u.frames.cols);
     let mut seen = HashSet::new();
     let mut offsets = Vec::with_capacity(utterances.len() + 1);
@@ -304,10 +339,30 @@ fn prepare(utterances: &[UtteranceFeatures], cfg: &UtdConfig) -> Result<Frames> 
             })
             .collect(),
     };
-    let mut unit = Vec::with_capacity(n * dims);
+    Ok((dims, offsets, silent))
+}
+
+/// Checks shapes and ids, copies and normalises the frames and computes their signatures.
+fn prepare(utterances: &[UtteranceFeatures], cfg: &UtdConfig) -> Result<Frames> {
+    let (dims, offsets, silent) = check(utterances, cfg)?;
+    let mut unit = Vec::with_capacity(offsets[offsets.len() - 1] * dims);
     for u in utterances {
         unit.extend_from_slice(&u.frames.data);
     }
+    normalise(utterances, cfg, dims, offsets, silent, unit)
+}
+
+/// Normalises the gathered frames `unit` (the utterances' frames concatenated) and computes their
+/// signatures (in parallel). Reads only the utterances' speakers and lengths.
+fn normalise(
+    utterances: &[UtteranceFeatures],
+    cfg: &UtdConfig,
+    dims: usize,
+    offsets: Vec<usize>,
+    silent: Vec<bool>,
+    mut unit: Vec<f32>,
+) -> Result<Frames> {
+    let n = offsets[offsets.len() - 1];
     if dims > 0 && cfg.cmvn != Cmvn::Off {
         let spans: Vec<&mut [f32]> = split_by(&mut unit, &offsets, dims);
         // Groups of utterances whose frames share statistics: each utterance, or each speaker

@@ -2,7 +2,8 @@
 //! through invar-data's class-file reader.
 
 use invar_utd::{
-    discover, summarize, to_classes, FragmentRef, GoldWord, UtdConfig, UtteranceFeatures,
+    discover, discover_taking, summarize, to_classes, FragmentRef, GoldWord, UtdConfig,
+    UtteranceFeatures,
 };
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -273,4 +274,39 @@ fn the_energy_gate_keeps_pauses_from_matching() {
     gated.silence.energy_dim = Some(DIMS);
     let err = discover(&energy_utts(0, true), &gated).unwrap_err();
     assert!(err.to_string().contains("silence.energy_dim"), "{err}");
+}
+
+/// Issue #24: taking the frames out of the input (held once, not twice) finds what borrowing them
+/// finds, pair for pair and class for class, with hits in memory and spilled to runs, and leaves
+/// each utterance its length (what the report reads) without its frames.
+#[test]
+fn taking_the_frames_finds_what_borrowing_finds() {
+    let mut utts = planted(4);
+    for (k, u) in utts.iter_mut().enumerate() {
+        u.speaker = Some(format!("s{}", k % 3));
+    }
+    let mut spilled = UtdConfig::default();
+    spilled.search.hit_buffer = 500;
+    spilled.spill_dir = Some(std::env::temp_dir());
+    let mut within = UtdConfig::default();
+    within.search.within = true;
+    within.cmvn_over = invar_utd::CmvnOver::Speaker;
+    for cfg in [UtdConfig::default(), spilled, within] {
+        let borrowed = discover(&utts, &cfg).unwrap();
+        assert!(!borrowed.pairs.is_empty());
+        let mut taken_from = utts.clone();
+        let taken = discover_taking(&mut taken_from, &cfg, &|_, _, _| {}).unwrap();
+        assert_eq!(taken, borrowed);
+        for (t, u) in taken_from.iter().zip(&utts) {
+            assert_eq!((t.frames.rows, t.frames.cols), (u.frames.rows, 0));
+            assert!(t.frames.data.is_empty() && t.frames.data.capacity() == 0);
+        }
+        assert_eq!(
+            to_classes(&taken, &taken_from, &cfg.timing),
+            to_classes(&borrowed, &utts, &cfg.timing)
+        );
+        let a = serde_json::to_string(&summarize(&taken, &taken_from, &cfg.timing, None)).unwrap();
+        let b = serde_json::to_string(&summarize(&borrowed, &utts, &cfg.timing, None)).unwrap();
+        assert_eq!(a, b);
+    }
 }

@@ -398,7 +398,31 @@ impl AbxDataset {
             block_index += 1;
         }
 
-        // Pass 2: read only the files that hold kept items, cut those items' frames.
+        // Pass 2: read only the files that hold kept items, and copy each kept item's frames
+        // straight to its place in one buffer of the final size (issue #24: not a copy per item
+        // and then a buffer grown by doubling beside them). The places follow from pass 1.
+        let mut out_items = Vec::with_capacity(kept.len());
+        let mut slot: Vec<usize> = vec![usize::MAX; items.items.len()];
+        let mut total = 0usize;
+        for (k, &(context, speaker, phone, line, i)) in kept.iter().enumerate() {
+            // A set of zero-width frames holds no values: such items are empty, as before.
+            let len = if dim == 0 {
+                0
+            } else {
+                ranges[i].as_ref().map_or(0, |r| r.len())
+            };
+            slot[i] = k;
+            out_items.push(AbxItem {
+                line,
+                context,
+                speaker,
+                phone,
+                start: total,
+                len,
+            });
+            total += len;
+        }
+        let mut frames = vec![0f32; total * dim];
         let mut wanted: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for &(.., i) in &kept {
             wanted
@@ -406,7 +430,6 @@ impl AbxDataset {
                 .or_default()
                 .push(i);
         }
-        let mut cut: Vec<Option<Vec<f32>>> = vec![None; items.items.len()];
         for (file, indices) in &wanted {
             let m = load(file)?;
             if Some(&m.shape()) != shapes.get(file) {
@@ -431,24 +454,9 @@ impl AbxDataset {
                         dim: pos % m.cols.max(1),
                     });
                 }
-                cut[i] = Some(rows.to_vec());
+                let item = &out_items[slot[i]];
+                frames[item.start * dim..(item.start + item.len) * dim].copy_from_slice(rows);
             }
-        }
-        let mut frames = Vec::new();
-        let mut out_items = Vec::with_capacity(kept.len());
-        for &(context, speaker, phone, line, i) in &kept {
-            let rows = cut[i].take().unwrap_or_default();
-            let start = frames.len() / dim.max(1);
-            let len = rows.len() / dim.max(1);
-            frames.extend_from_slice(&rows);
-            out_items.push(AbxItem {
-                line,
-                context,
-                speaker,
-                phone,
-                start,
-                len,
-            });
         }
         let blocks = blocks_of(&out_items);
         Ok(AbxDataset {
