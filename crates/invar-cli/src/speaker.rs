@@ -116,7 +116,7 @@ pub struct ConfigArgs {
     /// Learning rate [default: the preset's: original 0.01 (SGD), logmel 0.001 (Adam)]
     #[arg(long)]
     pub lr: Option<f64>,
-    /// Maximum epochs [default: the preset's: original 30, logmel 60]
+    /// Maximum epochs [default: the preset's: original 30, logmel 60, robust 200]
     #[arg(long)]
     pub epochs: Option<usize>,
     /// Clip the global gradient norm to this value; `none` (or 0) turns clipping off [default:

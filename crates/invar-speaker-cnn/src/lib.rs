@@ -30,7 +30,8 @@ pub use baselines::{
 };
 pub use config::{
     AugmentConfig, FeatureConfig, ModelConfig, Nuisance, RegularizerConfig, SpeakerCnnConfig,
-    TimePooling, DEFAULT_CLIP_GRAD_NORM, LOGMEL_CLIP_GRAD_NORM, ROBUST_CMN_WINDOW,
+    TimePooling, DEFAULT_CLIP_GRAD_NORM, LOGMEL_CLIP_GRAD_NORM, ROBUST_CMN_WINDOW, ROBUST_EPOCHS,
+    ROBUST_PATIENCE,
 };
 pub use corpus::{load_corpus, CorpusRecipe};
 pub use cv::{

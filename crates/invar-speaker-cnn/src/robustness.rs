@@ -758,10 +758,17 @@ mod tests {
         for t in comparison_treatments() {
             assert_eq!(t.to_string().parse::<Treatment>().unwrap(), t);
         }
-        // On logmel, `sliding-cmn+aug-ramp` is the robust config (but for its name).
+        // On logmel, `sliding-cmn+aug-ramp` is the robust config but for its name and training
+        // length; on robust it is robust itself.
         let mut r = t.apply(&SpeakerCnnConfig::logmel());
         r.name = "robust".into();
+        r.train.epochs = crate::ROBUST_EPOCHS;
+        r.train.early_stopping.patience = Some(crate::ROBUST_PATIENCE);
         assert_eq!(r, SpeakerCnnConfig::robust());
+        assert_eq!(
+            t.apply(&SpeakerCnnConfig::robust()),
+            SpeakerCnnConfig::robust()
+        );
         // `none` strips logmel's per-utterance mean; `gain` regularises without it.
         let n = Treatment::default().apply(&SpeakerCnnConfig::logmel());
         assert!(!n.features.utterance_mean_norm && n.features.sliding_mean_norm.is_none());
