@@ -570,6 +570,77 @@ pub fn conv1d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     })
 }
 
+/// `x + bias[f]` along the filter axis of `x [B, F, T]` (CustomOp2); backward: the gradient
+/// itself for `x` and one sum per filter for `bias` (as [`Conv1dGradBias`]).
+struct ChannelBias;
+
+fn add_channel_bias<T: CpuElem>(x: &[T], bias: &[T], t: usize) -> Vec<T> {
+    let mut y = x.to_vec();
+    for item in y.chunks_exact_mut(bias.len() * t) {
+        for (row, &b) in item.chunks_exact_mut(t).zip(bias) {
+            for v in row {
+                *v += b;
+            }
+        }
+    }
+    y
+}
+
+impl CustomOp2 for ChannelBias {
+    fn name(&self) -> &'static str {
+        "invar-channel-bias"
+    }
+    fn cpu_fwd(
+        &self,
+        sx: &CpuStorage,
+        lx: &Layout,
+        sb: &CpuStorage,
+        lb: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (_, f, t) = lx.shape().dims3()?;
+        if lb.shape().dims() != [f] {
+            bail!("channel bias: {:?} for {f} filters", lb.shape());
+        }
+        float_dispatch!(sx.dtype(), self.name(), |T| {
+            let x = slice::<T>(sx, lx, "channel bias input")?;
+            let b = slice::<T>(sb, lb, "channel bias")?;
+            Ok((
+                T::to_cpu_storage_owned(add_channel_bias(x, b, t)),
+                lx.shape().clone(),
+            ))
+        })
+    }
+    fn bwd(
+        &self,
+        _x: &Tensor,
+        _b: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let grad = grad.contiguous()?;
+        let db = grad.apply_op1_no_bwd(&Conv1dGradBias)?;
+        Ok((Some(grad), Some(db)))
+    }
+}
+
+/// `(conv1d(x, w, bias), conv1d(x, w))`: a layer's output and the tangent it carries when the
+/// input's tangent is the input itself (the scale nuisance, `∂(αx)/∂α = x`): a convolution is
+/// linear, so the tangent is the output without its bias. On CPU one convolution forward and,
+/// backward, one weight gradient (of the two outputs' summed gradients) serve both, where two
+/// [`conv1d`] calls cost two of each; the values are the same bits as those two calls, the
+/// gradients the same up to float rounding. Elsewhere [`conv1d_unfold`] and a broadcast add.
+pub fn conv1d_with_self_tangent(x: &Tensor, w: &Tensor, bias: &Tensor) -> Result<(Tensor, Tensor)> {
+    check_conv(x, w, Some(bias))?;
+    if !has_cpu_kernel(x) {
+        let t = conv1d_unfold(x, w, None)?;
+        let y = t.broadcast_add(&bias.reshape((1, (), 1))?)?;
+        return Ok((y, t));
+    }
+    let t = conv1d(x, w, None)?;
+    let y = t.apply_op2(&bias.contiguous()?, ChannelBias)?;
+    Ok((y, t))
+}
+
 /// The composite path of [`conv1d`] from candle primitives, on any device: K shifted views
 /// stacked into `[B·T', C·K]` and one matrix product. Same values and gradients, more copies.
 pub fn conv1d_unfold(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
@@ -1158,6 +1229,83 @@ mod tests {
         for (name, (o, u)) in ["y", "dx", "dw", "db"].iter().zip(ours.iter().zip(&unfold)) {
             for (a, b) in o.iter().zip(u) {
                 assert!((a - b).abs() < 1e-3 * (1.0 + b.abs()), "{name}: {a} vs {b}");
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn conv1d_with_self_tangent_equals_two_calls_and_matches_finite_differences() -> R {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        for d in SIZES {
+            let x = tensor(&mut rng, &[d.b, d.c, d.t])?;
+            let w = tensor(&mut rng, &[d.f, d.c, d.k])?;
+            let bias = tensor(&mut rng, &[d.f])?;
+            let c1 = tensor(&mut rng, &[d.b, d.f, d.out()])?;
+            let c2 = tensor(&mut rng, &[d.b, d.f, d.out()])?;
+            // Values: the same bits as the two separate calls.
+            let (y, t) = conv1d_with_self_tangent(&x, &w, &bias)?;
+            let y2 = conv1d(&x, &w, Some(&bias))?;
+            let t2 = conv1d(&x, &w, None)?;
+            assert_eq!(
+                y.flatten_all()?.to_vec1::<f64>()?,
+                y2.flatten_all()?.to_vec1::<f64>()?
+            );
+            assert_eq!(
+                t.flatten_all()?.to_vec1::<f64>()?,
+                t2.flatten_all()?.to_vec1::<f64>()?
+            );
+            // Gradients of L = Σ c1 ⊙ y + Σ c2 ⊙ t: the fused path, the two calls, and the
+            // composite path agree; central differences check the fused one.
+            let paired = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
+                let (y, t) = conv1d_with_self_tangent(x, w, b)?;
+                Ok(((y * &c1)? + (t * &c2)?)?)
+            };
+            let separate = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
+                Ok(((conv1d(x, w, Some(b))? * &c1)? + (conv1d(x, w, None)? * &c2)?)?)
+            };
+            let composite = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
+                let t = conv1d_unfold(x, w, None)?;
+                let y = conv1d_unfold(x, w, Some(b))?;
+                Ok(((y * &c1)? + (t * &c2)?)?)
+            };
+            let ones = Tensor::ones((d.b, d.f, d.out()), DType::F64, &Device::Cpu)?;
+            let ours = conv_grads(&paired, &x, &w, &bias, &ones)?;
+            for other in [
+                conv_grads(&separate, &x, &w, &bias, &ones)?,
+                conv_grads(&composite, &x, &w, &bias, &ones)?,
+            ] {
+                for (o, u) in ours.iter().zip(&other) {
+                    assert_eq!(o.len(), u.len());
+                    for (a, b) in o.iter().zip(u) {
+                        assert!((a - b).abs() < 1e-10, "{d:?}: {a} vs {b}");
+                    }
+                }
+            }
+            let loss = |x: &Tensor, w: &Tensor, b: &Tensor| -> R<f64> {
+                Ok(paired(x, w, b)?.sum_all()?.to_scalar::<f64>()?)
+            };
+            let h = 1e-5;
+            let args = [&x, &w, &bias];
+            for (which, arg) in args.iter().enumerate() {
+                let base = arg.flatten_all()?.to_vec1::<f64>()?;
+                for i in 0..base.len() {
+                    let mut l = [0.0; 2];
+                    for (s, step) in [h, -h].into_iter().enumerate() {
+                        let mut m = base.clone();
+                        m[i] += step;
+                        let m = Tensor::from_vec(m, arg.dims(), &Device::Cpu)?;
+                        let mut a = [x.clone(), w.clone(), bias.clone()];
+                        a[which] = m;
+                        l[s] = loss(&a[0], &a[1], &a[2])?;
+                    }
+                    let fd = (l[0] - l[1]) / (2.0 * h);
+                    let g = ours[which][i];
+                    assert!(
+                        (fd - g).abs() < 1e-7 * (1.0 + g.abs()),
+                        "{d:?} arg {which}[{i}]: {g} vs FD {fd}"
+                    );
+                }
             }
         }
         Ok(())
