@@ -105,6 +105,7 @@ pub fn run(args: &[String]) -> Result<()> {
     for heading in [
         crate::peers::HEADING,
         crate::peers::GPU_HEADING,
+        crate::peers::NO_AVX512_HEADING,
         crate::peers::ABX_HEADING,
         crate::scale::HEADING,
     ] {

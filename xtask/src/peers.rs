@@ -31,15 +31,19 @@ pub(crate) const HEADING: &str = "## Peers: training step against PyTorch";
 /// The heading of the same bench run with `--device cuda`: its own section, so a GPU run never
 /// replaces the CPU table (and `cargo xtask bench` keeps both).
 pub(crate) const GPU_HEADING: &str = "## Peers on GPU";
+/// The heading of the CPU run with `--no-avx512` (neither side using AVX-512): its own section.
+pub(crate) const NO_AVX512_HEADING: &str = "## Peers without AVX-512 (emulated)";
 /// The heading of the ABX rows' section (`abx.rs`).
 pub(crate) use abx::HEADING as ABX_HEADING;
 
-/// The section heading a run on `device` writes.
-fn heading(device: &str) -> &'static str {
-    if device == "cpu" {
-        HEADING
-    } else {
+/// The section heading a run with these options writes.
+fn heading(opts: &Options) -> &'static str {
+    if opts.device != "cpu" {
         GPU_HEADING
+    } else if opts.no_avx512 {
+        NO_AVX512_HEADING
+    } else {
+        HEADING
     }
 }
 
@@ -125,6 +129,9 @@ struct Options {
     check: bool,
     /// `OMP_WAIT_POLICY=PASSIVE` for PyTorch (a machine shared with other work).
     omp_passive: bool,
+    /// Neither side uses AVX-512: invar built without `gemm`'s AVX-512 kernels, PyTorch with
+    /// `ATEN_CPU_CAPABILITY=avx2`.
+    no_avx512: bool,
 }
 
 impl Default for Options {
@@ -142,6 +149,7 @@ impl Default for Options {
             bin_dir: None,
             check: true,
             omp_passive: false,
+            no_avx512: false,
         }
     }
 }
@@ -149,10 +157,16 @@ impl Default for Options {
 pub(crate) const USAGE: &str = "cargo xtask bench --peers [--threads T (2)] [--rounds R (5)]
       [--steps N] [--warmup W] [--model NAME]... [--python PATH] [--device cpu|cuda]
       [--bin-dir DIR] [--no-check] [--out FILE (BENCHMARKS.md)]
-      [--json FILE (target/xtask-peers/results.json)] [--omp-passive]
+      [--json FILE (target/xtask-peers/results.json)] [--omp-passive] [--no-avx512]
   --omp-passive: OMP_WAIT_POLICY=PASSIVE for PyTorch. On a machine shared with other work,
       libgomp's default spin-waiting collapses PyTorch's multi-threaded steps (measured 10-30x
       slower on a loaded 2-core machine); on a quiet machine leave it off (the default users get).
+      Without it, CPU runs also time PyTorch under PASSIVE as an extra, labelled column (the
+      ratio column stays PyTorch's default policy).
+  --no-avx512 (off): emulate a CPU without AVX-512 on this one: invar's examples built with
+      --no-default-features (no `avx512` feature: `gemm` without its x86-v4 kernels), PyTorch
+      run with ATEN_CPU_CAPABILITY=avx2; the training steps only, CPU only, written to its own
+      section of BENCHMARKS.md.
   models: speaker-cnn, speaker-cnn-scale, supervector-ae, partition, abx-small (invar eval abx against
       Libri-Light's eval_ABX.py, every triplet, on a 0.07 h generated test split; CPU only), abx-1h
       (the same on a 0.97 h corpus: one round, Libri-Light taking minutes; only when named).
@@ -187,8 +201,15 @@ fn parse(args: &[String]) -> Result<Options> {
             "--bin-dir" => o.bin_dir = Some(value()?.into()),
             "--no-check" => o.check = false,
             "--omp-passive" => o.omp_passive = true,
+            "--no-avx512" => o.no_avx512 = true,
             other => bail!("unknown `cargo xtask bench --peers` argument `{other}`\n\n{USAGE}"),
         }
+    }
+    if o.no_avx512 && o.device != "cpu" {
+        bail!(
+            "`--no-avx512` emulates a CPU without AVX-512: CPU only, not `--device {}`",
+            o.device
+        );
     }
     for m in &o.models {
         if !PEERS.iter().any(|p| p.name.starts_with(m.as_str()))
@@ -201,8 +222,8 @@ fn parse(args: &[String]) -> Result<Options> {
 }
 
 /// The ABX corpora a run measures: those named (by prefix), or the default ones (CPU only).
-fn selected_abx(models: &[String], device: &str) -> Vec<&'static abx::AbxCorpus> {
-    if device != "cpu" {
+fn selected_abx(models: &[String], device: &str, no_avx512: bool) -> Vec<&'static abx::AbxCorpus> {
+    if device != "cpu" || no_avx512 {
         return Vec::new();
     }
     abx::CORPORA
@@ -240,6 +261,9 @@ struct Row {
     what: String,
     invar: Side,
     torch: Side,
+    /// PyTorch under `OMP_WAIT_POLICY=PASSIVE`, the extra column (CPU runs without
+    /// `--omp-passive`); empty when not measured.
+    torch_passive: Side,
     /// `Some((ok, max relative difference of the losses))`; `None`: not checked.
     check: Option<(bool, f64)>,
     check_note: Option<String>,
@@ -308,7 +332,7 @@ fn side_cell(s: &Side) -> String {
 
 /// The "Peers" section: table, how it was taken, the machine, and the command.
 fn render(rows: &[Row], opts: &Options, machine: &[(String, String)], command: &str) -> String {
-    let mut md = format!("{}\n\n", heading(&opts.device));
+    let mut md = format!("{}\n\n", heading(opts));
     md.push_str(
         "Written by `cargo xtask bench --peers`. One training step (forward, loss, backward, \
          optimiser update) of each invar model, timed inside invar-train's loop \
@@ -320,11 +344,22 @@ fn render(rows: &[Row], opts: &Options, machine: &[(String, String)], command: &
          \"Same losses\": the PyTorch script, loaded with the invar example's initial weights and \
          inputs, reproduces invar's first three losses (max relative difference shown; the 001 \
          rows are checked with dropout off, since the two sides draw different masks, and the \
-         autoencoder at widths 256-128-64-32-16).\n\n",
+         autoencoder at widths 256-128-64-32-16). The PASSIVE column is extra, not the ratio: \
+         PyTorch with `OMP_WAIT_POLICY=PASSIVE` (its threads sleep instead of spinning between \
+         parallel regions), in parentheses its median over invar's.\n\n",
     );
+    if opts.no_avx512 {
+        md.push_str(
+            "**An emulation of a CPU without AVX-512 on this one** (`--no-avx512`): invar's \
+             examples built with `--no-default-features` (no `avx512` feature, so `gemm` has only \
+             its AVX2+FMA kernels), PyTorch run with `ATEN_CPU_CAPABILITY=avx2` (its AVX2 \
+             kernels; oneDNN/MKL may still pick wider paths of their own). Same cores, caches \
+             and clock as the AVX-512 table, so only the vector width differs.\n\n",
+        );
+    }
     md.push_str(
-        "| model | invar per step, median (IQR) | PyTorch per step, median (IQR) | PyTorch / invar | same losses |\n\
-         | --- | ---: | ---: | ---: | --- |\n",
+        "| model | invar per step, median (IQR) | PyTorch per step, median (IQR) | PyTorch / invar | PyTorch, `OMP_WAIT_POLICY=PASSIVE` (extra) | same losses |\n\
+         | --- | ---: | ---: | ---: | ---: | --- |\n",
     );
     for r in rows {
         let ratio = match (
@@ -336,6 +371,18 @@ fn render(rows: &[Row], opts: &Options, machine: &[(String, String)], command: &
             (Some((a, ..)), Some((b, ..)), None, None) if a > 0.0 => format!("{:.2}×", b / a),
             _ => "–".into(),
         };
+        let passive = match (
+            quartiles(&r.invar.seconds),
+            quartiles(&r.torch_passive.seconds),
+            &r.torch_passive.error,
+        ) {
+            (_, _, Some(e)) => format!("failed: {e}"),
+            (Some((a, ..)), Some((b, ..)), None) if a > 0.0 && r.invar.error.is_none() => {
+                format!("{} ({:.2}×)", ms(b), b / a)
+            }
+            (_, Some((b, ..)), None) => ms(b),
+            _ => "–".into(),
+        };
         let check = match (&r.check, &r.check_note) {
             (Some((true, d)), _) => format!("yes ({d:.1e})"),
             (Some((false, d)), _) => format!("**no** ({d:.1e})"),
@@ -344,12 +391,13 @@ fn render(rows: &[Row], opts: &Options, machine: &[(String, String)], command: &
         };
         let _ = writeln!(
             md,
-            "| `{}`: {} | {} | {} | {} | {} |",
+            "| `{}`: {} | {} | {} | {} | {} | {} |",
             r.name,
             r.what,
             side_cell(&r.invar),
             side_cell(&r.torch),
             ratio,
+            passive,
             check
         );
     }
@@ -382,7 +430,7 @@ fn render(rows: &[Row], opts: &Options, machine: &[(String, String)], command: &
             "PASSIVE (`--omp-passive`: the machine was shared with other work, where libgomp's \
              default spin-waiting collapses multi-threaded steps)"
         } else {
-            "libgomp's default (spin, then sleep)"
+            "libgomp's default (spin, then sleep) for the ratio; PASSIVE in the extra column"
         }
     );
     let _ = writeln!(
@@ -674,7 +722,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let opts = parse(args)?;
     let root = root();
     let peers = selected(&opts.models);
-    let abx_corpora = selected_abx(&opts.models, &opts.device);
+    let abx_corpora = selected_abx(&opts.models, &opts.device, opts.no_avx512);
     let py = python(&opts, &root)?;
     if !abx_corpora.is_empty() {
         abx::ensure_libriabx(&py, opts.python.is_none())?;
@@ -697,6 +745,11 @@ pub fn run(args: &[String]) -> Result<()> {
             if opts.device.starts_with("cuda") {
                 a.extend(["--features", features.as_str()]);
             }
+            if opts.no_avx512 {
+                // The model crates' default `avx512` feature is what gives `gemm` its x86-v4
+                // kernels; without it they are not compiled in.
+                a.push("--no-default-features");
+            }
             cargo(&a)?;
             target_dir(&root).join("release").join("examples")
         }
@@ -711,7 +764,7 @@ pub fn run(args: &[String]) -> Result<()> {
             .env_remove("CANDLE_NUM_THREADS");
         c
     };
-    let torch_cmd = |p: &Peer, extra: &[&str]| {
+    let torch_cmd = |p: &Peer, extra: &[&str], passive: bool| {
         let mut c = Command::new(&py);
         c.arg(scripts.join(p.script))
             .args(["--threads", &threads, "--device", &opts.device])
@@ -720,11 +773,16 @@ pub fn run(args: &[String]) -> Result<()> {
             .env("OMP_NUM_THREADS", &threads)
             .env("MKL_NUM_THREADS", &threads)
             .env("PYTHONDONTWRITEBYTECODE", "1");
-        if opts.omp_passive {
+        if opts.omp_passive || passive {
             c.env("OMP_WAIT_POLICY", "PASSIVE");
+        }
+        if opts.no_avx512 {
+            c.env("ATEN_CPU_CAPABILITY", "avx2");
         }
         c
     };
+    // The extra PASSIVE column: CPU runs whose main PyTorch column has the default policy.
+    let passive_column = opts.device == "cpu" && !opts.omp_passive;
 
     let mut rows: Vec<Row> = peers
         .iter()
@@ -748,7 +806,7 @@ pub fn run(args: &[String]) -> Result<()> {
                 p.name
             );
             let result = capture(&mut invar_cmd(p, &extra))
-                .and_then(|_| verdicts(&mut torch_cmd(p, &extra)));
+                .and_then(|_| verdicts(&mut torch_cmd(p, &extra, false)));
             match result {
                 Ok((ok, worst)) => row.check = Some((ok, worst)),
                 Err(e) => {
@@ -769,9 +827,14 @@ pub fn run(args: &[String]) -> Result<()> {
             extra.extend(["--steps", steps.as_str(), "--warmup", warmup.as_str()]);
             for (label, side, mut cmd) in [
                 ("invar", &mut row.invar, invar_cmd(p, &extra)),
-                ("pytorch", &mut row.torch, torch_cmd(p, &extra)),
+                ("pytorch", &mut row.torch, torch_cmd(p, &extra, false)),
+                (
+                    "pytorch-passive",
+                    &mut row.torch_passive,
+                    torch_cmd(p, &extra, true),
+                ),
             ] {
-                if side.error.is_some() {
+                if side.error.is_some() || (label == "pytorch-passive" && !passive_column) {
                     continue;
                 }
                 eprintln!("round {round}/{}: {} {label}", opts.rounds, p.name);
@@ -855,6 +918,7 @@ pub fn run(args: &[String]) -> Result<()> {
                 "model": r.name, "what": r.what,
                 "invar": {"median_p25_p75_s": q(&r.invar), "version": r.invar.version, "error": r.invar.error},
                 "pytorch": {"median_p25_p75_s": q(&r.torch), "version": r.torch.version, "error": r.torch.error},
+                "pytorch_omp_passive": {"median_p25_p75_s": q(&r.torch_passive), "error": r.torch_passive.error},
                 "check": r.check.map(|(ok, d)| json!({"ok": ok, "max_rel_diff": d})),
             })
         })
@@ -875,6 +939,7 @@ pub fn run(args: &[String]) -> Result<()> {
         })
         .collect();
     let doc = json!({"threads": opts.threads, "device": opts.device, "rounds": opts.rounds,
+                     "no_avx512": opts.no_avx512,
                      "command": command, "rows": summary, "abx": abx_summary, "runs": raw});
     write_atomic(&json_path, &serde_json::to_string_pretty(&doc)?)?;
     eprintln!(
@@ -882,10 +947,9 @@ pub fn run(args: &[String]) -> Result<()> {
         out.display(),
         json_path.display()
     );
-    if rows
-        .iter()
-        .any(|r| r.invar.error.is_some() || r.torch.error.is_some())
-        || abx_rows.iter().any(|r| r.error.is_some())
+    if rows.iter().any(|r| {
+        r.invar.error.is_some() || r.torch.error.is_some() || r.torch_passive.error.is_some()
+    }) || abx_rows.iter().any(|r| r.error.is_some())
     {
         bail!("some runs failed (see the table)");
     }
@@ -976,7 +1040,7 @@ mod tests {
         assert_eq!(selected(&[]).len(), 4);
         // ABX: `abx-small` by default on the CPU, `abx-1h` only when named; `abx` selects both.
         let abx_names = |m: &[&str], device: &str| -> Vec<&str> {
-            selected_abx(&strings(m), device)
+            selected_abx(&strings(m), device, false)
                 .iter()
                 .map(|c| c.name)
                 .collect()
@@ -987,6 +1051,13 @@ mod tests {
         assert_eq!(abx_names(&["abx-1h"], "cpu"), ["abx-1h"]);
         assert!(abx_names(&["abx"], "cuda").is_empty());
         assert!(abx_names(&["partition"], "cpu").is_empty());
+        // Without AVX-512: the training steps only, and on the CPU only.
+        assert!(selected_abx(&[], "cpu", true).is_empty());
+        let o = parse(&strings(&["--no-avx512"])).unwrap();
+        assert!(o.no_avx512 && !o.omp_passive);
+        assert_eq!(heading(&o), NO_AVX512_HEADING);
+        assert_eq!(heading(&Options::default()), HEADING);
+        assert!(parse(&strings(&["--no-avx512", "--device", "cuda"])).is_err());
         assert!(parse(&strings(&["--model", "abx-1h"])).is_ok());
         assert!(parse(&strings(&["--threads", "0"])).is_err());
         assert!(parse(&strings(&["--rounds"])).is_err());
@@ -1038,6 +1109,10 @@ mod tests {
                     threads: Some(2),
                     error: None,
                 },
+                torch_passive: Side {
+                    seconds: vec![0.030, 0.029, 0.031],
+                    ..Side::default()
+                },
                 check: Some((true, 3.2e-7)),
                 check_note: None,
             },
@@ -1052,6 +1127,7 @@ mod tests {
                     seconds: vec![3.0],
                     ..Side::default()
                 },
+                torch_passive: Side::default(),
                 check: Some((false, 0.5)),
                 check_note: None,
             },
@@ -1063,17 +1139,26 @@ mod tests {
             "cargo xtask bench --peers",
         );
         assert!(md.starts_with(HEADING), "{md}");
-        // invar median 11 ms (IQR 10.5–11.5), PyTorch 22 ms (21–23): ratio 2.00.
+        // invar median 11 ms (IQR 10.5–11.5), PyTorch 22 ms (21–23): ratio 2.00; PASSIVE
+        // median 30 ms: 30 / 11 = 2.73 in the extra column.
         assert!(
             md.contains(
-                "| `partition`: 000 | 11.0 ms (10.5 ms – 11.5 ms) | 22.0 ms (21.0 ms – 23.0 ms) | 2.00× | yes (3.2e-7) |"
+                "| `partition`: 000 | 11.0 ms (10.5 ms – 11.5 ms) | 22.0 ms (21.0 ms – 23.0 ms) | 2.00× | 30.0 ms (2.73×) | yes (3.2e-7) |"
             ),
             "{md}"
         );
         assert!(
-            md.contains("| `supervector-ae`: 002 | failed: boom | 3000 ms (3000 ms – 3000 ms) | – | **no** (5.0e-1) |"),
+            md.contains("| `supervector-ae`: 002 | failed: boom | 3000 ms (3000 ms – 3000 ms) | – | – | **no** (5.0e-1) |"),
             "{md}"
         );
+        assert!(!md.contains("emulation"), "{md}");
+        let no_avx = Options {
+            no_avx512: true,
+            ..Options::default()
+        };
+        let md_no_avx = render(&rows, &no_avx, &[], "cargo xtask bench --peers --no-avx512");
+        assert!(md_no_avx.starts_with(NO_AVX512_HEADING), "{md_no_avx}");
+        assert!(md_no_avx.contains("emulation of a CPU without AVX-512"));
         assert!(md.contains("- CPU: test"));
         assert!(md.contains("- PyTorch: torch 2.5.1"));
         assert!(md.contains("- reproduce: `cargo xtask bench --peers`"));
@@ -1145,8 +1230,12 @@ mod tests {
             extract_section("## Peers on GPU, old\n\nx\n", GPU_HEADING),
             None
         );
-        assert_eq!(heading("cpu"), HEADING);
-        assert_eq!(heading("cuda"), GPU_HEADING);
+        let on = |device: &str| Options {
+            device: device.into(),
+            ..Options::default()
+        };
+        assert_eq!(heading(&on("cpu")), HEADING);
+        assert_eq!(heading(&on("cuda")), GPU_HEADING);
     }
 
     #[test]

@@ -1,18 +1,19 @@
 //! Valid 1-D convolution over time and max-pooling over time as candle custom ops with exact
-//! backward passes on CPU (im2col + GEMM, arg-max scatter), and the composite candle paths the
-//! same functions take on any other device.
+//! backward passes on CPU (K shifted-view GEMMs, arg-max scatter), and the composite candle paths
+//! the same functions take on any other device.
 //!
 //! candle 0.11.1's own `conv1d` backward returns wrong gradients on CPU and its `max_pool2d`
 //! backward is wrong everywhere, and the composite replacements (unfold by stacked narrow views,
 //! reshape + arg-max gather) spend most of a training step copying. Here, on CPU:
 //!
 //! - [`conv1d`] `x [B, C, T] ⋆ w [F, C, K] (+ bias [F]) → [B, F, T − K + 1]`, rayon over blocks
-//!   of 4 batch items: the block's im2col matrix `[items·T', C·K]` (each row the contiguous
-//!   receptive field of one output step) in a per-thread scratch buffer that is reused across
-//!   calls, one GEMM `cols · Wᵀ`, a transpose into `[F, T']` with the bias added. Backward:
-//!   `dW` per block as one GEMM `colsᵀ · dYᵀ` written straight into `dW`'s layout (im2col
-//!   recomputed: cheaper than keeping megabytes per call alive), block partial sums added in
-//!   block order so `dW` is the same bytes at any thread count; `dX` by K strided GEMMs
+//!   of 4 batch items, no im2col: the block's input transposed once to `xt [C, items·T + pad]` in
+//!   a per-thread scratch buffer reused across calls, then one GEMM per tap k over the strided
+//!   view `xt[:, k ..]`, `yᵀ += xt[:, k..]ᵀ · W_kᵀ` (the view costs no copy; rows a multiple of
+//!   16 so `gemm` reads it in place), each item's valid steps copied out with the bias added.
+//!   Backward: `dW_k = dY · xt[:, k..]ᵀ` per block and tap over the same views (`dY` laid out
+//!   once per block with zeros at the dropped steps), block partial sums added in block order so
+//!   `dW` is the same bytes at any thread count; `dX` by K strided GEMMs
 //!   `dX_b[:, k..k+T'] += W_kᵀ · dY_b` (no col2im buffer), only when `x` is part of a graph;
 //!   `db` a plain reduction (candle's strided `sum` over two axes is slow).
 //!   An input and its tangent (the regulariser's forward-mode pass) are two calls with the same
@@ -67,27 +68,6 @@ fn gemm<T: CpuElem>(
     )?)
 }
 
-/// `dst = a · b` with `dst` of any (row, column) strides (`dst` written, not accumulated).
-fn gemm_to<T: CpuElem>(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: Mat<'_, T>,
-    b: Mat<'_, T>,
-    dst: &mut [T],
-    dst_strides: (usize, usize),
-) -> candle_core::Result<()> {
-    Ok(crate::gemm::gemm(
-        (m, n, k),
-        a,
-        b,
-        dst,
-        dst_strides,
-        false,
-        false,
-    )?)
-}
-
 /// The contiguous slice of a CPU tensor's storage, or an error naming `what`.
 fn slice<'a, T: CpuElem>(
     s: &'a CpuStorage,
@@ -127,53 +107,49 @@ impl ConvDims {
     }
 }
 
-/// One block's im2col matrix `[items·T', C·K]`: row `i·T' + t` holds `x[i, c, t .. t + K]` for
-/// c = 0..C, one after another (the receptive field of output step t, contiguous). `cols` is
-/// resized (a no-op when this thread's scratch already has the size) and overwritten; the
-/// K-element copies have a fixed length for K = 8 and 5, so they compile to a few vector moves
-/// instead of `memcpy` calls.
-fn im2col_block<T: CpuElem>(xg: &[T], d: ConvDims, cols: &mut Vec<T>) {
-    fn fill<T: CpuElem, const K: usize>(xg: &[T], d: ConvDims, cols: &mut [T]) {
-        let out = d.t + 1 - K;
-        let rows = cols.chunks_exact_mut(d.c * K);
-        let steps = xg
-            .chunks_exact(d.c * d.t)
-            .flat_map(|xb| (0..out).map(move |t| (xb, t)));
-        for (row, (xb, t)) in rows.zip(steps) {
-            for (c, dst) in row.chunks_exact_mut(K).enumerate() {
-                let at = c * d.t + t;
-                if let (Ok(dst), Ok(src)) = (
-                    <&mut [T; K]>::try_from(dst),
-                    <&[T; K]>::try_from(&xb[at..at + K]),
-                ) {
-                    *dst = *src;
-                }
-            }
-        }
-    }
-    let ck = d.c * d.k;
-    cols.resize(xg.len() / (d.c * d.t) * d.out() * ck, T::from_f64(0.0));
-    match d.k {
-        8 => fill::<T, 8>(xg, d, cols),
-        5 => fill::<T, 5>(xg, d, cols),
-        k => {
-            let rows = cols.chunks_exact_mut(ck);
-            let steps = xg
-                .chunks_exact(d.c * d.t)
-                .flat_map(|xb| (0..d.out()).map(move |t| (xb, t)));
-            for (row, (xb, t)) in rows.zip(steps) {
-                for (c, dst) in row.chunks_exact_mut(k).enumerate() {
-                    let at = c * d.t + t;
-                    dst.copy_from_slice(&xb[at..at + k]);
-                }
-            }
+/// Rows of a block's shifted-view GEMMs are a multiple of this: 16 f32 (8 f64) lanes fill
+/// `gemm`'s AVX-512 micro-kernel rows exactly, so it reads the block's input in place instead of
+/// packing it.
+const ROW_MULTIPLE: usize = 16;
+
+/// The layout of one block of `items` batch items as the shifted-view GEMMs read it: the block's
+/// input transposed to `xt [C, L]`, `xt[c, i·T + t] = x[i, c, t]`, zero past `items·T`; the
+/// GEMMs' rows are `n = 0..m` (item `n / T`, step `n % T`, the steps `t ≥ T'` of each item
+/// computed and dropped), and tap k reads the view `xt[c, n + k]`.
+#[derive(Debug, Clone, Copy)]
+struct Shifted {
+    /// GEMM rows: `items·T − (K − 1)` (the last item's last valid step) rounded up to
+    /// [`ROW_MULTIPLE`].
+    m: usize,
+    /// Row length of `xt`: `m + K − 1`, at least `items·T`.
+    l: usize,
+}
+
+impl Shifted {
+    fn new(items: usize, d: ConvDims) -> Self {
+        let m = (items * d.t + 1 - d.k).div_ceil(ROW_MULTIPLE) * ROW_MULTIPLE;
+        Self {
+            m,
+            l: (m + d.k - 1).max(items * d.t),
         }
     }
 }
 
-/// Forward, rayon over blocks of [`BLOCK_ITEMS`] batch items: the block's im2col matrix (in this
-/// thread's scratch), `yᵀ [items·T', F] = cols · Wᵀ`, then each item's `[T', F]` transposed into
-/// `y [B, F, T']` with the bias added.
+/// Fills `xt [C, L]` from the block's `xg [items, C, T]` (zeros past `items·T`).
+fn transpose_block<T: CpuElem>(xg: &[T], d: ConvDims, s: Shifted, xt: &mut [T]) {
+    for (c, row) in xt.chunks_exact_mut(s.l).enumerate() {
+        let (data, pad) = row.split_at_mut(xg.len() / d.c);
+        for (dst, xb) in data.chunks_exact_mut(d.t).zip(xg.chunks_exact(d.c * d.t)) {
+            dst.copy_from_slice(&xb[c * d.t..(c + 1) * d.t]);
+        }
+        pad.fill(T::ZERO);
+    }
+}
+
+/// Forward, rayon over blocks of [`BLOCK_ITEMS`] batch items, without im2col: the block's input
+/// transposed once to `xt [C, L]` (this thread's scratch), then K accumulated GEMMs over shifted
+/// views, `yᵀ [m, F] += xt[:, k .. k + m]ᵀ · W_kᵀ` (the view is strided, so tap k costs no
+/// copy), and each item's valid steps copied into `y [B, F, T']` with the bias added.
 fn conv_forward<T: CpuElem>(
     x: &[T],
     w: &[T],
@@ -182,34 +158,37 @@ fn conv_forward<T: CpuElem>(
 ) -> candle_core::Result<Vec<T>> {
     let out = d.out();
     let ck = d.c * d.k;
-    let mut y = vec![T::from_f64(0.0); d.b * d.f * out];
+    let mut y = vec![T::ZERO; d.b * d.f * out];
     y.par_chunks_mut(BLOCK_ITEMS * d.f * out)
         .zip(x.par_chunks(BLOCK_ITEMS * d.c * d.t))
         .try_for_each(|(yg, xg)| {
-            T::with_scratch(|cols| {
-                im2col_block(xg, d, cols);
-                let rows = cols.len() / ck;
-                let mut yt = vec![T::from_f64(0.0); rows * d.f];
-                let a = Mat {
-                    data: &cols[..],
-                    rs: ck,
-                    cs: 1,
-                };
-                // Wᵀ[ck, f] = w[f·C·K + ck]
-                let b = Mat {
-                    data: w,
-                    rs: 1,
-                    cs: ck,
-                };
-                gemm(rows, d.f, ck, a, b, &mut yt, d.f, false)?;
-                for (yb, ytb) in yg
-                    .chunks_exact_mut(d.f * out)
-                    .zip(yt.chunks_exact(out * d.f))
-                {
+            let s = Shifted::new(xg.len() / (d.c * d.t), d);
+            T::with_scratch(|buf| {
+                buf.resize(d.c * s.l + s.m * d.f, T::ZERO);
+                let (xt, yt) = buf.split_at_mut(d.c * s.l);
+                transpose_block(xg, d, s, xt);
+                for k in 0..d.k {
+                    // rows n, columns c: xt[c·L + n + k]
+                    let a = Mat {
+                        data: &xt[k..],
+                        rs: 1,
+                        cs: s.l,
+                    };
+                    // W_kᵀ[c, f] = w[f·C·K + c·K + k]
+                    let b = Mat {
+                        data: &w[k..],
+                        rs: d.k,
+                        cs: ck,
+                    };
+                    // yᵀ[n, f] at yt[f·m + n]
+                    crate::gemm::gemm((s.m, d.f, d.c), a, b, yt, (1, s.m), k > 0, false)?;
+                }
+                for (i, yb) in yg.chunks_exact_mut(d.f * out).enumerate() {
                     for (f, row) in yb.chunks_exact_mut(out).enumerate() {
-                        let bv = bias.map_or(T::from_f64(0.0), |b| b[f]);
-                        for (t, v) in row.iter_mut().enumerate() {
-                            *v = ytb[t * d.f + f] + bv;
+                        let bv = bias.map_or(T::ZERO, |b| b[f]);
+                        let src = &yt[f * s.m + i * d.t..][..out];
+                        for (v, &u) in row.iter_mut().zip(src) {
+                            *v = u + bv;
                         }
                     }
                 }
@@ -219,10 +198,10 @@ fn conv_forward<T: CpuElem>(
     Ok(y)
 }
 
-/// `dW [F, C·K] = Σ_blocks colsᵀ · dYᵀ`, rayon over blocks: the block's im2col matrix again (in
-/// this thread's scratch; cheaper than keeping every block's between forward and backward), one
-/// GEMM `[C·K, items·T'] · [items·T', F]` written straight into `dW`'s layout; the partial sums
-/// are added in block order.
+/// `dW [F, C, K] = Σ_blocks`, per tap, `dW_k [F, C] = dYᵀᵀ · xt[:, k .. k + m]ᵀ`, rayon over
+/// blocks: the block's input transposed as in the forward pass and `dY` laid out as `dYᵀ [m, F]`
+/// with zeros at the dropped steps (both in this thread's scratch), K GEMMs over the shifted
+/// views written straight into `dW`'s layout; the partial sums are added in block order.
 fn conv_grad_kernel<T: CpuElem>(x: &[T], dy: &[T], d: ConvDims) -> candle_core::Result<Vec<T>> {
     let out = d.out();
     let ck = d.c * d.k;
@@ -230,42 +209,51 @@ fn conv_grad_kernel<T: CpuElem>(x: &[T], dy: &[T], d: ConvDims) -> candle_core::
         .par_chunks(BLOCK_ITEMS * d.c * d.t)
         .zip(dy.par_chunks(BLOCK_ITEMS * d.f * out))
         .map(|(xg, dyg)| -> candle_core::Result<Vec<T>> {
-            T::with_scratch(|cols| {
-                im2col_block(xg, d, cols);
-                let rows = cols.len() / ck;
-                // dYᵀ of the block: [items·T', F]
-                let mut dyt = vec![T::from_f64(0.0); rows * d.f];
-                for (dtb, dyb) in dyt
-                    .chunks_exact_mut(out * d.f)
-                    .zip(dyg.chunks_exact(d.f * out))
-                {
+            let s = Shifted::new(xg.len() / (d.c * d.t), d);
+            T::with_scratch(|buf| {
+                buf.resize(d.c * s.l + s.m * d.f + d.c * d.f, T::ZERO);
+                let (xt, rest) = buf.split_at_mut(d.c * s.l);
+                let (dyt, dwk) = rest.split_at_mut(s.m * d.f);
+                transpose_block(xg, d, s, xt);
+                // dYᵀ[n, f] at dyt[n·F + f]: item n / T, step n % T, zero for steps ≥ T'
+                dyt.fill(T::ZERO);
+                for (i, dyb) in dyg.chunks_exact(d.f * out).enumerate() {
                     for (f, row) in dyb.chunks_exact(out).enumerate() {
                         for (t, &v) in row.iter().enumerate() {
-                            dtb[t * d.f + f] = v;
+                            dyt[(i * d.t + t) * d.f + f] = v;
                         }
                     }
                 }
-                let mut acc = vec![T::from_f64(0.0); d.f * ck];
-                // colsᵀ[ck, r] = cols[r·C·K + ck]; dWᵀ[ck, f] lands at acc[f·C·K + ck]
-                let a = Mat {
-                    data: &cols[..],
-                    rs: 1,
-                    cs: ck,
-                };
-                let b = Mat {
-                    data: &dyt,
-                    rs: d.f,
-                    cs: 1,
-                };
-                gemm_to(ck, d.f, rows, a, b, &mut acc, (1, ck))?;
+                let mut acc = vec![T::ZERO; d.f * ck];
+                for k in 0..d.k {
+                    // dY[f, n] = dyt[n·F + f]
+                    let a = Mat {
+                        data: &dyt[..],
+                        rs: 1,
+                        cs: d.f,
+                    };
+                    // xt shifted, transposed: [n, c] at xt[c·L + n + k]
+                    let b = Mat {
+                        data: &xt[k..],
+                        rs: 1,
+                        cs: s.l,
+                    };
+                    // dW_k[f, c] at dwk[c·F + f]: column-major, the destination layout `gemm`'s
+                    // kernels store to directly (written into dW's [F, C, K] strides, it would
+                    // transpose the whole product and pack the shifted input like an im2col).
+                    crate::gemm::gemm((d.f, d.c, s.m), a, b, dwk, (1, d.f), false, false)?;
+                    for (c, col) in dwk.chunks_exact(d.f).enumerate() {
+                        for (f, &v) in col.iter().enumerate() {
+                            acc[f * ck + c * d.k + k] = v;
+                        }
+                    }
+                }
                 Ok(acc)
             })
         })
         .collect::<candle_core::Result<Vec<_>>>()?;
     let mut blocks = partial.into_iter();
-    let mut dw = blocks
-        .next()
-        .unwrap_or_else(|| vec![T::from_f64(0.0); d.f * ck]);
+    let mut dw = blocks.next().unwrap_or_else(|| vec![T::ZERO; d.f * ck]);
     for g in blocks {
         for (a, v) in dw.iter_mut().zip(g) {
             *a += v;
@@ -568,7 +556,7 @@ fn check_conv(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<()> {
 /// Valid, stride-1 cross-correlation over the last axis: `x [B, C, T]`, `w [F, C, K]`, optional
 /// `bias [F]` → `y [B, F, T − K + 1]`, `y[b, f, t] = bias[f] + Σ_{c,k} w[f, c, k] · x[b, c, t + k]`.
 ///
-/// On CPU (f32, f64) an im2col + GEMM custom op with exact gradients for `x`, `w` and `bias`;
+/// On CPU (f32, f64) a shifted-view GEMM custom op (no im2col) with exact gradients for `x`, `w` and `bias`;
 /// elsewhere [`conv1d_unfold`].
 pub fn conv1d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     check_conv(x, w, bias)?;
@@ -580,6 +568,77 @@ pub fn conv1d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         Some(bias) => x.apply_op3(&w, &bias.contiguous()?, Conv1dBias)?,
         None => x.apply_op2(&w, Conv1d)?,
     })
+}
+
+/// `x + bias[f]` along the filter axis of `x [B, F, T]` (CustomOp2); backward: the gradient
+/// itself for `x` and one sum per filter for `bias` (as [`Conv1dGradBias`]).
+struct ChannelBias;
+
+fn add_channel_bias<T: CpuElem>(x: &[T], bias: &[T], t: usize) -> Vec<T> {
+    let mut y = x.to_vec();
+    for item in y.chunks_exact_mut(bias.len() * t) {
+        for (row, &b) in item.chunks_exact_mut(t).zip(bias) {
+            for v in row {
+                *v += b;
+            }
+        }
+    }
+    y
+}
+
+impl CustomOp2 for ChannelBias {
+    fn name(&self) -> &'static str {
+        "invar-channel-bias"
+    }
+    fn cpu_fwd(
+        &self,
+        sx: &CpuStorage,
+        lx: &Layout,
+        sb: &CpuStorage,
+        lb: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (_, f, t) = lx.shape().dims3()?;
+        if lb.shape().dims() != [f] {
+            bail!("channel bias: {:?} for {f} filters", lb.shape());
+        }
+        float_dispatch!(sx.dtype(), self.name(), |T| {
+            let x = slice::<T>(sx, lx, "channel bias input")?;
+            let b = slice::<T>(sb, lb, "channel bias")?;
+            Ok((
+                T::to_cpu_storage_owned(add_channel_bias(x, b, t)),
+                lx.shape().clone(),
+            ))
+        })
+    }
+    fn bwd(
+        &self,
+        _x: &Tensor,
+        _b: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let grad = grad.contiguous()?;
+        let db = grad.apply_op1_no_bwd(&Conv1dGradBias)?;
+        Ok((Some(grad), Some(db)))
+    }
+}
+
+/// `(conv1d(x, w, bias), conv1d(x, w))`: a layer's output and the tangent it carries when the
+/// input's tangent is the input itself (the scale nuisance, `∂(αx)/∂α = x`): a convolution is
+/// linear, so the tangent is the output without its bias. On CPU one convolution forward and,
+/// backward, one weight gradient (of the two outputs' summed gradients) serve both, where two
+/// [`conv1d`] calls cost two of each; the values are the same bits as those two calls, the
+/// gradients the same up to float rounding. Elsewhere [`conv1d_unfold`] and a broadcast add.
+pub fn conv1d_with_self_tangent(x: &Tensor, w: &Tensor, bias: &Tensor) -> Result<(Tensor, Tensor)> {
+    check_conv(x, w, Some(bias))?;
+    if !has_cpu_kernel(x) {
+        let t = conv1d_unfold(x, w, None)?;
+        let y = t.broadcast_add(&bias.reshape((1, (), 1))?)?;
+        return Ok((y, t));
+    }
+    let t = conv1d(x, w, None)?;
+    let y = t.apply_op2(&bias.contiguous()?, ChannelBias)?;
+    Ok((y, t))
 }
 
 /// The composite path of [`conv1d`] from candle primitives, on any device: K shifted views
@@ -966,8 +1025,9 @@ mod tests {
         y
     }
 
-    /// Odd sizes: K = 1, B = 1, T' = 1; B = 7 and 9 (several blocks, the last partial); K = 5 and 8 (the
-    /// fixed-length im2col copies) beside the generic K.
+    /// Odd sizes: K = 1, B = 1, T' = 1; B = 7 and 9 (several blocks, the last partial); K = 5
+    /// and 8 (the original network's widths) beside others; every block's GEMM rows run past its
+    /// items' steps (rows rounded up to 16), so the zero padding is read.
     const SIZES: [ConvDims; 6] = [
         ConvDims {
             b: 1,
@@ -1169,6 +1229,83 @@ mod tests {
         for (name, (o, u)) in ["y", "dx", "dw", "db"].iter().zip(ours.iter().zip(&unfold)) {
             for (a, b) in o.iter().zip(u) {
                 assert!((a - b).abs() < 1e-3 * (1.0 + b.abs()), "{name}: {a} vs {b}");
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn conv1d_with_self_tangent_equals_two_calls_and_matches_finite_differences() -> R {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        for d in SIZES {
+            let x = tensor(&mut rng, &[d.b, d.c, d.t])?;
+            let w = tensor(&mut rng, &[d.f, d.c, d.k])?;
+            let bias = tensor(&mut rng, &[d.f])?;
+            let c1 = tensor(&mut rng, &[d.b, d.f, d.out()])?;
+            let c2 = tensor(&mut rng, &[d.b, d.f, d.out()])?;
+            // Values: the same bits as the two separate calls.
+            let (y, t) = conv1d_with_self_tangent(&x, &w, &bias)?;
+            let y2 = conv1d(&x, &w, Some(&bias))?;
+            let t2 = conv1d(&x, &w, None)?;
+            assert_eq!(
+                y.flatten_all()?.to_vec1::<f64>()?,
+                y2.flatten_all()?.to_vec1::<f64>()?
+            );
+            assert_eq!(
+                t.flatten_all()?.to_vec1::<f64>()?,
+                t2.flatten_all()?.to_vec1::<f64>()?
+            );
+            // Gradients of L = Σ c1 ⊙ y + Σ c2 ⊙ t: the fused path, the two calls, and the
+            // composite path agree; central differences check the fused one.
+            let paired = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
+                let (y, t) = conv1d_with_self_tangent(x, w, b)?;
+                Ok(((y * &c1)? + (t * &c2)?)?)
+            };
+            let separate = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
+                Ok(((conv1d(x, w, Some(b))? * &c1)? + (conv1d(x, w, None)? * &c2)?)?)
+            };
+            let composite = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
+                let t = conv1d_unfold(x, w, None)?;
+                let y = conv1d_unfold(x, w, Some(b))?;
+                Ok(((y * &c1)? + (t * &c2)?)?)
+            };
+            let ones = Tensor::ones((d.b, d.f, d.out()), DType::F64, &Device::Cpu)?;
+            let ours = conv_grads(&paired, &x, &w, &bias, &ones)?;
+            for other in [
+                conv_grads(&separate, &x, &w, &bias, &ones)?,
+                conv_grads(&composite, &x, &w, &bias, &ones)?,
+            ] {
+                for (o, u) in ours.iter().zip(&other) {
+                    assert_eq!(o.len(), u.len());
+                    for (a, b) in o.iter().zip(u) {
+                        assert!((a - b).abs() < 1e-10, "{d:?}: {a} vs {b}");
+                    }
+                }
+            }
+            let loss = |x: &Tensor, w: &Tensor, b: &Tensor| -> R<f64> {
+                Ok(paired(x, w, b)?.sum_all()?.to_scalar::<f64>()?)
+            };
+            let h = 1e-5;
+            let args = [&x, &w, &bias];
+            for (which, arg) in args.iter().enumerate() {
+                let base = arg.flatten_all()?.to_vec1::<f64>()?;
+                for i in 0..base.len() {
+                    let mut l = [0.0; 2];
+                    for (s, step) in [h, -h].into_iter().enumerate() {
+                        let mut m = base.clone();
+                        m[i] += step;
+                        let m = Tensor::from_vec(m, arg.dims(), &Device::Cpu)?;
+                        let mut a = [x.clone(), w.clone(), bias.clone()];
+                        a[which] = m;
+                        l[s] = loss(&a[0], &a[1], &a[2])?;
+                    }
+                    let fd = (l[0] - l[1]) / (2.0 * h);
+                    let g = ours[which][i];
+                    assert!(
+                        (fd - g).abs() < 1e-7 * (1.0 + g.abs()),
+                        "{d:?} arg {which}[{i}]: {g} vs FD {fd}"
+                    );
+                }
             }
         }
         Ok(())

@@ -120,13 +120,14 @@ pub fn gemm<T: CpuElem>(
 }
 
 /// The kernel family the `gemm` crate dispatches f32/f64 products to on this CPU, decided at run
-/// time by the same CPUID tests as `gemm`'s own dispatch (the workspace builds `gemm` with its
-/// `x86-v4` feature): `"avx512f"`, `"avx2+fma"` (x86-64 without AVX-512F), `"neon"`, or
-/// `"scalar"`. The benches print it beside their timings, since the CPU decides the margin.
+/// time by the same CPUID tests as `gemm`'s own dispatch: `"avx512f"` (only when built with this
+/// crate's default `avx512` feature, which gives `gemm` its `x86-v4` kernels), `"avx2+fma"`
+/// (x86-64 without AVX-512F, or a build without the feature), `"neon"`, or `"scalar"`. The
+/// benches print it beside their timings, since the CPU decides the margin.
 pub fn simd_path() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if cfg!(feature = "avx512") && std::arch::is_x86_feature_detected!("avx512f") {
             "avx512f"
         } else if std::arch::is_x86_feature_detected!("fma") {
             "avx2+fma"

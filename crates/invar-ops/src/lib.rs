@@ -19,8 +19,8 @@ mod linear;
 mod numerics;
 
 pub use conv::{
-    conv1d, conv1d_unfold, max_pool_time, max_pool_time_gather, max_pool_time_with_tangent,
-    relu_with_tangent,
+    conv1d, conv1d_unfold, conv1d_with_self_tangent, max_pool_time, max_pool_time_gather,
+    max_pool_time_with_tangent, relu_with_tangent,
 };
 pub use device::{device, set_cpu_threads};
 pub use dtw::{Dtw, DtwCost, DtwResult};

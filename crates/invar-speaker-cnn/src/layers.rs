@@ -45,6 +45,13 @@ pub fn conv1d_bias(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
     invar_ops::conv1d(x, w, Some(b)).map_err(ops_err)
 }
 
+/// [`conv1d_bias`] and the tangent when the input's tangent is the input itself (the scale
+/// nuisance): `(conv(x) + b, conv(x))` from one convolution and one weight gradient on CPU
+/// ([`invar_ops::conv1d_with_self_tangent`]).
+pub fn conv1d_bias_self_tangent(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<(Tensor, Tensor)> {
+    invar_ops::conv1d_with_self_tangent(x, w, b).map_err(ops_err)
+}
+
 /// `relu(pre)` and the tangent `mask · t` (the mask `[pre > 0]` is a constant: ReLU's derivative),
 /// one masking pass each way on CPU ([`invar_ops::relu_with_tangent`]).
 pub(crate) fn relu_tangent(pre: &Tensor, t: Option<Tensor>) -> Result<(Tensor, Option<Tensor>)> {

@@ -11,7 +11,9 @@ use candle_nn::{Init, VarBuilder, VarMap};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::layers::{conv1d_bias, conv1d_valid, max_pool_time, relu_tangent};
+use crate::layers::{
+    conv1d_bias, conv1d_bias_self_tangent, conv1d_valid, max_pool_time, relu_tangent,
+};
 use crate::{ModelConfig, Result, TimePooling};
 
 /// Glorot-uniform bound √(6 / (fan_in + fan_out)), fans counted as Lasagne does (receptive field
@@ -142,10 +144,17 @@ impl SpeakerCnn {
     ) -> Result<Forward> {
         let m = &self.config;
         // conv1: [B, bins, T] → [B, F1, T − w1 + 1]
-        let pre = conv1d_bias(x, &self.w1, &self.b1)?;
-        let t1 = match t {
-            Some(t) => Some(conv1d_valid(t, &self.w1)?),
-            None => None,
+        let (pre, t1) = match t {
+            // The scale tangent is x itself: the tangent is the output without the bias.
+            Some(t) if t.id() == x.id() => {
+                let (pre, t1) = conv1d_bias_self_tangent(x, &self.w1, &self.b1)?;
+                (pre, Some(t1))
+            }
+            Some(t) => (
+                conv1d_bias(x, &self.w1, &self.b1)?,
+                Some(conv1d_valid(t, &self.w1)?),
+            ),
+            None => (conv1d_bias(x, &self.w1, &self.b1)?, None),
         };
         let (h, th) = relu_tangent(&pre, t1)?;
         let (h, th) = max_pool_time(&h, th.as_ref(), m.pool)?; // [B, F1, T1/p]
