@@ -1133,6 +1133,37 @@ mod tests {
         Ok([get(&xv)?, get(&wv)?, get(&bv)?])
     }
 
+    /// Central differences (h = 1e-5) of `loss` along every entry of x, w and bias against the
+    /// analytic gradients `ours` (in that order).
+    fn assert_central_differences(
+        d: &ConvDims,
+        args: [&Tensor; 3],
+        ours: &[Vec<f64>; 3],
+        loss: &dyn Fn(&Tensor, &Tensor, &Tensor) -> R<f64>,
+    ) -> R {
+        let h = 1e-5;
+        for (which, arg) in args.iter().enumerate() {
+            let base = arg.flatten_all()?.to_vec1::<f64>()?;
+            for i in 0..base.len() {
+                let mut l = [0.0; 2];
+                for (s, step) in [h, -h].into_iter().enumerate() {
+                    let mut m = base.clone();
+                    m[i] += step;
+                    let mut a = args.map(Tensor::clone);
+                    a[which] = Tensor::from_vec(m, arg.dims(), &Device::Cpu)?;
+                    l[s] = loss(&a[0], &a[1], &a[2])?;
+                }
+                let fd = (l[0] - l[1]) / (2.0 * h);
+                let g = ours[which][i];
+                assert!(
+                    (fd - g).abs() < 1e-7 * (1.0 + g.abs()),
+                    "{d:?} arg {which}[{i}]: {g} vs FD {fd}"
+                );
+            }
+        }
+        Ok(())
+    }
+
     #[test]
     fn conv1d_gradients_match_the_unfold_path_and_finite_differences() -> R {
         let mut rng = ChaCha8Rng::seed_from_u64(2);
@@ -1155,29 +1186,7 @@ mod tests {
                     .sum_all()?
                     .to_scalar::<f64>()?)
             };
-            let h = 1e-5;
-            let args = [&x, &w, &bias];
-            for (which, arg) in args.iter().enumerate() {
-                let base = arg.flatten_all()?.to_vec1::<f64>()?;
-                for i in 0..base.len() {
-                    let mut moved = [base.clone(), base.clone()];
-                    moved[0][i] += h;
-                    moved[1][i] -= h;
-                    let mut l = [0.0; 2];
-                    for (s, m) in moved.into_iter().enumerate() {
-                        let m = Tensor::from_vec(m, arg.dims(), &Device::Cpu)?;
-                        let mut a = [x.clone(), w.clone(), bias.clone()];
-                        a[which] = m;
-                        l[s] = loss(&a[0], &a[1], &a[2])?;
-                    }
-                    let fd = (l[0] - l[1]) / (2.0 * h);
-                    let g = ours[which][i];
-                    assert!(
-                        (fd - g).abs() < 1e-7 * (1.0 + g.abs()),
-                        "{d:?} arg {which}[{i}]: {g} vs FD {fd}"
-                    );
-                }
-            }
+            assert_central_differences(&d, [&x, &w, &bias], &ours, &loss)?;
         }
         Ok(())
     }
@@ -1285,28 +1294,7 @@ mod tests {
             let loss = |x: &Tensor, w: &Tensor, b: &Tensor| -> R<f64> {
                 Ok(paired(x, w, b)?.sum_all()?.to_scalar::<f64>()?)
             };
-            let h = 1e-5;
-            let args = [&x, &w, &bias];
-            for (which, arg) in args.iter().enumerate() {
-                let base = arg.flatten_all()?.to_vec1::<f64>()?;
-                for i in 0..base.len() {
-                    let mut l = [0.0; 2];
-                    for (s, step) in [h, -h].into_iter().enumerate() {
-                        let mut m = base.clone();
-                        m[i] += step;
-                        let m = Tensor::from_vec(m, arg.dims(), &Device::Cpu)?;
-                        let mut a = [x.clone(), w.clone(), bias.clone()];
-                        a[which] = m;
-                        l[s] = loss(&a[0], &a[1], &a[2])?;
-                    }
-                    let fd = (l[0] - l[1]) / (2.0 * h);
-                    let g = ours[which][i];
-                    assert!(
-                        (fd - g).abs() < 1e-7 * (1.0 + g.abs()),
-                        "{d:?} arg {which}[{i}]: {g} vs FD {fd}"
-                    );
-                }
-            }
+            assert_central_differences(&d, [&x, &w, &bias], &ours, &loss)?;
         }
         Ok(())
     }
