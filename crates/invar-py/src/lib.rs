@@ -517,7 +517,7 @@ fn utd_utterances(features: &Bound<'_, PyAny>) -> PyResult<UtdInput> {
 #[pyfunction]
 #[pyo3(signature = (features, config=None))]
 fn utd(py: Python<'_>, features: &Bound<'_, PyAny>, config: Option<&str>) -> PyResult<String> {
-    let (utts, timing, energy) = utd_utterances(features)?;
+    let (mut utts, timing, energy) = utd_utterances(features)?;
     let mut base = invar_utd::UtdConfig::default();
     if let Some(t) = timing {
         base.timing = t;
@@ -528,7 +528,8 @@ fn utd(py: Python<'_>, features: &Bound<'_, PyAny>, config: Option<&str>) -> PyR
     cfg.validate().value()?;
     let classes = py
         .allow_threads(|| -> invar_utd::Result<Vec<invar_data::Class>> {
-            let discovery = invar_utd::discover(&utts, &cfg)?;
+            // As `invar utd`: the frames move into the search's buffer, held once, not twice.
+            let discovery = invar_utd::discover_taking(&mut utts, &cfg, &|_, _, _| {})?;
             Ok(invar_utd::to_classes(&discovery, &utts, &cfg.timing))
         })
         .py()?;
