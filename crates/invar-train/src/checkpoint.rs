@@ -1,6 +1,6 @@
 //! Checkpoints: `run_dir/checkpoints/ckpt-{epoch:06}/` holding `model.safetensors` (the weights),
 //! `optimizer.safetensors` (the optimiser's state tensors) and `state.json` (epoch, step, RNG state,
-//! early-stopping state, metric history, the resolved configs). Each file is written atomically into a
+//! early-stopping and learning-rate schedule state, metric history, the resolved configs). Each file is written atomically into a
 //! hidden temporary directory that is renamed into place last, so a checkpoint directory either holds
 //! a complete checkpoint or does not exist; a policy keeps the newest N and the best.
 //!
@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::TrainConfig;
 use crate::early_stop::{EarlyStoppingState, StopReason};
 use crate::log::EpochRecord;
+use crate::schedule::LrScheduleState;
 use crate::{Error, Optimizer, Result};
 
 /// Version of the checkpoint layout written by this crate.
@@ -109,6 +110,9 @@ pub struct TrainState {
     /// The generator's position after `epoch`, i.e. where epoch `epoch + 1` starts.
     pub rng: RngState,
     pub early_stopping: EarlyStoppingState,
+    /// The learning-rate schedule's state (absent in checkpoints written before schedules: none).
+    #[serde(default)]
+    pub lr_schedule: LrScheduleState,
     pub history: Vec<EpochRecord>,
     /// Set when the run ended at this checkpoint.
     pub stopped: Option<StopReason>,

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, OptimizerConfig, Result};
+use crate::{Error, LrSchedule, OptimizerConfig, Result};
 
 /// Whether a monitored metric improves downwards (a loss) or upwards (an accuracy).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -87,6 +87,8 @@ pub struct TrainConfig {
     pub epochs: usize,
     pub seed: u64,
     pub optimizer: OptimizerConfig,
+    /// How the learning rate changes over epochs (constant, or PyTorch's `ReduceLROnPlateau`).
+    pub lr_schedule: LrSchedule,
     /// Clip the global gradient norm to this value (PyTorch's `clip_grad_norm_`); `None`: no clipping.
     pub clip_grad_norm: Option<f64>,
     pub early_stopping: EarlyStoppingConfig,
@@ -107,6 +109,7 @@ impl Default for TrainConfig {
             epochs: 10,
             seed: 0,
             optimizer: OptimizerConfig::default(),
+            lr_schedule: LrSchedule::Constant,
             clip_grad_norm: None,
             early_stopping: EarlyStoppingConfig::default(),
             checkpoint: CheckpointConfig::default(),
@@ -143,8 +146,8 @@ fn overlay(base: &mut serde_json::Value, given: serde_json::Value) {
 impl TrainConfig {
     /// These settings as the methods' `step_time` examples time a training step: `steps` epochs
     /// (one batch each), early stopping watching the training loss only (no validation split),
-    /// and no checkpoints, best-epoch restore, plot or progress bar, so an epoch's `seconds` is its
-    /// step. The optimiser, clipping and seed are kept.
+    /// and no checkpoints, best-epoch restore, learning-rate schedule, plot or progress bar, so an
+    /// epoch's `seconds` is its step. The optimiser, clipping and seed are kept.
     pub fn for_step_timing(mut self, steps: usize) -> Self {
         self.epochs = steps;
         self.early_stopping = EarlyStoppingConfig {
@@ -153,6 +156,7 @@ impl TrainConfig {
             ..EarlyStoppingConfig::default()
         };
         self.checkpoint.every = 0;
+        self.lr_schedule = LrSchedule::Constant;
         self.restore_best = false;
         self.plot = false;
         self.progress = ProgressMode::Off;
@@ -184,6 +188,7 @@ impl TrainConfig {
             return Err(Error::config("epochs", "must be at least 1"));
         }
         self.optimizer.validate()?;
+        self.lr_schedule.validate()?;
         if let Some(c) = self.clip_grad_norm {
             if !(c.is_finite() && c > 0.0) {
                 return Err(Error::config(

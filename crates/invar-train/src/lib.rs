@@ -3,7 +3,7 @@
 //! (forward pass → loss, plus a per-batch validation step); [`Trainer::fit`] owns everything else:
 //! seeded epochs, the optimiser (SGD with momentum or Nesterov momentum, Adam, AdamW, AdaMax —
 //! fused and in place on CPU), global-norm gradient clipping, validation (the weighted means over
-//! the validation batches), early stopping (patience and Prechelt's GL_α), a JSONL metric log, atomic
+//! the validation batches), a learning-rate schedule (PyTorch's `ReduceLROnPlateau`), early stopping (patience and Prechelt's GL_α), a JSONL metric log, atomic
 //! checkpoints with a keep-last-N-and-best policy, resuming from the newest good checkpoint,
 //! NaN/Inf detection, progress, and SVG/PNG training curves.
 
@@ -18,6 +18,7 @@ mod optim;
 mod order;
 mod plot;
 mod progress;
+mod schedule;
 pub mod step_time;
 mod trainer;
 
@@ -40,6 +41,7 @@ pub use optim::{
 pub use order::ShuffledOrder;
 pub use plot::plot_curves;
 pub use progress::ItemProgress;
+pub use schedule::{LrSchedule, LrScheduleState, PlateauConfig, ThresholdMode};
 pub use step_time::StepTimeFlags;
 pub use trainer::{
     collapse, divergence, resume_differences, BatchSource, Collapse, Divergence, RepeatBatch,

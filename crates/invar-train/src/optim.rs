@@ -312,6 +312,18 @@ impl Optimizer {
         &self.config
     }
 
+    /// Sets the learning rate the next updates use (a schedule's reduction); the state is kept.
+    pub fn set_lr(&mut self, lr: f64) -> Result<()> {
+        if !(lr.is_finite() && lr > 0.0) {
+            return Err(Error::config(
+                "optimizer.lr",
+                format!("must be finite and > 0, got {lr}"),
+            ));
+        }
+        self.config.set_lr(lr);
+        Ok(())
+    }
+
     /// How many updates have been applied (Adam's `t`).
     pub fn steps(&self) -> u64 {
         self.t

@@ -18,6 +18,7 @@ use crate::early_stop::{EarlyStoppingState, StopReason};
 use crate::log::{EpochRecord, MetricLog, Metrics};
 use crate::plot::plot_curves;
 use crate::progress::Progress;
+use crate::schedule::LrScheduleState;
 use crate::{Error, Optimizer, Result};
 
 /// Where the batches of an epoch come from.
@@ -435,6 +436,7 @@ impl Trainer {
             step: 0,
             rng: ChaCha8Rng::seed_from_u64(cfg.seed),
             early: EarlyStoppingState::default(),
+            schedule: LrScheduleState::default(),
             history: Vec::new(),
             stopped: None,
             best_weights: None,
@@ -485,6 +487,11 @@ impl Trainer {
                 step,
             )?;
             let verdict = run.early.update(&cfg.early_stopping, &record)?;
+            let trained_at = optimizer.config().lr();
+            if let Some(lr) = run.schedule.update(&cfg.lr_schedule, &record, trained_at)? {
+                optimizer.set_lr(lr)?;
+                tracing::info!("learning rate {trained_at:e} → {lr:e} after epoch {epoch}");
+            }
             run.history.push(record.clone());
             run.epoch = epoch;
             if verdict.improved && cfg.restore_best {
@@ -544,12 +551,16 @@ impl Trainer {
         let rng = ckpt.state.rng.restore(&ckpt.path)?;
         checkpoint::apply_weights(varmap, &ckpt.weights, &ckpt.path)?;
         optimizer.load_state(&ckpt.optimizer, ckpt.state.optimizer_steps, &ckpt.path)?;
+        if let Some(lr) = ckpt.state.lr_schedule.lr {
+            optimizer.set_lr(lr)?;
+        }
         let s = ckpt.state;
         *run = RunState {
             epoch: s.epoch,
             step: s.step,
             rng,
             early: s.early_stopping,
+            schedule: s.lr_schedule,
             history: s.history,
             stopped: s.stopped,
             best_weights: s.best_weights,
@@ -659,7 +670,7 @@ impl Trainer {
                 record.metrics.insert(format!("val_{k}"), v);
             }
         }
-        record.metrics.insert("lr".into(), cfg.optimizer.lr());
+        record.metrics.insert("lr".into(), optimizer.config().lr());
         record
             .metrics
             .insert("seconds".into(), started.elapsed().as_secs_f64());
@@ -701,6 +712,7 @@ impl Trainer {
             optimizer_steps: optimizer.steps(),
             rng: RngState::capture(&run.rng),
             early_stopping: run.early.clone(),
+            lr_schedule: run.schedule.clone(),
             history: run.history.clone(),
             stopped: run.stopped.clone(),
             train_config: self.config.clone(),
@@ -823,6 +835,7 @@ struct RunState {
     step: u64,
     rng: ChaCha8Rng,
     early: EarlyStoppingState,
+    schedule: LrScheduleState,
     history: Vec<EpochRecord>,
     stopped: Option<StopReason>,
     best_weights: Option<BestWeights>,

@@ -1,6 +1,7 @@
 //! THE kill-and-resume test: a child process trains with a checkpoint every epoch, is killed with a
 //! real SIGKILL once a checkpoint exists, is resumed to the end, and must end with weights
-//! bit-identical to an uninterrupted run with the same seed.
+//! bit-identical to an uninterrupted run with the same seed: with a constant learning rate, and with
+//! a plateau schedule that lowers it before the kill and after the resume.
 
 use std::path::Path;
 use std::process::Command;
@@ -12,7 +13,7 @@ type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const EPOCHS: &str = "8";
 
-fn blobs(run_dir: &Path, extra: &[&str]) -> Command {
+fn blobs(run_dir: &Path, extra: &[String]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_invar-train-blobs"));
     cmd.arg("--run-dir")
         .arg(run_dir)
@@ -29,13 +30,32 @@ fn model_bytes(run_dir: &Path) -> std::io::Result<Vec<u8>> {
 
 #[test]
 fn sigkilled_run_resumes_to_bit_identical_weights() -> TestResult {
+    kill_and_resume(&[]).map(|_| ())
+}
+
+#[test]
+fn sigkilled_run_with_a_plateau_schedule_resumes_to_bit_identical_weights() -> TestResult {
+    let lrs = kill_and_resume(&["--plateau"])?;
+    // The schedule must have acted on both sides of the kill (after the second checkpoint), or
+    // the test would not show its state surviving the resume.
+    assert!(lrs[2] < lrs[0], "no reduction by epoch 3: {lrs:?}");
+    assert!(lrs[7] < lrs[3], "no reduction after epoch 4: {lrs:?}");
+    Ok(())
+}
+
+/// Runs the kill-and-resume comparison with `extra` arguments on every run; returns the
+/// learning rate of each epoch.
+fn kill_and_resume(extra: &[&str]) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+    let with = |more: &[&'static str]| -> Vec<String> {
+        extra.iter().chain(more).map(|s| s.to_string()).collect()
+    };
     let uninterrupted = tempfile::tempdir()?;
-    let status = blobs(uninterrupted.path(), &[]).status()?;
+    let status = blobs(uninterrupted.path(), &with(&[])).status()?;
     assert!(status.success(), "uninterrupted run failed: {status}");
 
     let killed = tempfile::tempdir()?;
     // 150 ms per epoch: long enough that epoch 3 is still running when we look.
-    let mut child = blobs(killed.path(), &["--epoch-delay-ms", "150"]).spawn()?;
+    let mut child = blobs(killed.path(), &with(&["--epoch-delay-ms", "150"])).spawn()?;
     let started = Instant::now();
     loop {
         let done: Vec<usize> = list_checkpoints(killed.path())?
@@ -81,7 +101,7 @@ fn sigkilled_run_resumes_to_bit_identical_weights() -> TestResult {
         .unwrap_or(0);
     assert!(newest < 8, "the killed run wrote its final checkpoint");
 
-    let status = blobs(killed.path(), &["--resume"]).status()?;
+    let status = blobs(killed.path(), &with(&["--resume"])).status()?;
     assert!(status.success(), "resumed run failed: {status}");
 
     assert_eq!(
@@ -104,5 +124,5 @@ fn sigkilled_run_resumes_to_bit_identical_weights() -> TestResult {
     let b = strip(&uninterrupted.path().join("metrics.jsonl"))?;
     assert_eq!(a.len(), 8);
     assert_eq!(a, b);
-    Ok(())
+    Ok(b.iter().filter_map(|r| r.get("lr")).collect())
 }

@@ -315,3 +315,54 @@ fn config_parses_with_defaults_per_kind() -> TestResult {
     assert!(serde_json::from_str::<OptimizerConfig>(r#"{"kind": "adam", "betta1": 0.9}"#).is_err());
     Ok(())
 }
+
+/// A schedule's `set_lr` changes the next update and keeps the state: Adam at 0.01 for two
+/// updates and then 0.005 for the third equals, in both paths, the paper's equations with
+/// lr_t = 0.01, 0.01, 0.005 (each update is `lr_t · m̂ / (√v̂ + ε)`, with m and v carried over),
+/// and a rate that is not finite and positive is refused.
+#[test]
+fn set_lr_changes_the_next_update_and_keeps_the_state() -> TestResult {
+    let (b1, b2, eps) = (0.9f64, 0.999f64, 1e-8f64);
+    let lrs = [0.01, 0.01, 0.005];
+    let mut want: Vec<f64> = P0.iter().map(|&p| f64::from(p)).collect();
+    let (mut m, mut v) = ([0f64; 3], [0f64; 3]);
+    for (t, (g, lr)) in GRADS.iter().zip(lrs).enumerate() {
+        let t = t as i32 + 1;
+        for i in 0..3 {
+            let g = f64::from(g[i]);
+            m[i] = b1 * m[i] + (1.0 - b1) * g;
+            v[i] = b2 * v[i] + (1.0 - b2) * g * g;
+            let mh = m[i] / (1.0 - b1.powi(t));
+            let vh = v[i] / (1.0 - b2.powi(t));
+            want[i] -= lr * mh / (vh.sqrt() + eps);
+        }
+    }
+    for path in [UpdatePath::Auto, UpdatePath::Reference] {
+        let varmap = VarMap::new();
+        let w = varmap.get(3, "w", Init::Const(0.0), DType::F32, &Device::Cpu)?;
+        let var = varmap.data().lock().map_err(|_| "poisoned")?["w"].clone();
+        var.set(&Tensor::new(&P0, &Device::Cpu)?)?;
+        let config = OptimizerConfig::Adam(AdamConfig {
+            lr: 0.01,
+            ..AdamConfig::default()
+        });
+        let mut opt = Optimizer::new(&varmap, config)?.with_update_path(path);
+        for (g, lr) in GRADS.iter().zip(lrs) {
+            opt.set_lr(lr)?;
+            let mut grads = GradStore::default();
+            grads.insert(&w, Tensor::new(g, &Device::Cpu)?);
+            opt.step(&grads, 1.0)?;
+        }
+        assert_eq!(opt.config().lr(), 0.005);
+        assert_close(
+            &var.as_tensor().to_vec1::<f32>()?,
+            &want,
+            1e-6,
+            &format!("{path:?}"),
+        );
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(opt.set_lr(bad).is_err(), "lr {bad} accepted");
+        }
+    }
+    Ok(())
+}

@@ -2,7 +2,9 @@
 //! The kill-and-resume test runs it as a child process and SIGKILLs it; it is also a quick smoke test
 //! of a machine (`invar-train-blobs --run-dir /tmp/run --epochs 5`).
 //!
-//! Usage: `invar-train-blobs --run-dir DIR [--seed S] [--epochs N] [--resume] [--epoch-delay-ms MS]`
+//! Usage: `invar-train-blobs --run-dir DIR [--seed S] [--epochs N] [--resume] [--epoch-delay-ms MS]
+//! [--plateau]` (`--plateau`: the learning rate halves after every epoch whose validation loss is not
+//! below half the best so far, so a short run reduces it several times)
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,7 +13,9 @@ use std::time::Duration;
 use candle_core::Device;
 use candle_nn::VarMap;
 use invar_train::example::{BlobBatch, BlobBatches, Blobs, SoftmaxRegression};
-use invar_train::{BatchSource, ProgressMode, Result, TrainConfig, Trainer};
+use invar_train::{
+    BatchSource, LrSchedule, PlateauConfig, ProgressMode, Result, TrainConfig, Trainer,
+};
 use rand_chacha::ChaCha8Rng;
 
 struct Args {
@@ -20,6 +24,7 @@ struct Args {
     epochs: usize,
     resume: bool,
     epoch_delay: Duration,
+    plateau: bool,
 }
 
 fn parse() -> std::result::Result<Args, String> {
@@ -29,6 +34,7 @@ fn parse() -> std::result::Result<Args, String> {
         epochs: 10,
         resume: false,
         epoch_delay: Duration::ZERO,
+        plateau: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -52,6 +58,7 @@ fn parse() -> std::result::Result<Args, String> {
                 args.epoch_delay = Duration::from_millis(ms);
             }
             "--resume" => args.resume = true,
+            "--plateau" => args.plateau = true,
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
@@ -93,6 +100,16 @@ fn run(args: &Args) -> Result<()> {
         epochs: args.epochs,
         seed: args.seed,
         clip_grad_norm: Some(5.0),
+        lr_schedule: if args.plateau {
+            LrSchedule::ReduceOnPlateau(PlateauConfig {
+                factor: 0.5,
+                patience: 0,
+                threshold: 0.5,
+                ..PlateauConfig::default()
+            })
+        } else {
+            LrSchedule::Constant
+        },
         progress: ProgressMode::Plain,
         ..TrainConfig::default()
     };
