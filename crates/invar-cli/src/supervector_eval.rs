@@ -72,6 +72,11 @@ pub struct EvalArgs {
     /// Cost of a false alarm for minDCF.
     #[arg(long, default_value_t = 1.0)]
     pub c_fa: f64,
+    /// Also report `ae-heldout-backend`: a second autoencoder per split trained without this
+    /// share of each training speaker's rows, its back-end fitted on the codes of those held-out
+    /// rows only (the fair back-end test for codes) [default: off]
+    #[arg(long)]
+    pub backend_holdout: Option<f64>,
     #[command(flatten)]
     pub autoencoder: crate::supervector::AutoencoderFlags,
     /// cpu, cuda or cuda:N.
@@ -99,6 +104,7 @@ impl EvalArgs {
             p_targets: self.p_target.clone(),
             c_miss: self.c_miss,
             c_fa: self.c_fa,
+            backend_holdout: self.backend_holdout,
             ..EvalConfig::default()
         };
         e.backend.cohort_size = self.cohort_size;

@@ -110,6 +110,12 @@ pub struct EvalConfig {
     pub p_targets: Vec<f64>,
     pub c_miss: f64,
     pub c_fa: f64,
+    /// When set, one more representation, `ae-heldout-backend`: a second autoencoder trained on
+    /// all but this share of each training speaker's rows (seeded, as the closed set is held out),
+    /// its back-end fitted on the codes of the held-out share only, rows that autoencoder never
+    /// saw. The fair test of the back-end on codes: fitted on the codes of the AE's own training
+    /// rows it sees a within-speaker scatter smaller than any test row's.
+    pub backend_holdout: Option<f64>,
 }
 
 impl Default for EvalConfig {
@@ -127,6 +133,7 @@ impl Default for EvalConfig {
             p_targets: vec![0.01],
             c_miss: 1.0,
             c_fa: 1.0,
+            backend_holdout: None,
         }
     }
 }
@@ -139,6 +146,14 @@ impl EvalConfig {
         }
         if self.scorings.is_empty() {
             return Err(Error::config("eval.scorings", "name at least one scoring"));
+        }
+        if let Some(f) = self.backend_holdout {
+            if !(f > 0.0 && f < 1.0) {
+                return Err(Error::config(
+                    "eval.backend_holdout",
+                    format!("must lie in (0, 1), got {f}"),
+                ));
+            }
         }
         self.verify_config().validate()?;
         Ok(())
@@ -524,6 +539,18 @@ pub fn run_protocol(
         }
         reps.push(("ae", &codes, false));
         results.extend(score_split(i, split, &set.labels, &reps, eval)?);
+        if let Some(share) = eval.backend_holdout {
+            results.extend(heldout_backend(
+                i,
+                split,
+                set,
+                share,
+                &cfg,
+                eval,
+                &run_root.join(format!("split-{i}")).join("heldout-backend"),
+                device,
+            )?);
+        }
         let speakers =
             |rows: &[usize]| -> BTreeSet<usize> { rows.iter().map(|&r| set.labels[r]).collect() };
         let open = speakers(&split.open_test);
@@ -552,15 +579,89 @@ pub fn run_protocol(
     })
 }
 
+/// The split's training rows parted into the autoencoder's and the back-end's: of each training
+/// speaker's rows (at least four), `share` (rounded, at least two, leaving at least two) go to
+/// the back-end, drawn with `config.seed` as [`ProtocolSplit::new`] draws the closed set.
+fn heldout_rows(
+    split: &ProtocolSplit,
+    labels: &[usize],
+    share: f64,
+    config: &SupervectorConfig,
+) -> Result<(Vec<usize>, Vec<usize>)> {
+    let train_labels: Vec<usize> = split.train.iter().map(|&r| labels[r]).collect();
+    let within = ProtocolConfig {
+        open_speakers: 0.0,
+        closed_utterances: share,
+        ..config.protocol.clone()
+    };
+    let sub = ProtocolSplit::new(&train_labels, &within, config.seed)?;
+    let back = |rows: &[usize]| -> Vec<usize> { rows.iter().map(|&j| split.train[j]).collect() };
+    Ok((back(&sub.train), back(&sub.closed_test)))
+}
+
+/// `ae-heldout-backend` for one split: of each training speaker's rows (at least four), `share`
+/// (rounded, at least two, leaving at least two) are held out with the split's training seed; a
+/// second autoencoder trains on the rest into `run_dir`, and the back-end is fitted on the codes
+/// of the held-out rows only. The closed and open test rows are the split's.
+#[allow(clippy::too_many_arguments)]
+fn heldout_backend(
+    split_index: usize,
+    split: &ProtocolSplit,
+    set: &SupervectorSet,
+    share: f64,
+    config: &SupervectorConfig,
+    eval: &EvalConfig,
+    run_dir: &Path,
+    device: &Device,
+) -> Result<Vec<SplitResult>> {
+    let (ae_rows, backend_rows) = heldout_rows(split, &set.labels, share, config)?;
+    if backend_rows.is_empty() {
+        return Err(Error::NotEnoughData(format!(
+            "split {split_index}: no training speaker has the four rows needed to hold {share} of              them out for the back-end"
+        )));
+    }
+    let ae_labels: Vec<usize> = ae_rows.iter().map(|&r| set.labels[r]).collect();
+    let trained = train(
+        &set.vectors,
+        &ae_rows,
+        &ae_labels,
+        config,
+        run_dir,
+        device,
+        false,
+    )?;
+    let codes = trained.embed(&set.vectors, 256)?;
+    let fitted_on = ProtocolSplit {
+        train: backend_rows,
+        closed_test: split.closed_test.clone(),
+        open_test: split.open_test.clone(),
+    };
+    score_split(
+        split_index,
+        &fitted_on,
+        &set.labels,
+        &[("ae-heldout-backend", &codes, false)],
+        eval,
+    )
+}
+
 /// The summary as aligned text: EER and minDCF in %, mean ± sd over the splits.
 pub fn format_summary(rows: &[SummaryRow], eval: &EvalConfig) -> String {
     let mut s = format!(
         "minDCF at P_target {:?}, C_miss {}, C_fa {}; mean ± sd over the splits\n",
         eval.p_targets, eval.c_miss, eval.c_fa
     );
-    s.push_str(
-        "set     representation  dim   scoring       trials(tgt/non)   threshold count          EER %            minDCF\n",
-    );
+    // The representation column fits the longest name (`ae-heldout-backend` is 18).
+    let w = rows
+        .iter()
+        .map(|r| r.representation.len())
+        .chain([15])
+        .max()
+        .unwrap_or(15);
+    s.push_str(&format!(
+        "set     {:<w$} dim   scoring       trials(tgt/non)   threshold count          EER %            minDCF\n",
+        "representation"
+    ));
     for r in rows {
         let dcf = r
             .min_dcf
@@ -569,7 +670,7 @@ pub fn format_summary(rows: &[SummaryRow], eval: &EvalConfig) -> String {
             .collect::<Vec<_>>()
             .join("  ");
         s.push_str(&format!(
-            "{:<7} {:<15} {:<5} {:<13} {:>7.0}/{:<9.0} {:>8.1} ± {:<8.1}  {:>6.2} ± {:<5.2}  {}\n",
+            "{:<7} {:<w$} {:<5} {:<13} {:>7.0}/{:<9.0} {:>8.1} ± {:<8.1}  {:>6.2} ± {:<5.2}  {}\n",
             r.set.to_string(),
             r.representation,
             r.dim,
@@ -863,5 +964,78 @@ mod tests {
         );
         let b = run(&dir.path().join("b"));
         assert_eq!(a.results, b.results, "same seeds, same numbers");
+
+        // The fair back-end test adds one representation per split, with its own model.
+        let fair = EvalConfig {
+            backend_holdout: Some(0.5),
+            ..eval.clone()
+        };
+        let c = run_protocol(
+            &set,
+            None,
+            &splits,
+            &cfg,
+            &fair,
+            &dir.path().join("c"),
+            &Device::Cpu,
+        )
+        .unwrap();
+        let (plain, heldout): (Vec<_>, Vec<_>) = c
+            .results
+            .iter()
+            .partition(|r| r.representation != "ae-heldout-backend");
+        assert_eq!(plain.len(), 24);
+        assert_eq!(heldout.len(), 12);
+        assert!(dir
+            .path()
+            .join("c/split-1/heldout-backend/model.safetensors")
+            .is_file());
+        let plain: Vec<SplitResult> = plain.into_iter().cloned().collect();
+        assert_eq!(plain, a.results, "the other rows do not move");
+        let bad = EvalConfig {
+            backend_holdout: Some(1.0),
+            ..eval.clone()
+        };
+        assert!(bad.validate().is_err());
+    }
+
+    /// The back-end's rows: drawn from the split's training rows only, disjoint from the
+    /// autoencoder's, together all of them, and per speaker the rounded share (at least two,
+    /// leaving two); a speaker with fewer than four rows keeps them all for the autoencoder.
+    #[test]
+    fn heldout_rows_part_the_training_rows_per_speaker() {
+        // Speaker s has 3 + s rows (3 … 10), interleaved.
+        let labels: Vec<usize> = (0..8).flat_map(|s| std::iter::repeat_n(s, 3 + s)).collect();
+        let split = ProtocolSplit {
+            train: (0..labels.len()).filter(|r| r % 7 != 0 || r < &3).collect(),
+            closed_test: Vec::new(),
+            open_test: Vec::new(),
+        };
+        let cfg = SupervectorConfig::default();
+        for share in [0.25, 0.5, 0.75] {
+            let (ae, backend) = heldout_rows(&split, &labels, share, &cfg).unwrap();
+            let mut all: Vec<usize> = ae.iter().chain(&backend).copied().collect();
+            all.sort_unstable();
+            assert_eq!(all, split.train, "share {share}");
+            for s in 0..8 {
+                let n = split.train.iter().filter(|&&r| labels[r] == s).count();
+                let held = backend.iter().filter(|&&r| labels[r] == s).count();
+                let want = if n >= 4 {
+                    ((share * n as f64).round() as usize).clamp(2, n - 2)
+                } else {
+                    0
+                };
+                assert_eq!(held, want, "speaker {s}, {n} rows, share {share}");
+            }
+        }
+        let seeded = |seed| {
+            let cfg = SupervectorConfig {
+                seed,
+                ..SupervectorConfig::default()
+            };
+            heldout_rows(&split, &labels, 0.5, &cfg).unwrap().1
+        };
+        assert_eq!(seeded(1), seeded(1));
+        assert_ne!(seeded(1), seeded(2));
     }
 }
