@@ -291,6 +291,7 @@ mod tests {
             optimizer: OptimizerConfig::AdaMax(AdaMaxConfig::default()),
             clip_grad_norm: Some(1.0),
             restore_best: true,
+            lr_schedule: LrSchedule::ReduceOnPlateau(crate::PlateauConfig::default()),
             ..TrainConfig::default()
         };
         let t = base.clone().for_step_timing(12);
@@ -303,6 +304,7 @@ mod tests {
         assert_eq!(t.early_stopping.gl_monitor, "train_loss");
         assert_eq!(t.checkpoint.every, 0);
         assert!(!t.restore_best && !t.plot);
+        assert_eq!(t.lr_schedule, LrSchedule::Constant);
         assert_eq!(t.progress, ProgressMode::Off);
     }
 
