@@ -1,8 +1,9 @@
 //! Checkpoints: `run_dir/checkpoints/ckpt-{epoch:06}/` holding `model.safetensors` (the weights),
 //! `optimizer.safetensors` (the optimiser's state tensors) and `state.json` (epoch, step, RNG state,
-//! early-stopping and learning-rate schedule state, metric history, the resolved configs). Each file is written atomically into a
-//! hidden temporary directory that is renamed into place last, so a checkpoint directory either holds
-//! a complete checkpoint or does not exist; a policy keeps the newest N and the best.
+//! early-stopping and learning-rate schedule state, metric history, the resolved configs). Each
+//! file is written atomically into a hidden temporary directory that is renamed into place last, so
+//! a checkpoint directory either holds a complete checkpoint or does not exist; a policy keeps the
+//! newest N and the best.
 //!
 //! `state.json` records the SHA-256 of both tensor files; a checkpoint whose files do not hash to
 //! it (a flipped bit, a truncated copy) is refused on load, and a resume skips it with a warning.
