@@ -47,5 +47,5 @@ pub use trainer::{
     collapse, divergence, resume_differences, BatchSource, Collapse, Divergence, RepeatBatch,
     StepContext, StepOutput, TrainStep, TrainSummary, Trainer, ValidContext, ValidOutput,
     CHANCE_FACTOR, DIVERGENCE_FACTOR, GIVEN_BACK_FRACTION, KEPT_FRACTION, LEARNED_FACTOR,
-    RESUME_MAY_CHANGE,
+    RECOVERY_FACTOR, RESUME_MAY_CHANGE,
 };
