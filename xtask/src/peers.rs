@@ -418,8 +418,9 @@ fn render(rows: &[Row], opts: &Options, machine: &[(String, String)], command: &
     md.push('\n');
     let _ = writeln!(
         md,
-        "- threads: {} on each side (invar: `RAYON_NUM_THREADS`, which candle's gemm and rayon \
-         read; PyTorch: `torch.set_num_threads`)",
+        "- threads: {} on each side (invar: `--threads`, i.e. `RAYON_NUM_THREADS`, which candle's \
+         gemm and rayon read, and `CANDLE_NUM_THREADS=1`: candle's element-wise ops on the \
+         calling thread, without its spinning barrier pool; PyTorch: `torch.set_num_threads`)",
         opts.threads
     );
     let _ = writeln!(md, "- device: {}", opts.device);

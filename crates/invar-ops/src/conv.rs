@@ -44,6 +44,28 @@ use crate::{Error, Result};
 /// it is the same bytes at any thread count.
 const BLOCK_ITEMS: usize = 4;
 
+/// Elements read per rayon task in the row-wise loops (pooling, ReLU masks, bias and block
+/// sums); a loop of fewer than two tasks' worth runs on the calling thread, where waking the pool
+/// would cost more than it saves.
+const PAR_WORK: usize = 1 << 14;
+
+/// Runs `f(first_row, rows)` over `out` split into whole rows of `row` elements, each row reading
+/// about `work` input elements: on rayon in tasks of ≈ [`PAR_WORK`] elements, or in one call on
+/// this thread when the whole loop is smaller than two tasks. Every output element is written by
+/// the same arithmetic either way, so the result is the same bytes at any thread count.
+fn par_rows<T: Send>(out: &mut [T], row: usize, work: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+    let row = row.max(1);
+    let rows = out.len() / row;
+    if rows.saturating_mul(work) < 2 * PAR_WORK {
+        f(0, out);
+        return;
+    }
+    let per = (PAR_WORK / work.max(1)).max(1);
+    out.par_chunks_mut(per * row)
+        .enumerate()
+        .for_each(|(i, chunk)| f(i * per, chunk));
+}
+
 /// `dst (m×n, row stride dst_rs, column stride 1) (+)= a (m×k) · b (k×n)`, single-threaded
 /// (callers parallelise over batch items).
 #[allow(clippy::too_many_arguments)]
@@ -252,28 +274,39 @@ fn conv_grad_kernel<T: CpuElem>(x: &[T], dy: &[T], d: ConvDims) -> candle_core::
             })
         })
         .collect::<candle_core::Result<Vec<_>>>()?;
-    let mut blocks = partial.into_iter();
-    let mut dw = blocks.next().unwrap_or_else(|| vec![T::ZERO; d.f * ck]);
-    for g in blocks {
-        for (a, v) in dw.iter_mut().zip(g) {
-            *a += v;
-        }
+    // Each element summed over the blocks in block order (first block, then += the others).
+    let mut dw = vec![T::ZERO; d.f * ck];
+    if let Some((first, rest)) = partial.split_first() {
+        par_rows(&mut dw, 1, partial.len(), |j0, chunk| {
+            chunk.copy_from_slice(&first[j0..j0 + chunk.len()]);
+            for g in rest {
+                for (a, &v) in chunk.iter_mut().zip(&g[j0..]) {
+                    *a += v;
+                }
+            }
+        });
     }
     Ok(dw)
 }
 
 /// `db [F] = Σ_{b,t} dY[b, f, t]`, in a fixed order.
 fn conv_grad_bias<T: CpuElem>(dy: &[T], f: usize, out: usize) -> Vec<T> {
-    let mut db = vec![T::from_f64(0.0); f];
-    for item in dy.chunks_exact(f * out) {
-        for (acc, row) in db.iter_mut().zip(item.chunks_exact(out)) {
-            let mut s = T::from_f64(0.0);
-            for &v in row {
-                s += v;
-            }
-            *acc += s;
-        }
+    let mut db = vec![T::ZERO; f];
+    if f == 0 || out == 0 {
+        return db;
     }
+    // per filter: the items in order, each item's row summed first
+    par_rows(&mut db, 1, dy.len() / f, |f0, accs| {
+        for item in dy.chunks_exact(f * out) {
+            for (acc, row) in accs.iter_mut().zip(item[f0 * out..].chunks_exact(out)) {
+                let mut s = T::ZERO;
+                for &v in row {
+                    s += v;
+                }
+                *acc += s;
+            }
+        }
+    });
     db
 }
 
@@ -680,32 +713,39 @@ fn argmax_first<T: CpuElem>(w: &[T]) -> usize {
 /// for plain pooling).
 fn pool_gather<T: CpuElem>(key: &[T], src: &[T], len: usize, k: usize) -> Vec<T> {
     let n = len / k;
-    let mut y = Vec::with_capacity(key.len() / len * n);
-    for (kr, sr) in key.chunks_exact(len).zip(src.chunks_exact(len)) {
-        for (kw, sw) in kr[..n * k].chunks_exact(k).zip(sr[..n * k].chunks_exact(k)) {
-            y.push(sw[argmax_first(kw)]);
+    let mut y = vec![T::ZERO; key.len() / len * n];
+    par_rows(&mut y, n, len, |r0, ys| {
+        let rows = key[r0 * len..]
+            .chunks_exact(len)
+            .zip(src[r0 * len..].chunks_exact(len));
+        for (yr, (kr, sr)) in ys.chunks_exact_mut(n).zip(rows) {
+            let windows = kr[..n * k].chunks_exact(k).zip(sr[..n * k].chunks_exact(k));
+            for (yv, (kw, sw)) in yr.iter_mut().zip(windows) {
+                *yv = sw[argmax_first(kw)];
+            }
         }
-    }
+    });
     y
 }
 
 /// `[.., T / k] → [.., T]`: each window's gradient placed at the arg-max of `key`, zeros elsewhere.
 fn pool_scatter<T: CpuElem>(key: &[T], grad: &[T], len: usize, k: usize) -> Vec<T> {
     let n = len / k;
-    let mut dx = vec![T::from_f64(0.0); key.len()];
-    for ((kr, gr), dr) in key
-        .chunks_exact(len)
-        .zip(grad.chunks_exact(n.max(1)))
-        .zip(dx.chunks_exact_mut(len))
-    {
-        for ((kw, &g), dw) in kr[..n * k]
-            .chunks_exact(k)
-            .zip(gr)
-            .zip(dr[..n * k].chunks_exact_mut(k))
-        {
-            dw[argmax_first(kw)] = g;
+    let mut dx = vec![T::ZERO; key.len()];
+    par_rows(&mut dx, len, len, |r0, dxs| {
+        let rows = key[r0 * len..]
+            .chunks_exact(len)
+            .zip(grad[r0 * n.max(1)..].chunks_exact(n.max(1)));
+        for (dr, (kr, gr)) in dxs.chunks_exact_mut(len).zip(rows) {
+            for ((kw, &g), dw) in kr[..n * k]
+                .chunks_exact(k)
+                .zip(gr)
+                .zip(dr[..n * k].chunks_exact_mut(k))
+            {
+                dw[argmax_first(kw)] = g;
+            }
         }
-    }
+    });
     dx
 }
 
@@ -910,11 +950,13 @@ pub fn max_pool_time_gather(
 struct MaskPositive;
 
 fn mask_positive<T: CpuElem>(v: &[T], key: &[T]) -> Vec<T> {
-    let zero = T::from_f64(0.0);
-    v.iter()
-        .zip(key)
-        .map(|(&v, &k)| if k > zero { v } else { zero })
-        .collect()
+    let mut out = vec![T::ZERO; v.len()];
+    par_rows(&mut out, 1, 2, |i0, chunk| {
+        for ((o, &v), &k) in chunk.iter_mut().zip(&v[i0..]).zip(&key[i0..]) {
+            *o = if k > T::ZERO { v } else { T::ZERO };
+        }
+    });
+    out
 }
 
 impl CustomOp2 for MaskPositive {
@@ -1330,6 +1372,73 @@ mod tests {
         let one = run(1)?;
         for threads in [2, 3] {
             assert_eq!(one, run(threads)?, "{threads} threads");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn layer_stack_above_the_parallel_threshold_matches_the_composite_path_at_any_thread_count() -> R
+    {
+        // conv1d + bias → ReLU → max-pool, large enough that every row-wise loop (pool gather
+        // and scatter, ReLU masks, bias sum, dW's block sum) takes `par_rows`' rayon path:
+        // 20 · 32 · 93 = 59 520 elements ≥ 2 · PAR_WORK, dW 32 · 32 · 8 entries over 5 blocks.
+        let d = ConvDims {
+            b: 20,
+            c: 32,
+            t: 100,
+            f: 32,
+            k: 8,
+        };
+        assert!(d.b * d.f * d.out() >= 2 * PAR_WORK && d.f * d.c * d.k * 5 >= 2 * PAR_WORK);
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        let x = tensor(&mut rng, &[d.b, d.c, d.t])?;
+        let w = tensor(&mut rng, &[d.f, d.c, d.k])?;
+        let bias = tensor(&mut rng, &[d.f])?;
+        let c = tensor(&mut rng, &[d.b, d.f, d.out() / 4])?;
+        type Stack = dyn Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor> + Sync;
+        let run = |stack: &Stack, threads: usize| -> R<[Vec<f64>; 4]> {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()?;
+            pool.install(|| -> R<[Vec<f64>; 4]> {
+                let (xv, wv, bv) = (
+                    Var::from_tensor(&x)?,
+                    Var::from_tensor(&w)?,
+                    Var::from_tensor(&bias)?,
+                );
+                let y = stack(xv.as_tensor(), wv.as_tensor(), bv.as_tensor())?;
+                let g = (&y * &c)?.sum_all()?.backward()?;
+                let get = |t: &Tensor| -> R<Vec<f64>> {
+                    Ok(g.get(t)
+                        .ok_or("missing gradient")?
+                        .flatten_all()?
+                        .to_vec1()?)
+                };
+                Ok([
+                    y.flatten_all()?.to_vec1()?,
+                    get(xv.as_tensor())?,
+                    get(wv.as_tensor())?,
+                    get(bv.as_tensor())?,
+                ])
+            })
+        };
+        let ops = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
+            let (h, _) = relu_with_tangent(&conv1d(x, w, Some(b))?, None)?;
+            max_pool_time(&h, 4)
+        };
+        let composite = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
+            let h = conv1d_unfold(x, w, Some(b))?.relu()?;
+            Ok(max_pool_time_gather(&h, None, 4)?.0)
+        };
+        let one = run(&ops, 1)?;
+        assert_eq!(one, run(&ops, 3)?, "1 vs 3 threads");
+        let want = run(&composite, 1)?;
+        for (name, (o, u)) in ["y", "dx", "dw", "db"].iter().zip(one.iter().zip(&want)) {
+            assert_eq!(o.len(), u.len(), "{name}");
+            for (a, b) in o.iter().zip(u) {
+                // f64 sums of ≤ 32 · 8 · 20 · 93 products of O(1) terms in different orders
+                assert!((a - b).abs() < 1e-9 * (1.0 + b.abs()), "{name}: {a} vs {b}");
+            }
         }
         Ok(())
     }

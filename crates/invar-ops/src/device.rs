@@ -23,10 +23,17 @@ pub fn device(spec: &str) -> Result<Device> {
 /// global pool (the custom ops' parallel loops) use exactly `threads` threads; 0 leaves the
 /// defaults. Returns the count in use. Call it once, at the start of `main`, before any tensor
 /// work: rayon's global pool can be sized only once, and a second call is an error.
+///
+/// With `threads > 0` candle's element-wise ops also run on the calling thread
+/// (`CANDLE_NUM_THREADS=1`, which sizes only candle 0.11's barrier pool): that pool's worker
+/// spins 25 000 pauses (≈ 0.6 ms on the AMD EPYC of BENCHMARKS.md) after every element-wise op
+/// of ≥ 64 Ki elements — candle's gradient sums are such ops — on a core that the rayon pool's
+/// next parallel loop then lacks; at 2 threads it held about a third of the 001 CNN step's CPU
+/// time (issue #25). The work goes to rayon (custom ops, `gemm`), not to those ops.
 pub fn set_cpu_threads(threads: usize) -> Result<usize> {
     if threads > 0 {
         std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
-        std::env::remove_var("CANDLE_NUM_THREADS");
+        std::env::set_var("CANDLE_NUM_THREADS", "1");
         rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build_global()
