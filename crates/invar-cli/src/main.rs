@@ -75,6 +75,9 @@ fn main() -> anyhow::Result<()> {
     // Only when asked: asking rayon for the count would start its default pool.
     if cli.threads > 0 {
         invar_ops::set_cpu_threads(cli.threads)?;
+    } else {
+        // candle's own pool would spin beside rayon's (see `set_cpu_threads`).
+        invar_ops::keep_candle_pool_idle();
     }
     match cli.command {
         // <arms> one arm per variant: `Some(Command::X(args)) => x::run(args),`

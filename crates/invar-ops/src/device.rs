@@ -45,9 +45,36 @@ pub fn set_cpu_threads(threads: usize) -> Result<usize> {
     Ok(rayon::current_num_threads())
 }
 
+/// With the default thread count: candle's element-wise ops on the calling thread
+/// (`CANDLE_NUM_THREADS=1`, as [`set_cpu_threads`] sets it, for the same reason), unless the user
+/// set `CANDLE_NUM_THREADS` themselves. Call before the first candle op (candle reads it once).
+pub fn keep_candle_pool_idle() {
+    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        std::env::set_var("CANDLE_NUM_THREADS", "1");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The only test of this binary that touches `CANDLE_NUM_THREADS` (the environment is the
+    /// process's): a user's value is kept, an unset one becomes 1.
+    #[test]
+    fn keep_candle_pool_idle_sets_one_unless_the_user_chose() {
+        std::env::set_var("CANDLE_NUM_THREADS", "3");
+        keep_candle_pool_idle();
+        assert_eq!(
+            std::env::var("CANDLE_NUM_THREADS").ok().as_deref(),
+            Some("3")
+        );
+        std::env::remove_var("CANDLE_NUM_THREADS");
+        keep_candle_pool_idle();
+        assert_eq!(
+            std::env::var("CANDLE_NUM_THREADS").ok().as_deref(),
+            Some("1")
+        );
+    }
 
     #[test]
     fn parses_cpu_and_rejects_nonsense() {
