@@ -359,7 +359,7 @@ fn tokens(seed: u64, utts: usize) -> (Vec<UtteranceFeatures>, Vec<(usize, usize)
 }
 /// Share of the planted tokens that a discovered fragment covers by at least half.
 fn token_coverage(utts: &[UtteranceFeatures], planted: &[(usize, usize)], cfg: &UtdConfig) -> f64 {
-    let d = discover(utts, cfg).unwrap();
+    let d = discover(utts, cfg).expect("discovery on generated frames");
     let hit = planted
         .iter()
         .filter(|&&(u, at)| {
