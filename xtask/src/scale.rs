@@ -440,6 +440,22 @@ fn corpus_hours(corpus: &Path) -> Result<f64> {
     Ok(samples / rate / 3600.0)
 }
 
+/// What `utd` found (its `results.json`): share of the audio in a class, pair precision against the
+/// generated corpus's words, pairs and classes. Issue #24: its coverage must not fall with size.
+fn utd_quality(path: &Path) -> Result<Value> {
+    let r: Value = serde_json::from_str(
+        &std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?,
+    )
+    .with_context(|| format!("{} is not JSON", path.display()))?;
+    Ok(json!({
+        "coverage": r["coverage_fraction"],
+        "precision": r["gold"]["pair_precision"],
+        "pairs": r["pairs"],
+        "classes": r["classes"],
+    }))
+}
+
 fn fmt_s(s: f64) -> String {
     if s >= 3600.0 {
         format!("{:.1} h", s / 3600.0)
@@ -542,6 +558,28 @@ fn render(
         );
     }
     md.push('\n');
+    let found: Vec<String> = results
+        .iter()
+        .filter_map(|r| {
+            let u = &r["utd"];
+            Some(format!(
+                "{:.2} h: {:.2} % of the audio, precision {:.3} ({} pairs, {} classes)",
+                r["hours"].as_f64()?,
+                100.0 * u["coverage"].as_f64()?,
+                u["precision"].as_f64()?,
+                u["pairs"].as_u64()?,
+                u["classes"].as_u64()?
+            ))
+        })
+        .collect();
+    if !found.is_empty() {
+        let _ = writeln!(
+            md,
+            "- utd coverage (share of the audio in a discovered class) and pair precision \
+             (against the generated words): {}",
+            found.join("; ")
+        );
+    }
     for (k, v) in machine {
         let _ = writeln!(md, "- {k}: {v}");
     }
@@ -589,6 +627,7 @@ pub fn run(args: &[String]) -> Result<()> {
         std::fs::create_dir_all(&dir)?;
         let mut measured = Vec::new();
         let mut real_hours = h;
+        let mut utd = Value::Null;
         for s in stages(utterances.max(2)) {
             eprintln!("[{h} h] invar {}", s.args.join(" "));
             let u = measure(&bin.canonicalize()?, &dir, opts.threads, &s)?;
@@ -599,12 +638,17 @@ pub fn run(args: &[String]) -> Result<()> {
             if s.name == "synth" {
                 real_hours = corpus_hours(&dir.join("corpus"))?;
             }
+            if s.name == "utd" {
+                utd = utd_quality(&dir.join("utd").join("results.json"))?;
+            }
             measured.push(json!({
                 "name": s.name, "pipeline": s.pipeline, "args": s.args,
                 "wall_s": u.wall_s, "cpu_s": u.cpu_s, "peak_mb": u.peak_mb,
             }));
         }
-        results.push(json!({ "requested_hours": h, "hours": real_hours, "stages": measured }));
+        results.push(json!({
+            "requested_hours": h, "hours": real_hours, "stages": measured, "utd": utd,
+        }));
         let json_path = work.join("results.json");
         std::fs::write(&json_path, serde_json::to_string_pretty(&results)?)?;
         if !opts.keep {
@@ -701,5 +745,30 @@ mod tests {
         assert!(md.starts_with(HEADING), "{md}");
         // Linear CPU: 40 s at 4 h → 1000 s at 100 h, 10 000 s = 2.8 h at 1000 h; flat memory.
         assert!(md.contains("| 1.00 | 0.00 | 1000 s | 2.8 h |"), "{md}");
+        assert!(!md.contains("utd coverage"), "{md}");
+    }
+
+    /// utd's coverage and precision are read from its results.json and listed per size.
+    #[test]
+    fn utd_coverage_is_listed_per_size() {
+        let dir = std::env::temp_dir().join(format!("xtask-scale-utd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("results.json");
+        std::fs::write(
+            &path,
+            r#"{"pairs": 958, "classes": 386, "coverage_fraction": 0.11434,
+                "gold": {"pair_precision": 0.7609}}"#,
+        )
+        .unwrap();
+        let u = utd_quality(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let stage = json!([{ "name": "utd", "pipeline": "000", "wall_s": 1.0, "cpu_s": 1.0, "peak_mb": 1.0 }]);
+        let results = vec![json!({ "hours": 0.98, "stages": stage, "utd": u })];
+        let md = render(&results, &[], 2, "cmd");
+        assert!(
+            md.contains("0.98 h: 11.43 % of the audio, precision 0.761 (958 pairs, 386 classes)"),
+            "{md}"
+        );
+        assert!(utd_quality(&dir.join("missing.json")).is_err());
     }
 }

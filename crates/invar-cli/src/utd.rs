@@ -70,6 +70,15 @@ pub struct UtdArgs {
     /// [default: 24]
     #[arg(long)]
     pub beam: Option<usize>,
+    /// Frames searched together (search.pool_frames): a larger corpus is cut into pools of whole
+    /// utterances of about this many frames, each searched on its own, so that coverage does not
+    /// fall as the corpus grows; a corpus this size or smaller is one pool [default: 131072]
+    #[arg(long)]
+    pub pool_frames: Option<usize>,
+    /// Times the utterances are shuffled and cut into pools when there are several
+    /// (search.pool_rounds) [default: 2]
+    #[arg(long)]
+    pub pool_rounds: Option<usize>,
     /// Cosine similarity a frame pair needs to enter the similarity matrix (search.threshold)
     /// [default: 0.5]
     #[arg(long)]
@@ -203,6 +212,12 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
     }
     if let Some(v) = args.min_gap {
         cfg.search.min_gap = v;
+    }
+    if let Some(v) = args.pool_frames {
+        cfg.search.pool_frames = v;
+    }
+    if let Some(v) = args.pool_rounds {
+        cfg.search.pool_rounds = v;
     }
     if let Some(v) = args.max_frames {
         cfg.refine.max_frames = v;

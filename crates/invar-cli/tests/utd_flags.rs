@@ -80,6 +80,25 @@ fn timing_comes_from_the_set_and_search_settings_are_flags() {
         .filter(|n| n.contains("spill"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+    // Pools (issue #24): a pool as large as the corpus is the plain search, same classes; the
+    // flags reach the resolved config; a pool of no frames is refused.
+    let mut pooled = flags.to_vec();
+    pooled.extend_from_slice(&["--pool-frames", "100000000", "--pool-rounds", "3"]);
+    let (one_pool, cfg5) = utd("pool", &pooled);
+    assert_eq!(one_pool, classes);
+    assert_eq!(cfg5["search"]["pool_frames"], 100_000_000);
+    assert_eq!(cfg5["search"]["pool_rounds"], 3);
+    assert_eq!(cfg["search"]["pool_frames"], 131_072);
+    let err = refused(&[
+        "utd",
+        "--features",
+        s(&f),
+        "--out",
+        s(&d.join("bad-pool")),
+        "--pool-frames",
+        "0",
+    ]);
+    assert!(err.contains("pool_frames"), "{err}");
     let err = refused(&[
         "utd",
         "--features",

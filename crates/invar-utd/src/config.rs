@@ -118,6 +118,14 @@ pub struct SearchConfig {
     /// are sorted, written to temporary runs and merged, and the lines are found over batches of
     /// this many. Results do not depend on it.
     pub hit_buffer: usize,
+    /// Frames searched together: a larger corpus is cut into pools of whole utterances of about
+    /// this many frames, each searched on its own, so that a frame's `beam` neighbours compete
+    /// among a pool, not the whole corpus, and an utterance pair's hits do not thin out as the
+    /// corpus grows (issue #24). A corpus of at most this many frames is one pool.
+    pub pool_frames: usize,
+    /// Times the utterances are shuffled and cut into pools when there is more than one, each
+    /// with its own permutations: an utterance meets the utterances of this many pools.
+    pub pool_rounds: usize,
 }
 
 impl Default for SearchConfig {
@@ -129,6 +137,8 @@ impl Default for SearchConfig {
             within: false,
             min_gap: 50,
             hit_buffer: 1 << 24,
+            pool_frames: 1 << 17,
+            pool_rounds: 2,
         }
     }
 }
@@ -249,6 +259,12 @@ impl UtdConfig {
         }
         if self.search.beam == 0 {
             return Err(bad("search.beam", "must be at least 1"));
+        }
+        if self.search.pool_frames == 0 {
+            return Err(bad("search.pool_frames", "must be at least 1"));
+        }
+        if self.search.pool_rounds == 0 {
+            return Err(bad("search.pool_rounds", "must be at least 1"));
         }
         for (field, v) in [
             ("silence.threshold", self.silence.threshold),

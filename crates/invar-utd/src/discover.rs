@@ -402,11 +402,11 @@ fn normalise(
     } else {
         unit.par_chunks(dims).map(|f| planes.signature(f)).collect()
     };
-    let utt = utterances
-        .iter()
-        .enumerate()
-        .flat_map(|(k, u)| std::iter::repeat_n(k as u32, u.frames.rows))
-        .collect();
+    // Reserved exactly: collecting a flat map grows by doubling (up to 8 bytes a frame).
+    let mut utt = Vec::with_capacity(n);
+    for (k, u) in utterances.iter().enumerate() {
+        utt.extend(std::iter::repeat_n(k as u32, u.frames.rows));
+    }
     Ok(Frames {
         dims,
         offsets,

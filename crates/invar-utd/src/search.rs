@@ -112,42 +112,78 @@ pub(crate) fn search(
     let slice = (limit / (4 * cfg.beam)).max(1);
     // Reserved once (no doubling past the limit): at most the limit plus one slice, and never
     // more than the search can find. Pages are only touched as hits arrive.
-    let most = n.saturating_mul(cfg.beam).saturating_mul(cfg.permutations);
+    let pools = Pools::new(frames, cfg.pool_frames);
+    let rounds = if pools.per_round == 1 {
+        1
+    } else {
+        cfg.pool_rounds
+    };
+    let most = n
+        .saturating_mul(cfg.beam)
+        .saturating_mul(cfg.permutations)
+        .saturating_mul(rounds);
     let mut buffer: Vec<Hit> = Vec::with_capacity(limit.min(most).saturating_add(slice * cfg.beam));
     let mut runs = Runs::default();
-    let mut keys: Vec<(u64, u32)> = Vec::with_capacity(n);
+    let mut keys: Vec<(u64, u32)> = Vec::with_capacity(n.min(pools.largest(frames)));
+    let mut members: Vec<u32> = Vec::new();
     let mut produced = 0usize;
-    for p in 0..cfg.permutations {
-        let mut perm: Vec<usize> = (0..bits).collect();
-        perm.shuffle(&mut rng);
-        keys.clear();
-        keys.par_extend(frames.sigs.par_iter().enumerate().map(|(g, &s)| {
-            let mut key = 0u64;
-            for (k, &bit) in perm.iter().enumerate() {
-                key |= ((s >> bit) & 1) << (bits - 1 - k);
-            }
-            (key, g as u32)
-        }));
-        keys.par_sort_unstable();
-        let keys = &keys;
-        let mut found = 0usize;
-        for first in (0..n).step_by(slice) {
-            let last = (first + slice).min(n);
-            if !buffer.is_empty() && buffer.len() + (last - first) * cfg.beam > limit {
-                runs.spill(frames, &mut buffer, spill)?;
-            }
-            let before = buffer.len();
-            buffer.par_extend((first..last).into_par_iter().flat_map_iter(|idx| {
-                let ga = keys[idx].1;
-                let end = (idx + 1 + cfg.beam).min(keys.len());
-                keys[idx + 1..end].iter().filter_map(move |&(_, gb)| {
-                    candidate(frames, ga as usize, gb as usize, radius, cfg)
-                })
-            }));
-            found += buffer.len() - before;
+    let mut order: Vec<u32> = (0..frames.offsets.len() as u32 - 1).collect();
+    for round in 0..rounds {
+        if pools.per_round > 1 {
+            order.shuffle(&mut rng);
         }
-        produced += found;
-        tracing::debug!(permutation = p, candidates = found, "LSH pass");
+        let perms: Vec<Vec<usize>> = (0..cfg.permutations)
+            .map(|_| {
+                let mut perm: Vec<usize> = (0..bits).collect();
+                perm.shuffle(&mut rng);
+                perm
+            })
+            .collect();
+        for pool in pools.split(frames, &order) {
+            members.clear();
+            for &u in pool {
+                let u = u as usize;
+                members.extend(frames.offsets[u] as u32..frames.offsets[u + 1] as u32);
+            }
+            for (p, perm) in perms.iter().enumerate() {
+                keys.clear();
+                keys.par_extend(members.par_iter().map(|&g| {
+                    let s = frames.sigs[g as usize];
+                    let mut key = 0u64;
+                    for (k, &bit) in perm.iter().enumerate() {
+                        key |= ((s >> bit) & 1) << (bits - 1 - k);
+                    }
+                    (key, g)
+                }));
+                keys.par_sort_unstable();
+                let keys = &keys;
+                let m = keys.len();
+                let mut found = 0usize;
+                for first in (0..m).step_by(slice) {
+                    let last = (first + slice).min(m);
+                    if !buffer.is_empty() && buffer.len() + (last - first) * cfg.beam > limit {
+                        runs.spill(frames, &mut buffer, spill)?;
+                    }
+                    let before = buffer.len();
+                    buffer.par_extend((first..last).into_par_iter().flat_map_iter(|idx| {
+                        let ga = keys[idx].1;
+                        let end = (idx + 1 + cfg.beam).min(keys.len());
+                        keys[idx + 1..end].iter().filter_map(move |&(_, gb)| {
+                            candidate(frames, ga as usize, gb as usize, radius, cfg)
+                        })
+                    }));
+                    found += buffer.len() - before;
+                }
+                produced += found;
+                tracing::debug!(
+                    round,
+                    frames = m,
+                    permutation = p,
+                    candidates = found,
+                    "LSH pass"
+                );
+            }
+        }
     }
     if runs.paths.is_empty() {
         sort_dedup(frames, &mut buffer);
@@ -161,6 +197,56 @@ pub(crate) fn search(
         "frame pairs spilled to sorted runs"
     );
     Ok(SortedHits::Merged(runs.merge(frames, spill)?))
+}
+
+/// The corpus cut into pools of whole utterances of about `pool_frames` frames each, searched
+/// separately: a frame's `beam` neighbours then compete among a pool's frames, not the whole
+/// corpus's, so an utterance pair's hits (and the lines they form) do not thin out as the corpus
+/// grows. `per_round` pools of near-equal size (1: the whole corpus, in its order).
+struct Pools {
+    per_round: usize,
+}
+
+impl Pools {
+    fn new(frames: &Frames, pool_frames: usize) -> Self {
+        let n = frames.sigs.len();
+        Self {
+            per_round: n.div_ceil(pool_frames.max(1)).max(1),
+        }
+    }
+
+    /// The pools of one round: `order` (a permutation of the utterances) cut where the running
+    /// frame count passes each multiple of `N / per_round`.
+    fn split<'a>(&self, frames: &Frames, order: &'a [u32]) -> Vec<&'a [u32]> {
+        let n = frames.sigs.len();
+        let mut pools = Vec::with_capacity(self.per_round);
+        let (mut start, mut total, mut cut) = (0usize, 0usize, 1usize);
+        for (k, &u) in order.iter().enumerate() {
+            let u = u as usize;
+            total += frames.offsets[u + 1] - frames.offsets[u];
+            if cut < self.per_round && total * self.per_round >= cut * n {
+                pools.push(&order[start..=k]);
+                start = k + 1;
+                cut += 1;
+            }
+        }
+        if start < order.len() {
+            pools.push(&order[start..]);
+        }
+        pools
+    }
+
+    /// An upper bound on a pool's frames (for reserving the sort keys once).
+    fn largest(&self, frames: &Frames) -> usize {
+        let n = frames.sigs.len();
+        let longest = frames
+            .offsets
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or(0);
+        n.div_ceil(self.per_round) + longest
+    }
 }
 
 fn sort_dedup(frames: &Frames, hits: &mut Vec<Hit>) {
@@ -489,6 +575,36 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
+        // Each round's pools are the utterances cut in order into whole-utterance pools: every
+        // utterance in exactly one, `per_round` of them (as many as `N / pool_frames` rounded up)
+        // and none more than `N / per_round` plus one utterance.
+        #[test]
+        fn pools_cut_the_utterances_into_near_equal_whole_parts(
+            lens in prop::collection::vec(1usize..200, 1..60),
+            pool in 1usize..3000,
+            seed in 0u64..1000,
+        ) {
+            let frames = random_frames(seed, &lens, 3);
+            let n: usize = lens.iter().sum();
+            let pools = Pools::new(&frames, pool);
+            prop_assert_eq!(pools.per_round, n.div_ceil(pool));
+            let mut order: Vec<u32> = (0..lens.len() as u32).collect();
+            order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+            let cut = pools.split(&frames, &order);
+            prop_assert!(cut.len() <= pools.per_round);
+            prop_assert_eq!(cut.concat(), order.clone());
+            let longest = *lens.iter().max().unwrap();
+            for p in &cut {
+                prop_assert!(!p.is_empty());
+                let size: usize = p.iter().map(|&u| lens[u as usize]).sum();
+                prop_assert!(size <= n.div_ceil(pools.per_round) + longest, "{} > {}", size, n);
+                prop_assert!(size <= pools.largest(&frames));
+            }
+            if pools.per_round == 1 {
+                prop_assert_eq!(cut.len(), 1);
+            }
+        }
+
         // A tiny hit buffer spills many sorted runs (more than one merge fan-in with a buffer of 1)
         // and merges them; the matrix is the all-in-memory one, hit for hit, and each batch holds
         // whole utterance pairs.
