@@ -44,8 +44,8 @@ pub use progress::ItemProgress;
 pub use schedule::{LrSchedule, LrScheduleState, PlateauConfig, ThresholdMode};
 pub use step_time::StepTimeFlags;
 pub use trainer::{
-    collapse, divergence, resume_differences, BatchSource, Collapse, Divergence, RepeatBatch,
-    StepContext, StepOutput, TrainStep, TrainSummary, Trainer, ValidContext, ValidOutput,
-    CHANCE_FACTOR, DIVERGENCE_FACTOR, GIVEN_BACK_FRACTION, KEPT_FRACTION, LEARNED_FACTOR,
-    RECOVERY_FACTOR, RESUME_MAY_CHANGE,
+    collapse, divergence, loss_jumps, resume_differences, BatchSource, Collapse, Divergence,
+    LossJump, RepeatBatch, StepContext, StepOutput, TrainStep, TrainSummary, Trainer, ValidContext,
+    ValidOutput, CHANCE_FACTOR, DIVERGENCE_FACTOR, GIVEN_BACK_FRACTION, KEPT_FRACTION,
+    LEARNED_FACTOR, RECOVERY_FACTOR, RESUME_MAY_CHANGE,
 };

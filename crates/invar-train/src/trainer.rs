@@ -191,6 +191,10 @@ pub struct TrainSummary {
     /// Set when the training loss exploded (see [`divergence`]): restoring the best epoch's weights
     /// does not make such a run a good one, so it is reported, not hidden.
     pub diverged: Option<Divergence>,
+    /// Jumps of the training loss the run came back from by itself (not a divergence; reported so
+    /// an unstable run shows).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recovered_jumps: Vec<LossJump>,
     pub history: Vec<EpochRecord>,
 }
 
@@ -334,35 +338,44 @@ pub const GIVEN_BACK_FRACTION: f64 = 0.05;
 /// validation accuracy 96–100 % throughout, and had been dropped from its table as diverged.
 pub const RECOVERY_FACTOR: f64 = 2.0;
 
-/// The first epoch (from the third on, so that a first epoch's drop does not set a baseline the
-/// second cannot be compared with fairly) whose mean training loss exceeds [`DIVERGENCE_FACTOR`]
-/// times the lowest of the epochs before it and gives back at least [`GIVEN_BACK_FRACTION`] of
-/// what the run had gained since its first epoch, and after which no epoch comes back below
-/// [`RECOVERY_FACTOR`] times that lowest loss (a jump in the last epoch counts: nothing shows it
-/// recovered). Only positive losses are compared (a loss that can be negative has no scale to
-/// compare against); `None` when the loss never exploded, or recovered each time it did.
-pub fn divergence(history: &[EpochRecord]) -> Option<Divergence> {
+/// An epoch whose mean training loss jumped (see [`loss_jumps`]), and the epoch it came back by.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LossJump {
+    pub epoch: usize,
+    pub train_loss: f64,
+    pub best_train_loss: f64,
+    /// The first later epoch whose loss is below [`RECOVERY_FACTOR`] times `best_train_loss`;
+    /// `None`: the run never came back (a divergence).
+    pub recovered_at: Option<usize>,
+}
+
+/// Every epoch (from the third on, so that a first epoch's drop does not set a baseline the second
+/// cannot be compared with fairly) whose mean training loss exceeds [`DIVERGENCE_FACTOR`] times the
+/// lowest of the epochs before it and gives back at least [`GIVEN_BACK_FRACTION`] of what the run
+/// had gained since its first epoch, each with the later epoch that came back below
+/// [`RECOVERY_FACTOR`] times that lowest loss, if one did. Only positive losses are compared (a
+/// loss that can be negative has no scale to compare against).
+pub fn loss_jumps(history: &[EpochRecord]) -> Vec<LossJump> {
     let losses: Vec<(usize, f64)> = history
         .iter()
         .filter_map(|r| r.get("train_loss").map(|l| (r.epoch, l)))
         .collect();
+    let mut jumps = Vec::new();
     let mut best: Option<f64> = None;
     let mut first: Option<f64> = None;
     for (i, &(epoch, loss)) in losses.iter().enumerate() {
         if i >= 2 {
             if let Some(b) = best.filter(|b| *b > 0.0) {
                 let gained = first.map_or(0.0, |f| (f - b).max(0.0));
-                let jumped =
-                    loss > DIVERGENCE_FACTOR * b && loss - b >= GIVEN_BACK_FRACTION * gained;
-                let recovered = losses[i + 1..]
-                    .iter()
-                    .any(|&(_, later)| later < RECOVERY_FACTOR * b);
-                if jumped && !recovered {
-                    return Some(Divergence {
+                if loss > DIVERGENCE_FACTOR * b && loss - b >= GIVEN_BACK_FRACTION * gained {
+                    jumps.push(LossJump {
                         epoch,
                         train_loss: loss,
                         best_train_loss: b,
-                        collapse: None,
+                        recovered_at: losses[i + 1..]
+                            .iter()
+                            .find(|&&(_, later)| later < RECOVERY_FACTOR * b)
+                            .map(|&(e, _)| e),
                     });
                 }
             }
@@ -370,7 +383,21 @@ pub fn divergence(history: &[EpochRecord]) -> Option<Divergence> {
         first = first.or(Some(loss));
         best = Some(best.map_or(loss, |b| b.min(loss)));
     }
-    None
+    jumps
+}
+
+/// The first of the [`loss_jumps`] the run never recovered from (a jump in the last epoch counts:
+/// nothing shows it recovered); `None` when the loss never exploded, or came back each time.
+pub fn divergence(history: &[EpochRecord]) -> Option<Divergence> {
+    loss_jumps(history)
+        .into_iter()
+        .find(|j| j.recovered_at.is_none())
+        .map(|j| Divergence {
+            epoch: j.epoch,
+            train_loss: j.train_loss,
+            best_train_loss: j.best_train_loss,
+            collapse: None,
+        })
 }
 
 /// The loop's fixed inputs: configuration, output folder, device and the method's resolved config.
@@ -827,8 +854,24 @@ impl Trainer {
                  the gradient norm)"
             );
         }
+        let recovered_jumps: Vec<LossJump> = loss_jumps(&run.history)
+            .into_iter()
+            .filter(|j| j.recovered_at.is_some())
+            .collect();
+        for j in &recovered_jumps {
+            tracing::warn!(
+                "the mean training loss jumped at epoch {} to {:.4}, more than {} times the best \
+                 before it ({:.4}), and came back by epoch {}: not counted as diverged",
+                j.epoch,
+                j.train_loss,
+                DIVERGENCE_FACTOR,
+                j.best_train_loss,
+                j.recovered_at.unwrap_or(j.epoch)
+            );
+        }
         let summary = TrainSummary {
             diverged,
+            recovered_jumps,
             epochs: run.epoch,
             steps: run.step,
             stop,

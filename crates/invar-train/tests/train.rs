@@ -858,6 +858,14 @@ fn a_jump_the_run_recovers_from_is_not_a_divergence() {
         0.0086, 0.0038,
     ];
     assert_eq!(invar_train::divergence(&losses(&elsdsr)), None);
+    // It is still listed, with the epoch it came back by (2 × 0.00366 = 0.00732: epoch 11's
+    // 0.0076 is not yet under it, epoch 14's 0.0038 is).
+    let jumps = invar_train::loss_jumps(&losses(&elsdsr));
+    assert_eq!(jumps.len(), 1, "{jumps:?}");
+    assert_eq!(
+        (jumps[0].epoch, jumps[0].train_loss, jumps[0].recovered_at),
+        (6, 0.1792, Some(14))
+    );
     // Cut before the loss came back below 2 × 0.00366: not shown to recover, flagged.
     let d = invar_train::divergence(&losses(&elsdsr[..11])).expect("no recovery yet");
     assert_eq!((d.epoch, d.train_loss), (6, 0.1792));
