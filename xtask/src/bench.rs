@@ -58,6 +58,10 @@ pub fn run(args: &[String]) -> Result<()> {
     if args.iter().any(|a| a == "--scale") {
         return crate::scale::run(args);
     }
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{}", crate::USAGE);
+        return Ok(());
+    }
     let opts = parse(args)?;
     let root = workspace_root();
     let crates = if opts.crates.is_empty() {

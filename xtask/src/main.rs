@@ -12,7 +12,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-const USAGE: &str = "usage: cargo xtask <task>
+pub(crate) const USAGE: &str = "usage: cargo xtask <task>
 
 tasks:
   ci      cargo fmt --check, clippy -D warnings, tidy, the whole test suite, then py
