@@ -1151,6 +1151,31 @@ mod tests {
         Ok(())
     }
 
+    /// The output y = conv(x, w, bias) and the gradients of L = Σ c ⊙ y for x, w and bias, in
+    /// that order, as `T` (the tensors' element type).
+    fn output_and_grads<T: candle_core::WithDType>(
+        conv: &dyn Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor>,
+        x: &Tensor,
+        w: &Tensor,
+        bias: &Tensor,
+        c: &Tensor,
+    ) -> R<[Vec<T>; 4]> {
+        let (xv, wv, bv) = (
+            Var::from_tensor(x)?,
+            Var::from_tensor(w)?,
+            Var::from_tensor(bias)?,
+        );
+        let y = conv(xv.as_tensor(), wv.as_tensor(), bv.as_tensor())?;
+        let g = (&y * c)?.sum_all()?.backward()?;
+        let get = |v: &Var| -> R<Vec<T>> {
+            Ok(g.get(v.as_tensor())
+                .ok_or("missing gradient")?
+                .flatten_all()?
+                .to_vec1()?)
+        };
+        Ok([y.flatten_all()?.to_vec1()?, get(&xv)?, get(&wv)?, get(&bv)?])
+    }
+
     /// Gradients of L = Σ c ⊙ conv(x, w, bias) for x, w and bias.
     fn conv_grads(
         conv: &dyn Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor>,
@@ -1159,20 +1184,8 @@ mod tests {
         bias: &Tensor,
         c: &Tensor,
     ) -> R<[Vec<f64>; 3]> {
-        let (xv, wv, bv) = (
-            Var::from_tensor(x)?,
-            Var::from_tensor(w)?,
-            Var::from_tensor(bias)?,
-        );
-        let y = conv(xv.as_tensor(), wv.as_tensor(), bv.as_tensor())?;
-        let g = (y * c)?.sum_all()?.backward()?;
-        let get = |v: &Var| -> R<Vec<f64>> {
-            Ok(g.get(v.as_tensor())
-                .ok_or("missing gradient")?
-                .flatten_all()?
-                .to_vec1()?)
-        };
-        Ok([get(&xv)?, get(&wv)?, get(&bv)?])
+        let [_, dx, dw, db] = output_and_grads(conv, x, w, bias, c)?;
+        Ok([dx, dw, db])
     }
 
     /// Central differences (h = 1e-5) of `loss` along every entry of x, w and bias against the
@@ -1251,28 +1264,9 @@ mod tests {
         let w = f32t(&[d.f, d.c, d.k], &mut rng)?;
         let bias = f32t(&[d.f], &mut rng)?;
         let c = f32t(&[d.b, d.f, d.out()], &mut rng)?;
-        let grads =
-            |conv: &dyn Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor>| -> R<[Vec<f32>; 4]> {
-                let (xv, wv, bv) = (
-                    Var::from_tensor(&x)?,
-                    Var::from_tensor(&w)?,
-                    Var::from_tensor(&bias)?,
-                );
-                let y = conv(xv.as_tensor(), wv.as_tensor(), bv.as_tensor())?;
-                let g = (&y * &c)?.sum_all()?.backward()?;
-                let get = |t: &Tensor| -> R<Vec<f32>> {
-                    Ok(g.get(t)
-                        .ok_or("missing gradient")?
-                        .flatten_all()?
-                        .to_vec1()?)
-                };
-                Ok([
-                    y.flatten_all()?.to_vec1()?,
-                    get(xv.as_tensor())?,
-                    get(wv.as_tensor())?,
-                    get(bv.as_tensor())?,
-                ])
-            };
+        let grads = |conv: &dyn Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor>| {
+            output_and_grads::<f32>(conv, &x, &w, &bias, &c)
+        };
         let ours = grads(&|x, w, b| conv1d(x, w, Some(b)))?;
         let unfold = grads(&|x, w, b| conv1d_unfold(x, w, Some(b)))?;
         // Sums of up to 1032 (value, dX: 256) products of O(1) terms in f32: rounding differs by
@@ -1400,27 +1394,7 @@ mod tests {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .build()?;
-            pool.install(|| -> R<[Vec<f64>; 4]> {
-                let (xv, wv, bv) = (
-                    Var::from_tensor(&x)?,
-                    Var::from_tensor(&w)?,
-                    Var::from_tensor(&bias)?,
-                );
-                let y = stack(xv.as_tensor(), wv.as_tensor(), bv.as_tensor())?;
-                let g = (&y * &c)?.sum_all()?.backward()?;
-                let get = |t: &Tensor| -> R<Vec<f64>> {
-                    Ok(g.get(t)
-                        .ok_or("missing gradient")?
-                        .flatten_all()?
-                        .to_vec1()?)
-                };
-                Ok([
-                    y.flatten_all()?.to_vec1()?,
-                    get(xv.as_tensor())?,
-                    get(wv.as_tensor())?,
-                    get(bv.as_tensor())?,
-                ])
-            })
+            pool.install(|| output_and_grads::<f64>(stack, &x, &w, &bias, &c))
         };
         let ops = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
             let (h, _) = relu_with_tangent(&conv1d(x, w, Some(b))?, None)?;
