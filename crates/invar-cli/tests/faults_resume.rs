@@ -111,6 +111,21 @@ impl Case<'_> {
             "{}: results differ",
             self.name
         );
+        // Every epoch's record too: with the best epoch's weights restored at the end, a resume
+        // that trained its later epochs differently can still end with the same weights.
+        let epochs = |dir: &Path| -> Vec<Value> {
+            std::fs::read_to_string(self.run_dir(dir).join("metrics.jsonl"))
+                .unwrap()
+                .lines()
+                .map(|l| without_timings(&serde_json::from_str(l).unwrap()))
+                .collect()
+        };
+        assert_eq!(
+            epochs(reference),
+            epochs(out),
+            "{}: the metric logs differ",
+            self.name
+        );
     }
 }
 
@@ -279,6 +294,52 @@ fn speaker_train_killed_and_resumed_is_exact() {
             run.display()
         );
     }
+    // With a learning-rate schedule from a config file (the rate halves after every epoch whose
+    // validation loss is not below half the best so far): the schedule's state is part of what a
+    // resume restores, so a killed and resumed run still ends with the uninterrupted weights.
+    let config = d.join("plateau.json");
+    std::fs::write(
+        &config,
+        r#"{"train": {"epochs": 6, "lr_schedule": {"kind": "reduce_on_plateau", "factor": 0.5, "patience": 0, "threshold": 0.5}}}"#,
+    )
+    .unwrap();
+    let plateau_args = |out: &Path| -> Vec<String> {
+        [
+            "speaker",
+            "train",
+            "--corpus",
+            s(&corpus),
+            "--config",
+            s(&config),
+            "--seed",
+            "3",
+            "--out",
+            s(out),
+        ]
+        .iter()
+        .map(|x| x.to_string())
+        .collect()
+    };
+    let plateau = Case {
+        name: "speaker (plateau)",
+        args: &plateau_args,
+        run: ".",
+        max_delay_ms: 300,
+    };
+    let root = d.join("plateau");
+    std::fs::create_dir_all(&root).unwrap();
+    let reference = root.join("reference");
+    plateau.invar(&reference, &[]);
+    let lrs: Vec<f64> = std::fs::read_to_string(reference.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["lr"].as_f64())
+        .collect();
+    assert!(
+        lrs.len() == 6 && lrs[5] < lrs[0],
+        "the schedule never lowered the rate: {lrs:?}"
+    );
+    plateau.check_kill_and_resume(&root, &reference);
 }
 
 #[test]
