@@ -72,12 +72,12 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> anyhow::Result<()> {
     init_tracing();
     let cli = Cli::parse();
-    // Only when asked: asking rayon for the count would start its default pool.
     if cli.threads > 0 {
         invar_ops::set_cpu_threads(cli.threads)?;
     } else {
-        // candle's own pool would spin beside rayon's (see `set_cpu_threads`).
-        invar_ops::keep_candle_pool_idle();
+        // One thread per core with `main` among them, and candle's own pool not spinning beside
+        // rayon's (see `set_cpu_threads`).
+        invar_ops::set_default_cpu_threads()?;
     }
     match cli.command {
         // <arms> one arm per variant: `Some(Command::X(args)) => x::run(args),`

@@ -30,19 +30,58 @@ pub fn device(spec: &str) -> Result<Device> {
 /// of ≥ 64 Ki elements — candle's gradient sums are such ops — on a core that the rayon pool's
 /// next parallel loop then lacks; at 2 threads it held about a third of the 001 CNN step's CPU
 /// time (issue #25). The work goes to rayon (custom ops, `gemm`), not to those ops.
+///
+/// With 2 threads or more the calling thread is one of them (rayon's `use_current_thread`, see
+/// [`build_pool`]).
 pub fn set_cpu_threads(threads: usize) -> Result<usize> {
     if threads > 0 {
         std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
         std::env::set_var("CANDLE_NUM_THREADS", "1");
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build_global()
-            .map_err(|e| Error::Threads {
-                threads,
-                reason: e.to_string(),
-            })?;
+        build_pool(threads)?;
     }
     Ok(rayon::current_num_threads())
+}
+
+/// The thread count of the default `--threads 0`: `RAYON_NUM_THREADS` when it holds a positive
+/// number (as rayon reads it), else the CPUs this process may run on (its affinity mask, cgroup
+/// quota), at least 1.
+pub fn default_cpu_threads() -> usize {
+    std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// The default thread count ([`default_cpu_threads`]) set up as [`set_cpu_threads`] would, but
+/// without overriding a `CANDLE_NUM_THREADS` the user set ([`keep_candle_pool_idle`]). Returns
+/// the count in use.
+pub fn set_default_cpu_threads() -> Result<usize> {
+    keep_candle_pool_idle();
+    let threads = default_cpu_threads();
+    build_pool(threads)?;
+    Ok(rayon::current_num_threads())
+}
+
+/// Builds rayon's global pool of `threads` threads. With 2 or more, the calling thread (`main`,
+/// which runs the serial part of each training step: candle's element-wise ops, the optimiser)
+/// is worker 0 of the pool, as OpenMP's master thread is: its parallel loops run in place with
+/// the other workers stealing halves, instead of being queued to the pool while it blocks. At
+/// 2 threads that is one thread per core instead of three threads on two, and the 001 CNN step
+/// went from 3.3 to 3.05 ms on the AMD EPYC of BENCHMARKS.md (steady state, issue #25). With 1
+/// thread the pool keeps its own worker: a pool made only of the calling thread would never run
+/// work handed to it from another thread.
+fn build_pool(threads: usize) -> Result<()> {
+    let builder = rayon::ThreadPoolBuilder::new().num_threads(threads);
+    let builder = if threads >= 2 {
+        builder.use_current_thread()
+    } else {
+        builder
+    };
+    builder.build_global().map_err(|e| Error::Threads {
+        threads,
+        reason: e.to_string(),
+    })
 }
 
 /// With the default thread count: candle's element-wise ops on the calling thread

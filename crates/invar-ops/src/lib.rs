@@ -22,7 +22,9 @@ pub use conv::{
     conv1d, conv1d_unfold, conv1d_with_self_tangent, max_pool_time, max_pool_time_gather,
     max_pool_time_with_tangent, relu_with_tangent,
 };
-pub use device::{device, keep_candle_pool_idle, set_cpu_threads};
+pub use device::{
+    default_cpu_threads, device, keep_candle_pool_idle, set_cpu_threads, set_default_cpu_threads,
+};
 pub use dtw::{Dtw, DtwCost, DtwResult};
 pub use elem::CpuElem;
 pub use error::{Error, Result};
