@@ -66,6 +66,15 @@ struct Peer {
     warmup: usize,
 }
 
+/// Warm-up steps of the rows whose step takes milliseconds. On the 2-vCPU virtual machine of
+/// BENCHMARKS.md invar's first 10–18 steps of the 001 CNN ran at one thread's speed (≈ 6 ms, then
+/// ≈ 3.3 ms from one step to the next, at a step that varied from run to run), with or without
+/// transparent huge pages and mimalloc's purging: a sleeping rayon worker's virtual CPU is slow
+/// to wake until the host adapts. PyTorch's OpenMP threads spin between parallel regions and
+/// never sleep, so they do not see it. A training run takes thousands of steps; 30 warm-up steps
+/// time the steps a user's run is made of (issue #25).
+const WARMUP_FAST: usize = 30;
+
 const PEERS: &[Peer] = &[
     Peer {
         name: "speaker-cnn",
@@ -75,8 +84,8 @@ const PEERS: &[Peer] = &[
         script: "speaker_cnn.py",
         args: &[],
         check_args: &["--no-dropout"],
-        steps: 10,
-        warmup: 2,
+        steps: 20,
+        warmup: WARMUP_FAST,
     },
     Peer {
         name: "speaker-cnn-scale",
@@ -86,8 +95,8 @@ const PEERS: &[Peer] = &[
         script: "speaker_cnn.py",
         args: &["--lambda", "0.1"],
         check_args: &["--lambda", "0.1", "--no-dropout"],
-        steps: 10,
-        warmup: 2,
+        steps: 20,
+        warmup: WARMUP_FAST,
     },
     Peer {
         name: "supervector-ae",
@@ -108,8 +117,8 @@ const PEERS: &[Peer] = &[
         script: "partition.py",
         args: &[],
         check_args: &[],
-        steps: 10,
-        warmup: 2,
+        steps: 20,
+        warmup: WARMUP_FAST,
     },
 ];
 
@@ -165,7 +174,8 @@ pub(crate) const USAGE: &str = "cargo xtask bench --peers [--threads T (2)] [--r
       ratio column stays PyTorch's default policy).
   --no-avx512 (off): emulate a CPU without AVX-512 on this one: invar's examples built with
       --no-default-features (no `avx512` feature: `gemm` without its x86-v4 kernels), PyTorch
-      run with ATEN_CPU_CAPABILITY=avx2; the training steps only, CPU only, written to its own
+      run with ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2 and
+      MKL_ENABLE_INSTRUCTIONS=AVX2; the training steps only, CPU only, written to its own
       section of BENCHMARKS.md.
   models: speaker-cnn, speaker-cnn-scale, supervector-ae, partition, abx-small (invar eval abx against
       Libri-Light's eval_ABX.py, every triplet, on a 0.07 h generated test split; CPU only), abx-1h
@@ -352,9 +362,10 @@ fn render(rows: &[Row], opts: &Options, machine: &[(String, String)], command: &
         md.push_str(
             "**An emulation of a CPU without AVX-512 on this one** (`--no-avx512`): invar's \
              examples built with `--no-default-features` (no `avx512` feature, so `gemm` has only \
-             its AVX2+FMA kernels), PyTorch run with `ATEN_CPU_CAPABILITY=avx2` (its AVX2 \
-             kernels; oneDNN/MKL may still pick wider paths of their own). Same cores, caches \
-             and clock as the AVX-512 table, so only the vector width differs.\n\n",
+             its AVX2+FMA kernels), PyTorch run with `ATEN_CPU_CAPABILITY=avx2`, \
+             `ONEDNN_MAX_CPU_ISA=AVX2` and `MKL_ENABLE_INSTRUCTIONS=AVX2` (its own kernels and \
+             the oneDNN and MKL kernels it calls, which otherwise pick AVX-512 themselves). Same \
+             cores, caches and clock as the AVX-512 table, so only the vector width differs.\n\n",
         );
     }
     md.push_str(
@@ -778,7 +789,12 @@ pub fn run(args: &[String]) -> Result<()> {
             c.env("OMP_WAIT_POLICY", "PASSIVE");
         }
         if opts.no_avx512 {
-            c.env("ATEN_CPU_CAPABILITY", "avx2");
+            // ATen's own kernels, and the libraries it calls, which pick their paths themselves:
+            // without the last two, PyTorch's convolutions ran oneDNN's `jit:avx512_core` kernels
+            // in the "no AVX-512" rows (`ONEDNN_VERBOSE=1`).
+            c.env("ATEN_CPU_CAPABILITY", "avx2")
+                .env("ONEDNN_MAX_CPU_ISA", "AVX2")
+                .env("MKL_ENABLE_INSTRUCTIONS", "AVX2");
         }
         c
     };
