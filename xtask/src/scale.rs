@@ -2,7 +2,8 @@
 //! pipelines on each as a user would (the release `invar` binary, one process per stage), measures
 //! each stage's wall time, CPU time and peak RSS from the kernel's own accounting (`/usr/bin/time`),
 //! and writes the "Scale" section of `BENCHMARKS.md`: the figures, the growth exponent of each
-//! stage (least squares on log–log points) and the wall time projected to 100 and 1000 hours.
+//! stage (least squares on log–log points), the wall time projected to 100 and 1000 hours, and a
+//! log-log figure of every stage's peak RSS and CPU time (`BENCHMARKS-scale.png`).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -29,7 +30,8 @@ const HELP: &str = "cargo xtask bench --scale [--hours 0.25,1,4] [--threads 2] [
 Generates one corpus per size (40 speakers, invar synth), runs every stage of the three pipelines
 on it with the release binary (built here unless --bin is given), each under /usr/bin/time, and
 writes the Scale section of BENCHMARKS.md (wall, CPU and peak RSS per stage against hours, growth
-exponents, projections to 100 h and 1000 h). --keep keeps each size's outputs (they are removed
+exponents, projections to 100 h and 1000 h) with a log-log figure of peak RSS and CPU time beside it
+(BENCHMARKS-scale.png and .svg, named after --out). --keep keeps each size's outputs (they are removed
 after measuring, as the larger ones take many GB). --render-only rewrites the section from
 WORK/results.json of an earlier run; --note adds a line on the run's conditions.";
 
@@ -587,6 +589,86 @@ fn render(
     md
 }
 
+/// The per-stage series of `results` for one measure (`peak_mb`, `cpu_s`): `(hours, value)`.
+fn series(results: &[Value], measure: &str) -> Vec<(String, Vec<(f64, f64)>)> {
+    let mut out: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for r in results {
+        let Some(h) = r["hours"].as_f64() else {
+            continue;
+        };
+        for s in r["stages"].as_array().into_iter().flatten() {
+            let (Some(name), Some(v)) = (s["name"].as_str(), s[measure].as_f64()) else {
+                continue;
+            };
+            match out.iter_mut().find(|(n, _)| n == name) {
+                Some((_, pts)) => pts.push((h, v)),
+                None => out.push((name.to_owned(), vec![(h, v)])),
+            }
+        }
+    }
+    out
+}
+
+/// A log-log figure of every stage's peak RSS and CPU time against hours (`stem`.svg and .png),
+/// written when there are two sizes or more; the paths written.
+fn plot(results: &[Value], stem: &Path) -> Result<Vec<PathBuf>> {
+    use invar_plot::{KeyAxis, Line, LinePlot, Panel, Series};
+    let hours: Vec<f64> = results.iter().filter_map(|r| r["hours"].as_f64()).collect();
+    let (h_lo, h_hi) = hours
+        .iter()
+        .fold((f64::INFINITY, 0f64), |(a, b), &h| (a.min(h), b.max(h)));
+    if hours.len() < 2 || !(h_lo > 0.0 && h_hi > h_lo) {
+        return Ok(Vec::new());
+    }
+    let x = KeyAxis {
+        from: h_lo.log10() - 0.1,
+        to: h_hi.log10() + 0.1,
+        keys: hours.iter().map(|h| h.log10()).collect(),
+        labels: hours.iter().map(|h| format!("{h:.2}")).collect(),
+    };
+    let panel = |measure: &str, y_desc: &str| -> Option<Panel> {
+        let data = series(results, measure);
+        let (lo, hi) = data
+            .iter()
+            .flat_map(|(_, p)| p.iter().map(|q| q.1))
+            .filter(|v| *v > 0.0)
+            .fold((f64::INFINITY, 0f64), |(a, b), v| (a.min(v), b.max(v)));
+        Some(Panel {
+            title: String::new(),
+            x: x.clone(),
+            x_desc: "hours of audio (log)".into(),
+            y_desc: y_desc.into(),
+            y_range: None,
+            y_ticks: Some(KeyAxis::log10(lo, hi)?),
+            series: data
+                .into_iter()
+                .enumerate()
+                .map(|(i, (label, pts))| Series {
+                    label,
+                    points: pts
+                        .into_iter()
+                        .filter(|p| p.1 > 0.0)
+                        .map(|(h, v)| (h.log10(), v.log10()))
+                        .collect(),
+                    line: Line::nth(i),
+                })
+                .collect(),
+            references: Vec::new(),
+            markers: true,
+        })
+    };
+    let panels: Vec<Panel> = [
+        panel("peak_mb", "peak RSS (MB, log)"),
+        panel("cpu_s", "CPU time (s, log)"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let fig = LinePlot::new("invar stages against corpus size", panels);
+    invar_plot::register_fonts()?;
+    Ok(invar_plot::save(&fig, stem)?)
+}
+
 pub fn run(args: &[String]) -> Result<()> {
     let Some(opts) = parse(args)? else {
         println!("{HELP}");
@@ -672,11 +754,33 @@ pub fn run(args: &[String]) -> Result<()> {
     if let Some(note) = &opts.note {
         machine.push(("conditions".to_owned(), note.clone()));
     }
-    let section = render(&results, &machine, opts.threads, &reproduce);
     let out = opts
         .out
         .clone()
         .unwrap_or_else(|| root.join("BENCHMARKS.md"));
+    let stem = out.with_file_name(format!(
+        "{}-scale",
+        out.file_stem()
+            .map_or("BENCHMARKS".into(), |s| s.to_string_lossy())
+    ));
+    let figure = plot(&results, &stem)?;
+    let mut section = render(&results, &machine, opts.threads, &reproduce);
+    if let Some(png) = figure
+        .iter()
+        .find(|p| p.extension().is_some_and(|e| e == "png"))
+    {
+        let name = png
+            .file_name()
+            .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+        section = section.replacen(
+            "\n\n| stage |",
+            &format!(
+                "\n\n![Peak RSS and CPU time of every stage against hours of audio, log-log]({name})\n\n| stage |"
+            ),
+            1,
+        );
+        eprintln!("Scale plot written to {}", png.display());
+    }
     let old = std::fs::read_to_string(&out).unwrap_or_default();
     let text = crate::peers::replace_section(&old, &section);
     let tmp = out.with_extension("md.tmp");
@@ -689,6 +793,39 @@ pub fn run(args: &[String]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The figure has a line per stage on both panels, its ticks in the data's units, and is
+    /// not drawn from one size (no slope to show).
+    #[test]
+    fn log_log_figure_from_two_sizes() {
+        let size = |h: f64, k: f64| {
+            json!({"hours": h, "stages": [
+                {"name": "features (mfcc)", "pipeline": "shared", "wall_s": k, "cpu_s": k, "peak_mb": 60.0},
+                {"name": "utd", "pipeline": "000", "wall_s": 3.0 * k, "cpu_s": 3.0 * k, "peak_mb": 150.0 * h},
+            ]})
+        };
+        let results = vec![size(1.0, 2.0), size(4.0, 8.0)];
+        let s = series(&results, "peak_mb");
+        assert_eq!(s[1], ("utd".to_owned(), vec![(1.0, 150.0), (4.0, 600.0)]));
+        let dir = tempfile::tempdir().unwrap();
+        let written = plot(&results, &dir.path().join("B-scale")).unwrap();
+        assert_eq!(written.len(), 2);
+        let svg = std::fs::read_to_string(dir.path().join("B-scale.svg")).unwrap();
+        for t in [
+            "utd",
+            "features (mfcc)",
+            "100",
+            "200",
+            "500",
+            "1.00",
+            "4.00",
+        ] {
+            assert!(svg.lines().any(|l| l.trim() == t), "no `{t}` in the figure");
+        }
+        assert!(plot(&results[..1], &dir.path().join("one"))
+            .unwrap()
+            .is_empty());
+    }
 
     #[test]
     fn arguments_parse() {

@@ -302,6 +302,7 @@ pub fn curves_plot(
         x_desc: x_desc.to_string(),
         y_desc: y_desc.to_string(),
         y_range: None,
+        y_ticks: None,
         series: series
             .iter()
             .enumerate()

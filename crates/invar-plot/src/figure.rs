@@ -149,6 +149,57 @@ impl KeyAxis {
     }
 }
 
+impl KeyAxis {
+    /// A logarithmic axis over `lo..hi` (both > 0, in the data's own units): the positions are
+    /// log10 of the values (so a chart's points must be given as `(…, v.log10())`), the ticks at
+    /// 1, 2 and 5 times each power of ten inside the range — only the powers of ten when that
+    /// gives more than eight — labelled in the data's units ("0.5", "20", "1000"). A tenth of a
+    /// decade of room either side. `None` when a bound is not a positive finite number.
+    pub fn log10(lo: f64, hi: f64) -> Option<Self> {
+        let ok = |v: f64| v.is_finite() && v > 0.0;
+        if !(ok(lo) && ok(hi)) {
+            return None;
+        }
+        let (lo, hi) = (lo.min(hi), lo.max(hi));
+        let (a, b) = (lo.log10(), hi.log10());
+        let ticks = |mantissas: &[f64]| -> Vec<f64> {
+            let mut v = Vec::new();
+            for p in (a.floor() as i32)..=(b.ceil() as i32) {
+                for m in mantissas {
+                    let t = m * 10f64.powi(p);
+                    let l = t.log10();
+                    if l >= a - 1e-9 && l <= b + 1e-9 {
+                        v.push(t);
+                    }
+                }
+            }
+            v
+        };
+        let mut values = ticks(&[1.0, 2.0, 5.0]);
+        if values.len() > 8 {
+            values = ticks(&[1.0]);
+        }
+        if values.len() < 2 {
+            values = vec![lo, hi];
+            values.dedup();
+        }
+        let label = |v: f64| {
+            let decimals = if v >= 1.0 {
+                0
+            } else {
+                (-v.log10()).ceil().max(0.0) as usize
+            };
+            format!("{v:.decimals$}")
+        };
+        Some(KeyAxis {
+            from: a - 0.1,
+            to: b + 0.1,
+            keys: values.iter().map(|v| v.log10()).collect(),
+            labels: values.iter().map(|&v| label(v)).collect(),
+        })
+    }
+}
+
 impl Ranged for KeyAxis {
     type FormatOption = plotters::coord::ranged1d::NoDefaultFormatting;
     type ValueType = f64;

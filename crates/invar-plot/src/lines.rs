@@ -37,6 +37,9 @@ pub struct Panel {
     pub y_desc: String,
     /// The y range; `None`: the data's (and references') range with 5 % padding.
     pub y_range: Option<(f64, f64)>,
+    /// Explicit y ticks, whose range replaces `y_range` (a logarithmic axis: [`KeyAxis::log10`],
+    /// the points' y then in log10 units); `None`: about six ticks chosen over the range.
+    pub y_ticks: Option<KeyAxis>,
     pub series: Vec<Series>,
     pub references: Vec<Reference>,
     /// Mark each data point with its line's marker.
@@ -45,6 +48,9 @@ pub struct Panel {
 
 impl Panel {
     fn y_range(&self) -> (f64, f64) {
+        if let Some(a) = &self.y_ticks {
+            return (a.from, a.to);
+        }
         if let Some(r) = self.y_range {
             return r;
         }
@@ -206,22 +212,61 @@ fn draw_panel<DB: DrawingBackend>(
     if !panel.title.is_empty() {
         builder.caption(&panel.title, (FAMILY, LABEL_PX));
     }
-    let mut chart = builder
-        .build_cartesian_2d(panel.x.clone(), y0..y1)
-        .map_err(|x| e(&x))?;
-    chart
-        .configure_mesh()
-        .light_line_style(WHITE)
+    match &panel.y_ticks {
+        Some(axis) => {
+            let mut chart = builder
+                .build_cartesian_2d(panel.x.clone(), axis.clone())
+                .map_err(|x| e(&x))?;
+            let mut mesh = chart.configure_mesh();
+            style_mesh(&mut mesh, panel);
+            mesh.draw().map_err(|x| e(&x))?;
+            draw_lines(root, &chart, panel, (y0, y1))
+        }
+        None => {
+            let mut chart = builder
+                .build_cartesian_2d(panel.x.clone(), y0..y1)
+                .map_err(|x| e(&x))?;
+            let mut mesh = chart.configure_mesh();
+            style_mesh(&mut mesh, panel);
+            mesh.y_labels(6)
+                .y_label_formatter(&|v| format_tick(*v, y1 - y0))
+                .draw()
+                .map_err(|x| e(&x))?;
+            draw_lines(root, &chart, panel, (y0, y1))
+        }
+    }
+}
+
+/// The look of every panel's grid, labels and axis descriptions.
+fn style_mesh<'a, DB, X, Y>(
+    mesh: &mut plotters::chart::MeshStyle<'a, '_, X, Y, DB>,
+    panel: &'a Panel,
+) where
+    DB: DrawingBackend,
+    X: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+    Y: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+{
+    mesh.light_line_style(WHITE)
         .bold_line_style(RGBColor(225, 225, 225))
         .x_desc(&panel.x_desc)
         .y_desc(&panel.y_desc)
         .x_label_style((FAMILY, TICK_PX))
         .y_label_style((FAMILY, TICK_PX))
-        .axis_desc_style((FAMILY, LABEL_PX))
-        .y_labels(6)
-        .y_label_formatter(&|v| format_tick(*v, y1 - y0))
-        .draw()
-        .map_err(|x| e(&x))?;
+        .axis_desc_style((FAMILY, LABEL_PX));
+}
+
+/// Draws `panel`'s reference lines and series on `chart`, in `root`'s pixels.
+fn draw_lines<DB, Y>(
+    root: &DrawingArea<DB, Shift>,
+    chart: &ChartContext<'_, DB, Cartesian2d<KeyAxis, Y>>,
+    panel: &Panel,
+    (y0, y1): (f64, f64),
+) -> Result<(), String>
+where
+    DB: DrawingBackend,
+    Y: Ranged<ValueType = f64>,
+{
+    let e = |x: &dyn std::fmt::Display| x.to_string();
     let (x_lo, x_hi) = (panel.x.from.min(panel.x.to), panel.x.from.max(panel.x.to));
     let inside = |p: &(f64, f64)| p.0.is_finite() && p.1.is_finite() && p.0 >= x_lo && p.0 <= x_hi;
     for r in &panel.references {
@@ -280,6 +325,7 @@ mod tests {
             x_desc: "epoch".into(),
             y_desc: "accuracy (%)".into(),
             y_range: Some((0.0, 100.0)),
+            y_ticks: None,
             series: vec![
                 series("training", 0, Dash::Solid),
                 series("validation", 1, Dash::Dashed),
@@ -341,6 +387,49 @@ mod tests {
             u32::from_be_bytes(png[20..24].try_into().unwrap()),
         );
         assert_eq!(size, (w, h));
+    }
+
+    /// A log axis ticks 1, 2, 5 × 10^k inside the range in the data's units (positions log10),
+    /// only powers of ten past eight ticks, and refuses a bound that is not positive.
+    #[test]
+    fn log_axes_tick_one_two_five_in_data_units() {
+        let a = KeyAxis::log10(0.25, 16.0).unwrap();
+        assert_eq!(a.labels, ["0.5", "1", "2", "5", "10"]);
+        for (k, l) in a.keys.iter().zip(&a.labels) {
+            assert!((10f64.powf(*k) - l.parse::<f64>().unwrap()).abs() < 1e-9);
+        }
+        assert!((a.from - (0.25f64.log10() - 0.1)).abs() < 1e-12);
+        assert!((a.to - (16f64.log10() + 0.1)).abs() < 1e-12);
+        let wide = KeyAxis::log10(0.05, 5000.0).unwrap();
+        assert_eq!(wide.labels, ["0.1", "1", "10", "100", "1000"]);
+        let narrow = KeyAxis::log10(30.0, 40.0).unwrap();
+        assert_eq!(narrow.labels, ["30", "40"]);
+        assert!(KeyAxis::log10(0.0, 1.0).is_none());
+        assert!(KeyAxis::log10(1.0, f64::NAN).is_none());
+    }
+
+    /// A panel with log ticks draws its own tick labels (not plotters' six) and the points
+    /// inside it.
+    #[test]
+    fn log_panel_draws_its_ticks() {
+        crate::register_fonts().unwrap();
+        let mut p = plot();
+        for panel in &mut p.panels {
+            panel.y_ticks = KeyAxis::log10(5.0, 200.0);
+            for s in &mut panel.series {
+                for pt in &mut s.points {
+                    pt.1 = pt.1.log10();
+                }
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let paths = crate::save(&p, &dir.path().join("log")).unwrap();
+        let svg = std::fs::read_to_string(&paths[0]).unwrap();
+        let text = |t: &str| svg.lines().filter(|l| l.trim() == t).count();
+        for t in ["10", "20", "50", "100", "200"] {
+            assert_eq!(text(t), 2, "tick {t}");
+        }
+        assert_eq!(text("1.5"), 0, "a log10 value shown as a tick");
     }
 
     /// A dashed line leaves gaps: fewer pixels inked than the same line solid.

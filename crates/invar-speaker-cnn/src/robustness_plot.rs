@@ -220,6 +220,7 @@ pub fn robustness_figure(report: &RobustnessReport, speakers: usize) -> LinePlot
             "utterance accuracy (%)".into()
         },
         y_range: Some((0.0, 100.0)),
+        y_ticks: None,
         series: series(chunk),
         references: references.clone(),
         markers: true,

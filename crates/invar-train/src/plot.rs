@@ -129,6 +129,7 @@ fn figure(history: &[EpochRecord], title: &str) -> LinePlot {
                 x_desc: "epoch".into(),
                 y_desc,
                 y_range: None,
+                y_ticks: None,
                 series: series
                     .iter()
                     .map(|(split, pts)| {
