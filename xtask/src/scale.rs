@@ -468,6 +468,14 @@ fn fmt_s(s: f64) -> String {
     }
 }
 
+fn fmt_mb(mb: f64) -> String {
+    if mb >= 1024.0 {
+        format!("{:.1} GB", mb / 1024.0)
+    } else {
+        format!("{mb:.0} MB")
+    }
+}
+
 /// The Markdown section from `results` (one object per size: hours and per-stage usage).
 fn render(
     results: &[Value],
@@ -505,11 +513,16 @@ fn render(
     for h in &hours {
         let _ = write!(md, " {h:.2} h: wall / CPU / peak RSS |");
     }
-    md.push_str(" CPU exponent | RSS exponent | projected wall, 100 h | 1000 h |\n| --- | --- |");
+    md.push_str(
+        " CPU exponent | RSS exponent | projected wall, 100 h | 1000 h | projected peak RSS, 100 h |\n| --- | --- |",
+    );
     for _ in &hours {
         md.push_str(" ---: |");
     }
-    md.push_str(" ---: | ---: | ---: | ---: |\n");
+    md.push_str(" ---: | ---: | ---: | ---: | ---: |\n");
+    // Over the stages: the summed projected wall time at 100 h, the largest projected peak RSS.
+    let mut total_100 = 0.0;
+    let mut largest_100: Option<(f64, String)> = None;
     for name in &names {
         let pipeline = results
             .first()
@@ -550,16 +563,38 @@ fn render(
             (Some((h, u)), Some(e)) => fmt_s(u.wall_s * (target / h).powf(e.max(0.0))),
             _ => "—".to_owned(),
         };
+        let rss_100 = match (last, e_rss) {
+            (Some((h, u)), Some(e)) => Some(u.peak_mb * (100.0 / h).powf(e.max(0.0))),
+            _ => None,
+        };
+        if let (Some((h, u)), Some(e)) = (last, e_cpu) {
+            total_100 += u.wall_s * (100.0 / h).powf(e.max(0.0));
+        }
+        if let Some(r) = rss_100 {
+            if largest_100.as_ref().is_none_or(|(m, _)| r > *m) {
+                largest_100 = Some((r, name.clone()));
+            }
+        }
         let _ = writeln!(
             md,
-            " {} | {} | {} | {} |",
+            " {} | {} | {} | {} | {} |",
             show(e_cpu),
             show(e_rss),
             project(100.0),
-            project(1000.0)
+            project(1000.0),
+            rss_100.map_or("—".to_owned(), fmt_mb)
         );
     }
     md.push('\n');
+    if let Some((rss, stage)) = &largest_100 {
+        let _ = writeln!(
+            md,
+            "- projected 100-hour run, every stage above in turn on this machine: {} of wall time; \
+             the largest projected peak RSS {} ({stage})",
+            fmt_s(total_100),
+            fmt_mb(*rss)
+        );
+    }
     let found: Vec<String> = results
         .iter()
         .filter_map(|r| {
@@ -881,8 +916,32 @@ mod tests {
         let md = render(&results, &[], 2, "cmd");
         assert!(md.starts_with(HEADING), "{md}");
         // Linear CPU: 40 s at 4 h → 1000 s at 100 h, 10 000 s = 2.8 h at 1000 h; flat memory.
-        assert!(md.contains("| 1.00 | 0.00 | 1000 s | 2.8 h |"), "{md}");
+        assert!(
+            md.contains("| 1.00 | 0.00 | 1000 s | 2.8 h | 50 MB |"),
+            "{md}"
+        );
         assert!(!md.contains("utd coverage"), "{md}");
+        // A second stage whose memory grows linearly: 200 MB at 4 h → 5000 MB at 100 h, the
+        // largest; the run's wall time is the two stages' projections summed.
+        let two = |h: f64| {
+            json!([
+                { "name": "s", "pipeline": "000", "wall_s": 10.0 * h, "cpu_s": 10.0 * h, "peak_mb": 50.0 },
+                { "name": "t", "pipeline": "000", "wall_s": 5.0 * h, "cpu_s": 5.0 * h, "peak_mb": 50.0 * h },
+            ])
+        };
+        let results = vec![
+            json!({ "hours": 1.0, "stages": two(1.0) }),
+            json!({ "hours": 4.0, "stages": two(4.0) }),
+        ];
+        let md = render(&results, &[], 2, "cmd");
+        assert!(
+            md.contains("| 1.00 | 1.00 | 500 s | 1.4 h | 4.9 GB |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("1500 s of wall time; the largest projected peak RSS 4.9 GB (t)"),
+            "{md}"
+        );
     }
 
     /// utd's coverage and precision are read from its results.json and listed per size.
