@@ -304,16 +304,37 @@ fn spilled_statistics(
     Ok(spilled)
 }
 
-/// Baum–Welch statistics of the utterances `rows` of `source`, with a progress bar.
-fn statistics(
-    ubm: &invar_gmm::DiagGmm,
-    source: &dyn FrameSource,
-    rows: &[usize],
-) -> anyhow::Result<Vec<invar_gmm::BaumWelch>> {
-    let progress = ItemProgress::new(rows.len() as u64, "Baum-Welch statistics");
-    let stats = invar_gmm::baum_welch_rows(ubm, source, rows, &|| progress.inc())?;
-    progress.finish();
-    Ok(stats)
+/// The Baum–Welch statistics of the utterances `rows` of `source`, computed a batch at a time
+/// (in parallel within the batch) when they are read: for one pass over them, such as `ivector
+/// accumulate`'s E-step, nothing is held but the batch.
+struct ComputedStats<'a> {
+    ubm: &'a invar_gmm::DiagGmm,
+    source: &'a dyn FrameSource,
+    rows: &'a [usize],
+    /// Called after each utterance.
+    done: &'a (dyn Fn() + Sync),
+}
+
+impl invar_gmm::StatsBatches for ComputedStats<'_> {
+    fn utterances(&self) -> usize {
+        self.rows.len()
+    }
+
+    fn for_each_batch(
+        &self,
+        size: usize,
+        f: &mut dyn FnMut(&[invar_gmm::BaumWelch]) -> invar_gmm::Result<()>,
+    ) -> invar_gmm::Result<()> {
+        for rows in self.rows.chunks(size.max(1)) {
+            f(&invar_gmm::baum_welch_rows(
+                self.ubm,
+                self.source,
+                rows,
+                self.done,
+            )?)?;
+        }
+        Ok(())
+    }
 }
 
 /// Loads the UBM at `ubm` and the i-vector extractor at `extractor` trained with it, naming
@@ -353,8 +374,16 @@ fn accumulate(args: AccumulateArgs) -> anyhow::Result<()> {
         ],
     )?;
     let mine: Vec<usize> = (0..source.len()).filter(|&i| shard.contains(i)).collect();
-    let stats = statistics(&ubm, &source, &mine)?;
-    let acc = model.accumulate(&stats)?;
+    // One pass: each batch's statistics are computed as the E-step asks for them, never held
+    // for the whole shard (the same batches in the same order as before, so the same bits).
+    let progress = ItemProgress::new(mine.len() as u64, "Baum-Welch statistics + E-step");
+    let acc = model.accumulate_from(&ComputedStats {
+        ubm: &ubm,
+        source: &source,
+        rows: &mine,
+        done: &|| progress.inc(),
+    })?;
+    progress.finish();
     acc.save(&file)?;
     let objective = acc.objective / acc.frames.max(1) as f64;
     println!(
