@@ -44,7 +44,20 @@ pub fn run(args: CorpusArgs) -> anyhow::Result<()> {
 
 /// Reads a corpus for a command, running Kaldi `wav.scp` pipes only when `allow_pipes`.
 pub fn read(layout: Layout, path: &Path, allow_pipes: bool) -> anyhow::Result<Corpus> {
-    let options = CorpusOptions { allow_pipes };
+    let options = CorpusOptions {
+        allow_pipes,
+        skip_alignments: false,
+    };
+    Ok(read_corpus_with(layout, path, &options)?)
+}
+
+/// [`read`] for stages that use only the audio: without alignments or transcripts, which are
+/// not read (TIMIT) or dropped (issue #24: they were about 3 KB an utterance in `features`).
+pub fn read_audio_only(layout: Layout, path: &Path, allow_pipes: bool) -> anyhow::Result<Corpus> {
+    let options = CorpusOptions {
+        allow_pipes,
+        skip_alignments: true,
+    };
     Ok(read_corpus_with(layout, path, &options)?)
 }
 

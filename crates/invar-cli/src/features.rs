@@ -136,7 +136,8 @@ pub fn run(args: FeaturesArgs) -> anyhow::Result<()> {
     args.frontend.apply(&mut frontend);
     frontend.validate()?;
     let shard = Shard::parse_or_all(args.shard.as_deref())?;
-    let corpus = crate::corpus::read(args.layout, &args.path, args.allow_pipes)?;
+    // Only the audio is used: alignments and transcripts are not read.
+    let corpus = crate::corpus::read_audio_only(args.layout, &args.path, args.allow_pipes)?;
     let job = FeatureJob {
         layout: args.layout,
         corpus: args.path.clone(),

@@ -17,6 +17,12 @@ const LAYOUT: &str = "TIMIT";
 /// `<SPEAKER>_<UTT>` (`FCJF0_SA1`). Missing `.PHN`/`.WRD`/`.TXT` files are fine; malformed ones are
 /// errors naming the file and line.
 pub fn read_timit(root: &Path) -> Result<Corpus> {
+    read_timit_with(root, true)
+}
+
+/// [`read_timit`]; with `alignments` false the `.PHN`, `.WRD` and `.TXT` files are not read (nor
+/// checked): every utterance's `phones` and `words` are `None` and there are no transcripts.
+pub(crate) fn read_timit_with(root: &Path, alignments: bool) -> Result<Corpus> {
     let base = locate_root(root)?;
     let top = list_dir(&base)?;
     let mut speaker_dirs: Vec<(Split, Entry)> = Vec::new();
@@ -39,7 +45,7 @@ pub fn read_timit(root: &Path) -> Result<Corpus> {
     }
     let per_speaker: Vec<SpeakerFiles> = speaker_dirs
         .par_iter()
-        .map(|(split, dir)| read_speaker(*split, dir))
+        .map(|(split, dir)| read_speaker(*split, dir, alignments))
         .collect::<Result<_>>()?;
     let mut utterances = Vec::new();
     let mut transcripts = BTreeMap::new();
@@ -93,8 +99,9 @@ fn locate_root(root: &Path) -> Result<PathBuf> {
 /// One speaker folder's utterances and its transcripts by utterance id.
 type SpeakerFiles = (Vec<Utterance>, Vec<(String, Segment)>);
 
-/// Reads one speaker folder: its recordings and the alignments beside them.
-fn read_speaker(split: Split, dir: &Entry) -> Result<SpeakerFiles> {
+/// Reads one speaker folder: its recordings and, with `alignments`, the alignments and
+/// transcripts beside them.
+fn read_speaker(split: Split, dir: &Entry, alignments: bool) -> Result<SpeakerFiles> {
     let mut chars = dir.name.chars();
     let sex = chars.next().and_then(Sex::from_code);
     let rest_ok = !chars.as_str().is_empty() && chars.all(|c| c.is_ascii_alphanumeric());
@@ -160,9 +167,13 @@ fn read_speaker(split: Split, dir: &Entry) -> Result<SpeakerFiles> {
     for (name, f) in names {
         let Some((_, wav)) = f.wav else { continue };
         let id = format!("{speaker}_{}", crate::sanitize_id(&name));
-        let phones = f.phn.as_deref().map(read_phn).transpose()?;
-        let words = f.wrd.as_deref().map(read_wrd).transpose()?;
-        if let Some(txt) = f.txt.as_deref() {
+        let (phn, wrd, txt) = match alignments {
+            true => (f.phn, f.wrd, f.txt),
+            false => (None, None, None),
+        };
+        let phones = phn.as_deref().map(read_phn).transpose()?;
+        let words = wrd.as_deref().map(read_wrd).transpose()?;
+        if let Some(txt) = txt.as_deref() {
             txts.push((id.clone(), read_txt(txt)?));
         }
         utts.push(Utterance {

@@ -87,6 +87,14 @@ fn phn_out_of_order_and_malformed_in_a_timit_tree() {
     let err = read_corpus(Layout::Timit, dir.path()).unwrap_err();
     assert!(matches!(err, Error::OutOfOrder { line: 3, .. }), "{err}");
     assert_names(&err, &phn, Some(3));
+    // A reader that skips the alignments (`features`) does not read the .PHN at all.
+    let skip = invar_data::CorpusOptions {
+        skip_alignments: true,
+        ..invar_data::CorpusOptions::default()
+    };
+    let c = invar_data::read_corpus_with(Layout::Timit, dir.path(), &skip).unwrap();
+    assert_eq!(c.utterances.len(), 1);
+    assert!(c.utterances[0].phones.is_none());
     file(&spk, "SA1.PHN", b"0 400 h#\n400 sh\n");
     let err = read_corpus(Layout::Timit, dir.path()).unwrap_err();
     assert!(matches!(err, Error::Malformed { line: 2, .. }), "{err}");

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use invar_audio::{write_sphere, write_wav, Audio, FeatureKind, FrontendConfig, ReadOptions};
 use invar_data::{
-    corpus_stats, extract_features, read_corpus, Error, FeatureJob, FeatureSet, Layout, Sex, Shard,
-    Split,
+    corpus_stats, extract_features, read_corpus, read_corpus_with, CorpusOptions, Error,
+    FeatureJob, FeatureSet, Layout, Sex, Shard, Split,
 };
 
 /// A sox-written NIST SPHERE file (16 kHz, 1600 samples, little-endian), from invar-audio's
@@ -108,6 +108,26 @@ fn timit_any_case_with_alignments() {
         (stats.with_phones, stats.with_words, stats.with_transcripts),
         (2, 1, 1)
     );
+
+    // Without alignments (what `features` reads, #24): the same utterances, nothing else.
+    let skip = CorpusOptions {
+        skip_alignments: true,
+        ..CorpusOptions::default()
+    };
+    let bare = read_corpus_with(Layout::Timit, dir.path(), &skip).unwrap();
+    assert_eq!(bare.utterances.len(), c.utterances.len());
+    for (a, b) in bare.utterances.iter().zip(&c.utterances) {
+        assert_eq!(
+            (&a.id, &a.speaker, a.sex, &a.path, a.split),
+            (&b.id, &b.speaker, b.sex, &b.path, b.split)
+        );
+        assert!(a.phones.is_none() && a.words.is_none(), "{}", a.id);
+    }
+    assert!(bare.transcripts.is_empty());
+    // The default options still give them.
+    let again = read_corpus_with(Layout::Timit, dir.path(), &CorpusOptions::default()).unwrap();
+    assert_eq!(again.utterances, c.utterances);
+    assert_eq!(again.transcripts, c.transcripts);
 }
 
 #[test]

@@ -167,6 +167,187 @@ pub fn baum_welch_rows(
         .collect()
 }
 
+/// Utterances' Baum–Welch statistics as T-matrix training reads them: in order, a batch at a
+/// time, once per EM iteration.
+pub trait StatsBatches {
+    /// How many utterances there are.
+    fn utterances(&self) -> usize;
+    /// Calls `f` on consecutive batches of `size` utterances (the last may be shorter), in order.
+    fn for_each_batch(
+        &self,
+        size: usize,
+        f: &mut dyn FnMut(&[BaumWelch]) -> Result<()>,
+    ) -> Result<()>;
+}
+
+impl StatsBatches for &[BaumWelch] {
+    fn utterances(&self) -> usize {
+        self.len()
+    }
+
+    fn for_each_batch(
+        &self,
+        size: usize,
+        f: &mut dyn FnMut(&[BaumWelch]) -> Result<()>,
+    ) -> Result<()> {
+        self.chunks(size.max(1)).try_for_each(f)
+    }
+}
+
+impl StatsBatches for Vec<BaumWelch> {
+    fn utterances(&self) -> usize {
+        self.len()
+    }
+
+    fn for_each_batch(
+        &self,
+        size: usize,
+        f: &mut dyn FnMut(&[BaumWelch]) -> Result<()>,
+    ) -> Result<()> {
+        (&self.as_slice()).for_each_batch(size, f)
+    }
+}
+
+/// Baum–Welch statistics kept in an unnamed temporary file instead of memory (`ivector train`
+/// reads every utterance's statistics once per EM iteration; at `C + C·F` f64s, 7 KB an
+/// utterance for 64 × 13, a 100-hour corpus's would hold over a gigabyte). Each record is its
+/// f64s' little-endian bytes and the frame count, so what is read back has the written bits.
+/// The file has no name and goes away with this value (or with the process).
+pub struct SpilledStats {
+    file: std::fs::File,
+    /// Where the file was made, for errors.
+    dir: std::path::PathBuf,
+    components: usize,
+    cf: usize,
+    len: usize,
+    writer: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+impl SpilledStats {
+    /// An empty store in a temporary file in `dir`, for statistics of `components` components
+    /// and `components × dims` first-order values.
+    pub fn new_in(dir: &std::path::Path, components: usize, dims: usize) -> Result<Self> {
+        let io = |source| invar_io::Error::Io {
+            path: dir.to_path_buf(),
+            source,
+        };
+        let file = tempfile::tempfile_in(dir).map_err(io)?;
+        let writer = std::io::BufWriter::new(file.try_clone().map_err(io)?);
+        Ok(Self {
+            file,
+            dir: dir.to_path_buf(),
+            components,
+            cf: components * dims,
+            len: 0,
+            writer: Some(writer),
+        })
+    }
+
+    fn io(&self, source: std::io::Error) -> Error {
+        invar_io::Error::Io {
+            path: self.dir.join("(temporary Baum-Welch statistics file)"),
+            source,
+        }
+        .into()
+    }
+
+    fn record_bytes(&self) -> usize {
+        (self.components + self.cf + 1) * 8
+    }
+
+    /// Appends one utterance's statistics (they must have this store's sizes).
+    pub fn push(&mut self, bw: &BaumWelch) -> Result<()> {
+        use std::io::Write;
+        if bw.n.len() != self.components || bw.f.len() != self.cf {
+            return Err(Error::Dim {
+                what: "Baum-Welch statistics (zeroth + first order)",
+                expected: self.components + self.cf,
+                found: bw.n.len() + bw.f.len(),
+            });
+        }
+        let mut bytes = Vec::with_capacity(self.record_bytes());
+        for v in bw.n.iter().chain(&bw.f) {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        bytes.extend_from_slice(&bw.frames.to_le_bytes());
+        let result = match self.writer.as_mut() {
+            Some(w) => w.write_all(&bytes),
+            None => Err(std::io::Error::other(
+                "statistics appended after they were first read",
+            )),
+        };
+        result.map_err(|e| self.io(e))?;
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Writes out what is buffered; called before the first read, and then no more pushes.
+    pub fn finish(&mut self) -> Result<()> {
+        use std::io::Write;
+        if let Some(mut w) = self.writer.take() {
+            w.flush().map_err(|e| self.io(e))?;
+        }
+        Ok(())
+    }
+}
+
+impl StatsBatches for SpilledStats {
+    fn utterances(&self) -> usize {
+        self.len
+    }
+
+    fn for_each_batch(
+        &self,
+        size: usize,
+        f: &mut dyn FnMut(&[BaumWelch]) -> Result<()>,
+    ) -> Result<()> {
+        use std::io::{Read, Seek};
+        if self.writer.is_some() {
+            return Err(self.io(std::io::Error::other(
+                "statistics read before SpilledStats::finish",
+            )));
+        }
+        let mut file = &self.file;
+        file.seek(std::io::SeekFrom::Start(0))
+            .map_err(|e| self.io(e))?;
+        let mut reader = std::io::BufReader::new(file);
+        let size = size.max(1);
+        let mut bytes = vec![0u8; self.record_bytes()];
+        let mut batch: Vec<BaumWelch> = Vec::with_capacity(size.min(self.len));
+        let f64_at = |b: &[u8], i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[i * 8..i * 8 + 8]);
+            a
+        };
+        let mut left = self.len;
+        while left > 0 {
+            let take = size.min(left);
+            batch.truncate(take);
+            for k in 0..take {
+                reader.read_exact(&mut bytes).map_err(|e| self.io(e))?;
+                if batch.len() <= k {
+                    batch.push(BaumWelch {
+                        n: vec![0.0; self.components],
+                        f: vec![0.0; self.cf],
+                        frames: 0,
+                    });
+                }
+                let bw = &mut batch[k];
+                for (i, v) in bw.n.iter_mut().enumerate() {
+                    *v = f64::from_le_bytes(f64_at(&bytes, i));
+                }
+                for (i, v) in bw.f.iter_mut().enumerate() {
+                    *v = f64::from_le_bytes(f64_at(&bytes, self.components + i));
+                }
+                bw.frames = u64::from_le_bytes(f64_at(&bytes, self.components + self.cf));
+            }
+            f(&batch)?;
+            left -= take;
+        }
+        Ok(())
+    }
+}
+
 /// The accumulators of one T-matrix E-step; they add across shards.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TStats {
@@ -659,10 +840,23 @@ impl IvectorExtractor {
 
     /// The E-step of T-matrix training over a shard of utterances.
     pub fn accumulate(&self, stats: &[BaumWelch]) -> Result<TStats> {
+        self.accumulate_from(&stats)
+    }
+
+    /// [`Self::accumulate`] over statistics read a batch at a time (from memory or from a
+    /// [`SpilledStats`] file): the same batches in the same order, so the same bits.
+    pub fn accumulate_from(&self, stats: &dyn StatsBatches) -> Result<TStats> {
+        let (c, cf) = (self.components, self.components * self.dims);
+        let mut acc = TStats::zeros(c, cf, self.rank);
+        stats.for_each_batch(BATCH, &mut |batch| self.accumulate_batch(batch, &mut acc))?;
+        Ok(acc)
+    }
+
+    /// Adds one batch of utterances' E-step statistics to `acc`.
+    fn accumulate_batch(&self, batch: &[BaumWelch], acc: &mut TStats) -> Result<()> {
         let (c, cf, r) = (self.components, self.components * self.dims, self.rank);
         let p = packed_len(r);
-        let mut acc = TStats::zeros(c, cf, r);
-        for batch in stats.chunks(BATCH) {
+        {
             let u = batch.len();
             let mut wmat = vec![0.0; u * r];
             let mut wwp = vec![0.0; u * p];
@@ -710,7 +904,7 @@ impl IvectorExtractor {
             gemm(cf, r, u, &fmat, Op::T, &wmat, Op::N, &mut acc.c, true, true)?;
             gemm(c, r, u, &nmat, Op::T, &wmat, Op::N, &mut acc.g, true, true)?;
         }
-        Ok(acc)
+        Ok(())
     }
 
     /// The M-step: `T_c = C_c A_c⁻¹` for each component, then (optionally) minimum divergence:
@@ -879,7 +1073,7 @@ pub fn train_ivector(
     cfg: &IvectorConfig,
     on_iter: &mut dyn FnMut(&IvectorIteration),
 ) -> Result<(IvectorExtractor, Vec<IvectorIteration>)> {
-    train_ivector_resumable(ubm, stats, cfg, None, &mut |report, _, _| {
+    train_ivector_resumable(ubm, &stats, cfg, None, &mut |report, _, _| {
         on_iter(report);
         Ok(())
     })
@@ -898,12 +1092,12 @@ pub type AfterIteration<'a> =
 /// error from it stops the run.
 pub fn train_ivector_resumable(
     ubm: &DiagGmm,
-    stats: &[BaumWelch],
+    stats: &dyn StatsBatches,
     cfg: &IvectorConfig,
     resume: Option<(IvectorExtractor, Vec<IvectorIteration>)>,
     after_iter: &mut AfterIteration<'_>,
 ) -> Result<(IvectorExtractor, Vec<IvectorIteration>)> {
-    if stats.is_empty() {
+    if stats.utterances() == 0 {
         return Err(Error::Empty(
             "no utterances to train the i-vector extractor on",
         ));
@@ -916,7 +1110,7 @@ pub fn train_ivector_resumable(
         ),
     };
     for iteration in history.len() + 1..=cfg.iters {
-        let acc = model.accumulate(stats)?;
+        let acc = model.accumulate_from(stats)?;
         let report = IvectorIteration {
             iteration,
             objective_per_frame: acc.objective / acc.frames.max(1) as f64,
@@ -1004,6 +1198,66 @@ mod tests {
         for prior_offset in [false, true] {
             shards_add_up(&ubm, &stats, prior_offset);
         }
+    }
+
+    /// Statistics spilled to a temporary file (what `ivector train` does, #24) train the same
+    /// bits as the same statistics in memory: 70 utterances of different lengths, so three
+    /// batches of [`BATCH`] with a short last one, read back once per iteration.
+    #[test]
+    fn spilled_statistics_train_the_same_bits() {
+        let ubm = DiagGmm::new(
+            vec![0.3, 0.7],
+            Matrix::new(2, 2, vec![-1.0, 0.2, 1.0, 0.5]).unwrap(),
+            Matrix::new(2, 2, vec![1.0, 0.5, 0.8, 1.2]).unwrap(),
+        )
+        .unwrap();
+        let utts: Vec<Matrix> = (0..70)
+            .map(|u| {
+                let rows = 5 + u % 11;
+                let data = (0..rows * 2)
+                    .map(|i| ((i * 13 + u * 7) % 17) as f32 / 5.0 - 1.6)
+                    .collect();
+                Matrix::new(rows, 2, data).unwrap()
+            })
+            .collect();
+        let stats = baum_welch_source(&ubm, &utts).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut spilled = SpilledStats::new_in(dir.path(), 2, 2).unwrap();
+        for bw in &stats {
+            spilled.push(bw).unwrap();
+        }
+        assert!(
+            spilled.for_each_batch(BATCH, &mut |_| Ok(())).is_err(),
+            "read before finish"
+        );
+        spilled.finish().unwrap();
+        assert!(spilled.push(&stats[0]).is_err(), "push after finish");
+        assert_eq!(spilled.utterances(), 70);
+        let mut back = Vec::new();
+        let mut sizes = Vec::new();
+        spilled
+            .for_each_batch(BATCH, &mut |b| {
+                sizes.push(b.len());
+                back.extend_from_slice(b);
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(sizes, [32, 32, 6]);
+        assert_eq!(back, stats);
+        // Wrong sizes are refused.
+        let mut other = SpilledStats::new_in(dir.path(), 3, 2).unwrap();
+        assert!(matches!(other.push(&stats[0]), Err(Error::Dim { .. })));
+        let cfg = IvectorConfig {
+            rank: 3,
+            iters: 3,
+            ..IvectorConfig::default()
+        };
+        let none = &mut |_: &IvectorIteration, _: &IvectorExtractor, _: &[IvectorIteration]| Ok(());
+        let (m1, h1) = train_ivector_resumable(&ubm, &stats, &cfg, None, none).unwrap();
+        let (m2, h2) = train_ivector_resumable(&ubm, &spilled, &cfg, None, none).unwrap();
+        assert_eq!(h1, h2);
+        let bits = |m: &IvectorExtractor| m.t().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&m1), bits(&m2));
     }
 
     /// The shard sums of [`tstats_round_trip_and_shards_add_up`], for one model.

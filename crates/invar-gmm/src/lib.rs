@@ -30,8 +30,8 @@ pub use gmm::{meta_path, DiagGmm};
 pub use invar_io::{FrameSource, SourceError};
 pub use ivector::{
     baum_welch, baum_welch_rows, baum_welch_source, length_normalize, train_ivector,
-    train_ivector_resumable, BaumWelch, IvectorConfig, IvectorExtractor, IvectorIteration, TStats,
-    KALDI_PRIOR_OFFSET,
+    train_ivector_resumable, BaumWelch, IvectorConfig, IvectorExtractor, IvectorIteration,
+    SpilledStats, StatsBatches, TStats, KALDI_PRIOR_OFFSET,
 };
 pub use lnorm::LengthNorm;
 pub use map::{map_means, supervector, supervector_from_stats, supervectors, MapConfig};
