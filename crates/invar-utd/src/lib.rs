@@ -16,11 +16,12 @@ mod lines;
 mod lsh;
 mod report;
 mod search;
+mod store;
 
 pub use cluster::cluster;
 pub use config::{
     ClusterConfig, Cmvn, CmvnOver, LineConfig, LshConfig, RefineConfig, SearchConfig,
-    SilenceConfig, UtdConfig,
+    SilenceConfig, StoreConfig, StoreFrames, UtdConfig,
 };
 pub use discover::{
     discover, discover_taking, discover_with_progress, Discovery, FragmentPair, FragmentRef,
