@@ -276,11 +276,11 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
         ]
         .concat(),
     )?;
-    let mut utts = invar_utd::load_featureset(&set)?;
     let started = std::time::Instant::now();
     let bar: OnceLock<ItemProgress> = OnceLock::new();
-    // The frames move into the run (held once); `utts` keeps ids, speakers and lengths.
-    let discovery = invar_utd::discover_taking(&mut utts, &cfg, &|stage, _done, total| {
+    // The features are read utterance by utterance into the run (a corpus of more than one pool
+    // goes to the frame store), never held whole; `utts` keeps ids, speakers and lengths.
+    let (discovery, utts) = invar_utd::discover_featureset(&set, &cfg, &|stage, _done, total| {
         if stage == "lines" {
             bar.get_or_init(|| ItemProgress::new(total as u64, "utd: lines, by first utterance"))
                 .inc();

@@ -86,9 +86,9 @@ pub fn discover_with_progress(
 ) -> Result<Discovery> {
     cfg.validate()?;
     let (dims, offsets) = check(utterances, cfg)?;
-    let norms = norms(utterances, cfg, dims);
+    let norms = input_norms(utterances, cfg, dims)?;
     let frames = gather(cfg, dims, offsets, norms.as_ref(), |u| {
-        utterances[u].frames.data.clone()
+        Ok(utterances[u].frames.data.clone())
     })?;
     run(utterances.len(), frames, cfg, progress)
 }
@@ -106,18 +106,85 @@ pub fn discover_taking(
 ) -> Result<Discovery> {
     cfg.validate()?;
     let (dims, offsets) = check(utterances, cfg)?;
-    let norms = norms(utterances, cfg, dims);
+    let norms = input_norms(utterances, cfg, dims)?;
     let take = |m: &mut invar_io::Matrix| {
         m.cols = 0;
         std::mem::take(&mut m.data)
     };
     let frames = gather(cfg, dims, offsets, norms.as_ref(), |u| {
-        take(&mut utterances[u].frames)
+        Ok(take(&mut utterances[u].frames))
     });
     for u in utterances.iter_mut() {
         take(&mut u.frames);
     }
     run(utterances.len(), frames?, cfg, progress)
+}
+
+/// [`discover_with_progress`] over a feature set read utterance by utterance as the frames are
+/// gathered (issue #24): a few dozen utterances' input are held at a time, not the corpus, so with
+/// the store (`store.frames`) the run's memory does not grow with the corpus. Speaker
+/// normalisation reads the set once more before. Returns the discovery and the utterances' ids,
+/// speakers and lengths (`rows × 0` matrices, for [`crate::to_classes`] and
+/// [`crate::summarize`]). The results are [`discover_with_progress`]'s on the loaded set.
+pub fn discover_featureset(
+    set: &invar_data::FeatureSet,
+    cfg: &UtdConfig,
+    progress: Progress<'_>,
+) -> Result<(Discovery, Vec<UtteranceFeatures>)> {
+    cfg.validate()?;
+    let entries = set.entries();
+    let dims = entries.first().map_or(0, |e| e.dims);
+    let mut utterances = Vec::with_capacity(entries.len());
+    for e in entries {
+        if e.dims != dims {
+            return Err(Error::Dims {
+                utterance: e.id.clone(),
+                expected: dims,
+                found: e.dims,
+            });
+        }
+        utterances.push(UtteranceFeatures {
+            id: e.id.clone(),
+            speaker: Some(e.speaker.clone()).filter(|s| !s.is_empty()),
+            frames: invar_io::Matrix {
+                rows: e.frames,
+                cols: 0,
+                data: Vec::new(),
+            },
+        });
+    }
+    // The checks of the loaded set: its shapes are those of the manifest (the loader checks).
+    let offsets = index(&utterances, cfg, dims)?;
+    let speakers: Vec<Option<&str>> = utterances.iter().map(|u| u.speaker.as_deref()).collect();
+    let load = |k: usize| -> Result<Vec<f32>> { Ok(set.load(&entries[k])?.data) };
+    let norms = norms(&speakers, cfg, dims, |k| Ok(load(k)?.into()))?;
+    // Read ahead in parallel, a chunk of utterances at a time (`gather` takes them in order).
+    let (mut chunk, mut start): (Vec<Vec<f32>>, usize) = (Vec::new(), 0);
+    let frames = gather(cfg, dims, offsets, norms.as_ref(), |u| {
+        if u >= start + chunk.len() {
+            let end = (u + READ_AHEAD).min(entries.len());
+            chunk = (u..end).into_par_iter().map(load).collect::<Result<_>>()?;
+            start = u;
+        }
+        Ok(std::mem::take(&mut chunk[u - start]))
+    })?;
+    let discovery = run(utterances.len(), frames, cfg, progress)?;
+    Ok((discovery, utterances))
+}
+
+/// Utterances read at once by [`discover_featureset`].
+const READ_AHEAD: usize = 64;
+
+/// [`norms`] of utterances in memory.
+fn input_norms(
+    utterances: &[UtteranceFeatures],
+    cfg: &UtdConfig,
+    dims: usize,
+) -> Result<Option<Norms>> {
+    let speakers: Vec<Option<&str>> = utterances.iter().map(|u| u.speaker.as_deref()).collect();
+    norms(&speakers, cfg, dims, |k| {
+        Ok(utterances[k].frames.data.as_slice().into())
+    })
 }
 
 /// The run after the frames are gathered: search, lines, refinement, linking, classes.
@@ -340,9 +407,6 @@ fn spill_dir(cfg: &UtdConfig) -> std::path::PathBuf {
 /// first global frame (and the total last).
 fn check(utterances: &[UtteranceFeatures], cfg: &UtdConfig) -> Result<(usize, Vec<usize>)> {
     let dims = utterances.first().map_or(0, |u| u.frames.cols);
-    let mut seen = HashSet::new();
-    let mut offsets = Vec::with_capacity(utterances.len() + 1);
-    offsets.push(0usize);
     for u in utterances {
         if u.frames.cols != dims {
             return Err(Error::Dims {
@@ -358,6 +422,17 @@ fn check(utterances: &[UtteranceFeatures], cfg: &UtdConfig) -> Result<(usize, Ve
                 dims,
             });
         }
+    }
+    Ok((dims, index(utterances, cfg, dims)?))
+}
+
+/// Checks ids, the frame count and the energy gate's dimension: each utterance's first global
+/// frame (and the total last).
+fn index(utterances: &[UtteranceFeatures], cfg: &UtdConfig, dims: usize) -> Result<Vec<usize>> {
+    let mut seen = HashSet::new();
+    let mut offsets = Vec::with_capacity(utterances.len() + 1);
+    offsets.push(0usize);
+    for u in utterances {
         if !seen.insert(u.id.as_str()) {
             return Err(Error::DuplicateId { id: u.id.clone() });
         }
@@ -373,52 +448,62 @@ fn check(utterances: &[UtteranceFeatures], cfg: &UtdConfig) -> Result<(usize, Ve
             reason: format!("is {d}, but the frames have {dims} dimensions"),
         });
     }
-    Ok((dims, offsets))
+    Ok(offsets)
 }
 
-/// Normalisation statistics: each utterance's group (itself, or its speaker's utterances) and
-/// each group's per-dimension mean and scale.
+/// Normalisation statistics: each utterance's speaker group (`None`: its own statistics, taken
+/// as it is gathered) and each speaker group's per-dimension mean and scale.
 struct Norms {
-    group: Vec<usize>,
+    variance: bool,
+    group: Vec<Option<usize>>,
     stats: Vec<(Vec<f64>, Vec<f64>)>,
 }
 
-/// The normalisation's statistics from the input (none when it is off).
-fn norms(utterances: &[UtteranceFeatures], cfg: &UtdConfig, dims: usize) -> Option<Norms> {
+/// The normalisation's statistics (none when it is off): those of speaker groups (`cmvn_over =
+/// "speaker"`) from every member's input values, `span(k)` (a pass over the input before the
+/// frames are gathered); an utterance alone gets its own when it is gathered.
+fn norms<'a>(
+    speakers: &[Option<&str>],
+    cfg: &UtdConfig,
+    dims: usize,
+    span: impl Fn(usize) -> Result<std::borrow::Cow<'a, [f32]>> + Sync,
+) -> Result<Option<Norms>> {
     if dims == 0 || cfg.cmvn == Cmvn::Off {
-        return None;
-    }
-    // Groups of utterances whose frames share statistics: each utterance, or each speaker
-    // (utterances without a speaker stay alone), in order of first appearance.
-    let mut members: Vec<Vec<usize>> = Vec::new();
-    let mut group = Vec::with_capacity(utterances.len());
-    let mut index: std::collections::HashMap<&str, usize> = Default::default();
-    for (k, u) in utterances.iter().enumerate() {
-        let g = match (cfg.cmvn_over, u.speaker.as_deref()) {
-            (CmvnOver::Speaker, Some(spk)) => *index.entry(spk).or_insert_with(|| {
-                members.push(Vec::new());
-                members.len() - 1
-            }),
-            _ => {
-                members.push(Vec::new());
-                members.len() - 1
-            }
-        };
-        members[g].push(k);
-        group.push(g);
+        return Ok(None);
     }
     let variance = cfg.cmvn == Cmvn::MeanVariance;
+    // Speaker groups in order of first appearance; utterances without a speaker stay alone.
+    let mut members: Vec<Vec<usize>> = Vec::new();
+    let mut group = Vec::with_capacity(speakers.len());
+    let mut index: std::collections::HashMap<&str, usize> = Default::default();
+    for (k, spk) in speakers.iter().enumerate() {
+        let g = match (cfg.cmvn_over, spk) {
+            (CmvnOver::Speaker, Some(spk)) => Some(*index.entry(spk).or_insert_with(|| {
+                members.push(Vec::new());
+                members.len() - 1
+            })),
+            _ => None,
+        };
+        if let Some(g) = g {
+            members[g].push(k);
+        }
+        group.push(g);
+    }
     let stats = members
         .into_par_iter()
         .map(|m| {
-            let spans: Vec<&[f32]> = m
-                .iter()
-                .map(|&k| utterances[k].frames.data.as_slice())
-                .collect();
-            stats(&spans, dims, variance)
+            let mut acc = Acc::new(dims);
+            for k in m {
+                acc.add(&span(k)?, dims);
+            }
+            Ok(acc.finish(variance))
         })
-        .collect();
-    Some(Norms { group, stats })
+        .collect::<Result<_>>()?;
+    Ok(Some(Norms {
+        variance,
+        group,
+        stats,
+    }))
 }
 
 /// Gathers the frames, utterance after utterance from `take` (utterance `u`'s input values), with
@@ -429,7 +514,7 @@ fn gather(
     dims: usize,
     offsets: Vec<usize>,
     norms: Option<&Norms>,
-    mut take: impl FnMut(usize) -> Vec<f32>,
+    mut take: impl FnMut(usize) -> Result<Vec<f32>>,
 ) -> Result<Frames> {
     let n = offsets[offsets.len() - 1];
     let utterances = offsets.len() - 1;
@@ -442,8 +527,13 @@ fn gather(
     };
     let scale = |u: usize, data: &mut [f32]| {
         if let Some(nm) = norms {
-            let (mean, scale) = &nm.stats[nm.group[u]];
-            apply(data, dims, mean, scale);
+            match nm.group[u] {
+                Some(g) => apply(data, dims, &nm.stats[g].0, &nm.stats[g].1),
+                None => {
+                    let (mean, scale) = stats(&[&*data], dims, nm.variance);
+                    apply(data, dims, &mean, &scale);
+                }
+            }
         }
         unit_length(data, dims);
     };
@@ -451,7 +541,7 @@ fn gather(
         let mut w =
             StoreWriter::create(&spill_dir(cfg), dims, gate.is_some(), cfg.store.cache_bytes)?;
         for u in 0..utterances {
-            let mut data = take(u);
+            let mut data = take(u)?;
             let silent = gate.map_or_else(Vec::new, |d| {
                 silence_mask(&data, dims, d, s.threshold, s.min_range)
             });
@@ -462,7 +552,7 @@ fn gather(
     }
     let mut unit = Vec::with_capacity(n * dims);
     for u in 0..utterances {
-        unit.extend_from_slice(&take(u));
+        unit.extend_from_slice(&take(u)?);
     }
     let silent: Vec<bool> = match gate {
         None => Vec::new(),
@@ -539,30 +629,58 @@ pub(crate) fn silence_mask(
 /// Per-dimension mean and scale (1 / standard deviation with `variance`, else 1) of a group of
 /// frame spans (one utterance, or all of a speaker's), in f64 sums over the frames in order.
 fn stats(spans: &[&[f32]], dims: usize, variance: bool) -> (Vec<f64>, Vec<f64>) {
-    let n = spans.iter().map(|x| x.len() / dims).sum::<usize>();
-    let mut mean = vec![0f64; dims];
-    let mut sq = vec![0f64; dims];
-    if n == 0 {
-        return (mean, vec![1.0; dims]);
+    let mut acc = Acc::new(dims);
+    for x in spans {
+        acc.add(x, dims);
     }
-    for f in spans.iter().flat_map(|x| x.chunks_exact(dims)) {
-        for d in 0..dims {
-            mean[d] += f64::from(f[d]);
-            sq[d] += f64::from(f[d]) * f64::from(f[d]);
+    acc.finish(variance)
+}
+
+/// Sums of a group's frames, added span by span (the same sums in the same order, whether the
+/// spans are all in memory or read one at a time).
+struct Acc {
+    n: usize,
+    mean: Vec<f64>,
+    sq: Vec<f64>,
+}
+
+impl Acc {
+    fn new(dims: usize) -> Self {
+        Self {
+            n: 0,
+            mean: vec![0.0; dims],
+            sq: vec![0.0; dims],
         }
     }
-    let scale: Vec<f64> = (0..dims)
-        .map(|d| {
-            mean[d] /= n as f64;
-            let var = (sq[d] / n as f64 - mean[d] * mean[d]).max(0.0);
-            if variance && var > 1e-10 {
-                1.0 / var.sqrt()
-            } else {
-                1.0
+
+    fn add(&mut self, span: &[f32], dims: usize) {
+        for f in span.chunks_exact(dims) {
+            for d in 0..dims {
+                self.mean[d] += f64::from(f[d]);
+                self.sq[d] += f64::from(f[d]) * f64::from(f[d]);
             }
-        })
-        .collect();
-    (mean, scale)
+        }
+        self.n += span.len() / dims;
+    }
+
+    fn finish(self, variance: bool) -> (Vec<f64>, Vec<f64>) {
+        let Acc { n, mut mean, sq } = self;
+        if n == 0 {
+            return (mean, vec![1.0; sq.len()]);
+        }
+        let scale = (0..mean.len())
+            .map(|d| {
+                mean[d] /= n as f64;
+                let var = (sq[d] / n as f64 - mean[d] * mean[d]).max(0.0);
+                if variance && var > 1e-10 {
+                    1.0 / var.sqrt()
+                } else {
+                    1.0
+                }
+            })
+            .collect();
+        (mean, scale)
+    }
 }
 
 /// Normalises each frame of `data` with a group's [`stats`].
@@ -594,9 +712,9 @@ mod tests {
     /// The frames a run over `utts` searches.
     fn prepare(utts: &[UtteranceFeatures], cfg: &UtdConfig) -> Result<Frames> {
         let (dims, offsets) = check(utts, cfg)?;
-        let norms = norms(utts, cfg, dims);
+        let norms = input_norms(utts, cfg, dims)?;
         gather(cfg, dims, offsets, norms.as_ref(), |u| {
-            utts[u].frames.data.clone()
+            Ok(utts[u].frames.data.clone())
         })
     }
 

@@ -446,3 +446,55 @@ fn the_frame_store_finds_what_memory_finds() {
         "{err}"
     );
 }
+
+/// Issue #24: a feature set read utterance by utterance into the run (the input never held
+/// whole) gives the discovery of the same utterances loaded into memory, with utterance and
+/// speaker normalisation, in one pool (frames in memory) and several (the store), and returns
+/// each utterance's id, speaker and length.
+#[test]
+fn reading_the_set_as_the_frames_are_gathered_finds_what_loading_finds() {
+    let (mut utts, _) = tokens(5, 150);
+    for (k, u) in utts.iter_mut().enumerate() {
+        u.speaker = Some(format!("s{}", k % 4));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let set_dir = dir.path().join("set");
+    let w = invar_data::FeatureSetWriter::create(
+        &set_dir,
+        &serde_json::json!({}),
+        &invar_data::SetOrigin::unknown(),
+    )
+    .unwrap();
+    for u in &utts {
+        let spk = u.speaker.as_deref().unwrap_or("");
+        w.write(&u.id, spk, invar_data::Split::Train, &u.frames)
+            .unwrap();
+    }
+    w.finish().unwrap();
+    let set = invar_data::FeatureSet::open(&set_dir).unwrap();
+    let loaded = invar_utd::load_featureset(&set).unwrap();
+    let spill = dir.path().join("tmp");
+    std::fs::create_dir(&spill).unwrap();
+    let mut cfg = UtdConfig {
+        spill_dir: Some(spill.clone()),
+        ..UtdConfig::default()
+    };
+    cfg.cluster.link_threshold = Some(0.7);
+    for pool in [150 * 160, 40 * 160] {
+        for over in [invar_utd::CmvnOver::Utterance, invar_utd::CmvnOver::Speaker] {
+            cfg.search.pool_frames = pool;
+            cfg.cmvn_over = over;
+            let reference = discover(&loaded, &cfg).unwrap();
+            assert!(!reference.pairs.is_empty());
+            let (d, meta) = invar_utd::discover_featureset(&set, &cfg, &|_, _, _| {}).unwrap();
+            assert_eq!(d, reference, "pools of {pool} frames, {over:?}");
+            for (m, u) in meta.iter().zip(&loaded) {
+                assert_eq!(
+                    (&m.id, &m.speaker, m.frames.rows),
+                    (&u.id, &u.speaker, u.frames.rows)
+                );
+            }
+            assert_eq!(std::fs::read_dir(&spill).unwrap().count(), 0);
+        }
+    }
+}
