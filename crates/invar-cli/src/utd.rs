@@ -105,9 +105,15 @@ pub struct UtdArgs {
     /// [default: 16777216, 192 MiB]
     #[arg(long)]
     pub hit_buffer: Option<usize>,
-    /// Folder for the spilled runs (removed at the end) [default: the output folder]
+    /// Folder for the spilled runs and, for a corpus of more than one pool, the frame store
+    /// (removed at the end) [default: the output folder]
     #[arg(long)]
     pub tmp_dir: Option<PathBuf>,
+    /// Bytes of utterances read back from the frame store kept for the lines, the refinement and
+    /// the linking pass (store.cache_bytes); the store holds the frames of a corpus of more than
+    /// one pool on disk, with the same results [default: 8388608, 8 MiB]
+    #[arg(long)]
+    pub frame_cache: Option<usize>,
     /// Seed of the LSH hyperplanes and permutations [default: 0]
     #[arg(long)]
     pub seed: Option<u64>,
@@ -240,6 +246,9 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
     if let Some(v) = args.hit_buffer {
         cfg.search.hit_buffer = v;
     }
+    if let Some(v) = args.frame_cache {
+        cfg.store.cache_bytes = v;
+    }
     cfg.spill_dir = Some(args.tmp_dir.clone().unwrap_or_else(|| args.out.clone()));
     cfg.validate()?;
     let gold = match &args.gold_corpus {
@@ -267,11 +276,11 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
         ]
         .concat(),
     )?;
-    let mut utts = invar_utd::load_featureset(&set)?;
     let started = std::time::Instant::now();
     let bar: OnceLock<ItemProgress> = OnceLock::new();
-    // The frames move into the run (held once); `utts` keeps ids, speakers and lengths.
-    let discovery = invar_utd::discover_taking(&mut utts, &cfg, &|stage, _done, total| {
+    // The features are read utterance by utterance into the run (a corpus of more than one pool
+    // goes to the frame store), never held whole; `utts` keeps ids, speakers and lengths.
+    let (discovery, utts) = invar_utd::discover_featureset(&set, &cfg, &|stage, _done, total| {
         if stage == "lines" {
             bar.get_or_init(|| ItemProgress::new(total as u64, "utd: lines, by first utterance"))
                 .inc();

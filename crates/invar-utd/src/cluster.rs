@@ -7,6 +7,7 @@ use rayon::prelude::*;
 
 use crate::lines::{Line, Refiner};
 use crate::search::Frames;
+use crate::store::Utt;
 use crate::{FragmentPair, FragmentRef, Result};
 
 struct UnionFind {
@@ -106,12 +107,17 @@ pub(crate) fn link(
             class.push(uf.find(n));
         }
     }
-    let means: Vec<Vec<f32>> = nodes.iter().map(|f| mean_unit(frames, f)).collect();
+    // Nodes are in utterance order, so each utterance is read once here.
+    let means: Vec<Vec<f32>> = nodes
+        .iter()
+        .map(|f| Ok(mean_unit(&frames.utterance(f.utt)?, f)))
+        .collect::<Result<_>>()?;
     let found: Vec<(Vec<FragmentPair>, usize, usize)> = (0..nodes.len())
         .into_par_iter()
         .map_init(Refiner::default, |refiner, i| {
             let a = nodes[i];
             let (mut out, mut candidates, mut aligned) = (Vec::new(), 0, 0);
+            let ua = frames.utterance(a.utt)?;
             for (j, b) in nodes.iter().enumerate().skip(i + 1) {
                 if class[i] == class[j] || (a.utt == b.utt && a.end > b.start && b.end > a.start) {
                     continue;
@@ -129,7 +135,8 @@ pub(crate) fn link(
                     j1: b.end,
                     score: 0.0,
                 };
-                if let Some(r) = refiner.refine(frames, a.utt, b.utt, &line, &refine)? {
+                let ub = frames.utterance(b.utt)?;
+                if let Some(r) = refiner.refine(&ua, &ub, &line, &refine)? {
                     out.push(FragmentPair {
                         a,
                         b: *b,
@@ -150,11 +157,10 @@ pub(crate) fn link(
 }
 
 /// The mean of a fragment's unit frames, scaled to unit length: the linking pass's screen.
-fn mean_unit(frames: &Frames, f: &FragmentRef) -> Vec<f32> {
-    let off = frames.offsets[f.utt];
-    let mut out = vec![0f32; frames.dims];
+fn mean_unit(u: &Utt<'_>, f: &FragmentRef) -> Vec<f32> {
+    let mut out = vec![0f32; u.dims];
     for t in f.start..f.end {
-        for (o, x) in out.iter_mut().zip(frames.frame(off + t)) {
+        for (o, x) in out.iter_mut().zip(u.frame(t)) {
             *o += x;
         }
     }
@@ -285,14 +291,7 @@ mod tests {
             let n = frame.iter().map(|x| x * x).sum::<f32>().sqrt();
             frame.iter_mut().for_each(|x| *x /= n);
         }
-        let frames = Frames {
-            dims,
-            offsets: (0..=4).map(|u| u * len).collect(),
-            utt: (0..4 * len).map(|g| (g / len) as u32).collect(),
-            unit,
-            sigs: vec![0; 4 * len],
-            silent: Vec::new(),
-        };
+        let frames = Frames::in_memory(dims, (0..=4).map(|u| u * len).collect(), unit, Vec::new());
         let pairs = vec![
             pair(f(0, 10, 40), f(1, 5, 35)),
             pair(f(2, 20, 50), f(3, 15, 45)),

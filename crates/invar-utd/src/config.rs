@@ -22,6 +22,7 @@ pub struct UtdConfig {
     pub lines: LineConfig,
     pub refine: RefineConfig,
     pub cluster: ClusterConfig,
+    pub store: StoreConfig,
     /// Frame timing used to write fragment times in seconds.
     pub timing: FrameTiming,
     /// Seed of the random hyperplanes and the bit permutations (default 0).
@@ -56,6 +57,43 @@ pub enum CmvnOver {
     /// All utterances of its speaker: removes the speaker's (and channel's) mean, keeps what
     /// varies within a speaker.
     Speaker,
+}
+
+/// Where the normalised frames are held (issue #24). Not a setting of the results: they are the
+/// same either way.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// In memory, or in a temporary file (beside the spilled runs) read back per utterance.
+    pub frames: StoreFrames,
+    /// Bytes of utterances read back from the file kept for the lines, the refinement and the
+    /// linking pass (least recently used out first): with the file, the frames held no longer
+    /// grow with the corpus.
+    pub cache_bytes: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            frames: StoreFrames::Auto,
+            cache_bytes: 1 << 23,
+        }
+    }
+}
+
+/// Where the frames are held.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StoreFrames {
+    /// In a file when the corpus is more than one search pool (`search.pool_frames`): the search
+    /// of one pool needs all of its frames at once, so a file would only add reads; past one pool
+    /// only one pool's frames are needed at a time.
+    #[default]
+    Auto,
+    /// Always in memory.
+    Memory,
+    /// Always in a file.
+    Disk,
 }
 
 /// Energy gate: pause frames do not seed matches, and fragments that are mostly pause are dropped.
@@ -286,6 +324,12 @@ impl UtdConfig {
                 format!("must be 1 to 2^31 − 1, got {}", self.search.hit_buffer),
             ));
         }
+        if self.store.cache_bytes == 0 {
+            return Err(bad(
+                "store.cache_bytes",
+                "must be at least 1 (bytes of utterances kept read)",
+            ));
+        }
         unit("search.threshold", self.search.threshold)?;
         unit("lines.threshold", self.lines.threshold)?;
         unit("refine.threshold", self.refine.threshold)?;
@@ -362,5 +406,9 @@ mod tests {
         let mut c = UtdConfig::default();
         c.cluster.link_threshold = Some(0.7);
         c.validate().unwrap();
+        let mut c = UtdConfig::default();
+        c.store.cache_bytes = 0;
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("store.cache_bytes"), "{err}");
     }
 }

@@ -10,7 +10,8 @@ use crate::cluster::cluster;
 use crate::lines::{find_lines, Refined, Refiner};
 use crate::lsh::Hyperplanes;
 use crate::search::{search, Frames, Hit};
-use crate::{Cmvn, CmvnOver, Error, Result, UtdConfig};
+use crate::store::StoreWriter;
+use crate::{Cmvn, CmvnOver, Error, Result, StoreFrames, UtdConfig};
 
 /// One utterance's frames: `frames` rows of `dims` values (features or posteriorgrams), row-major.
 #[derive(Debug, Clone)]
@@ -84,50 +85,136 @@ pub fn discover_with_progress(
     progress: Progress<'_>,
 ) -> Result<Discovery> {
     cfg.validate()?;
-    let frames = prepare(utterances, cfg)?;
-    run(utterances, frames, cfg, progress)
+    let (dims, offsets) = check(utterances, cfg)?;
+    let norms = input_norms(utterances, cfg, dims)?;
+    let frames = gather(cfg, dims, offsets, norms.as_ref(), |u| {
+        Ok(utterances[u].frames.data.clone())
+    })?;
+    run(utterances.len(), frames, cfg, progress)
 }
 
 /// [`discover_with_progress`] taking the frames out of `utterances` as it gathers them, so the
-/// corpus is held once, not twice (issue #24): afterwards each utterance's `frames` is a
-/// `rows × 0` matrix (its length kept for [`crate::to_classes`] and [`crate::summarize`]), also
-/// when the run fails after the checks. The results are [`discover_with_progress`]'s.
+/// corpus is held once, not twice (issue #24), and, when the frames go to the store
+/// (`store.frames`), each utterance's input is freed as soon as it is written: afterwards each
+/// utterance's `frames` is a `rows × 0` matrix (its length kept for [`crate::to_classes`] and
+/// [`crate::summarize`]), also when the run fails after the checks. The results are
+/// [`discover_with_progress`]'s.
 pub fn discover_taking(
     utterances: &mut [UtteranceFeatures],
     cfg: &UtdConfig,
     progress: Progress<'_>,
 ) -> Result<Discovery> {
     cfg.validate()?;
-    let (dims, offsets, silent) = check(utterances, cfg)?;
-    let mut unit = Vec::with_capacity(offsets[offsets.len() - 1] * dims);
+    let (dims, offsets) = check(utterances, cfg)?;
+    let norms = input_norms(utterances, cfg, dims)?;
+    let take = |m: &mut invar_io::Matrix| {
+        m.cols = 0;
+        std::mem::take(&mut m.data)
+    };
+    let frames = gather(cfg, dims, offsets, norms.as_ref(), |u| {
+        Ok(take(&mut utterances[u].frames))
+    });
     for u in utterances.iter_mut() {
-        unit.extend_from_slice(&u.frames.data);
-        u.frames = invar_io::Matrix::new(u.frames.rows, 0, Vec::new())?;
+        take(&mut u.frames);
     }
-    let frames = normalise(utterances, cfg, dims, offsets, silent, unit)?;
-    run(utterances, frames, cfg, progress)
+    run(utterances.len(), frames?, cfg, progress)
+}
+
+/// [`discover_with_progress`] over a feature set read utterance by utterance as the frames are
+/// gathered (issue #24): a few dozen utterances' input are held at a time, not the corpus, so with
+/// the store (`store.frames`) the run's memory does not grow with the corpus. Speaker
+/// normalisation reads the set once more before. Returns the discovery and the utterances' ids,
+/// speakers and lengths (`rows × 0` matrices, for [`crate::to_classes`] and
+/// [`crate::summarize`]). The results are [`discover_with_progress`]'s on the loaded set.
+pub fn discover_featureset(
+    set: &invar_data::FeatureSet,
+    cfg: &UtdConfig,
+    progress: Progress<'_>,
+) -> Result<(Discovery, Vec<UtteranceFeatures>)> {
+    cfg.validate()?;
+    let entries = set.entries();
+    let dims = entries.first().map_or(0, |e| e.dims);
+    let mut utterances = Vec::with_capacity(entries.len());
+    for e in entries {
+        if e.dims != dims {
+            return Err(Error::Dims {
+                utterance: e.id.clone(),
+                expected: dims,
+                found: e.dims,
+            });
+        }
+        utterances.push(UtteranceFeatures {
+            id: e.id.clone(),
+            speaker: Some(e.speaker.clone()).filter(|s| !s.is_empty()),
+            frames: invar_io::Matrix {
+                rows: e.frames,
+                cols: 0,
+                data: Vec::new(),
+            },
+        });
+    }
+    // The checks of the loaded set: its shapes are those of the manifest (the loader checks).
+    let offsets = index(&utterances, cfg, dims)?;
+    let speakers: Vec<Option<&str>> = utterances.iter().map(|u| u.speaker.as_deref()).collect();
+    let load = |k: usize| -> Result<Vec<f32>> { Ok(set.load(&entries[k])?.data) };
+    let norms = norms(&speakers, cfg, dims, |k| Ok(load(k)?.into()))?;
+    // Read ahead in parallel, a chunk of utterances at a time (`gather` takes them in order).
+    let (mut chunk, mut start): (Vec<Vec<f32>>, usize) = (Vec::new(), 0);
+    let frames = gather(cfg, dims, offsets, norms.as_ref(), |u| {
+        if u >= start + chunk.len() {
+            let end = (u + READ_AHEAD).min(entries.len());
+            chunk = (u..end).into_par_iter().map(load).collect::<Result<_>>()?;
+            start = u;
+        }
+        Ok(std::mem::take(&mut chunk[u - start]))
+    })?;
+    let discovery = run(utterances.len(), frames, cfg, progress)?;
+    Ok((discovery, utterances))
+}
+
+/// Utterances read at once by [`discover_featureset`].
+const READ_AHEAD: usize = 64;
+
+/// [`norms`] of utterances in memory.
+fn input_norms(
+    utterances: &[UtteranceFeatures],
+    cfg: &UtdConfig,
+    dims: usize,
+) -> Result<Option<Norms>> {
+    let speakers: Vec<Option<&str>> = utterances.iter().map(|u| u.speaker.as_deref()).collect();
+    norms(&speakers, cfg, dims, |k| {
+        Ok(utterances[k].frames.data.as_slice().into())
+    })
 }
 
 /// The run after the frames are gathered: search, lines, refinement, linking, classes.
 fn run(
-    utterances: &[UtteranceFeatures],
+    utterances: usize,
     frames: Frames,
     cfg: &UtdConfig,
     progress: Progress<'_>,
 ) -> Result<Discovery> {
     let mut counts = StageCounts {
-        utterances: utterances.len(),
-        frames: frames.sigs.len(),
-        silent_frames: frames.silent.iter().filter(|&&x| x).count(),
+        utterances,
+        frames: frames.len(),
+        silent_frames: frames.silent_frames,
         ..StageCounts::default()
     };
     progress("search", 0, 1);
-    let spill = cfg.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
-    let mut sorted = search(&frames, cfg.lsh.bits, &cfg.search, cfg.seed, &spill)?;
+    let spill = spill_dir(cfg);
+    let planes = Hyperplanes::new(frames.dims, cfg.lsh.bits, cfg.seed);
+    let mut sorted = search(
+        &frames,
+        &planes,
+        cfg.lsh.bits,
+        &cfg.search,
+        cfg.seed,
+        &spill,
+    )?;
     progress("search", 1, 1);
     // Lines and refinement over batches of whole utterance pairs (rayon within a batch), in the
     // matrix's order, so the pairs are the same whatever the batch size.
-    let utt = |g: u32| frames.utt[g as usize] as usize;
+    let utt = |g: u32| frames.utt_of(g) as usize;
     // Batches of half the buffer, reserved once, so that a batch's last utterance pair rarely
     // grows it: at most about `hit_buffer` hits are alive while lines are found.
     let batch_limit = (cfg.search.hit_buffer / 2).max(1);
@@ -190,6 +277,15 @@ fn run(
         }
     }
     drop(sorted);
+    let (reads, bytes, hits) = frames.reads();
+    if frames.on_disk() {
+        tracing::info!(
+            reads,
+            bytes,
+            cache_hits = hits,
+            "frame store, lines and refinement"
+        );
+    }
     counts.lines = lines_found.into_inner();
     counts.silent_pairs_dropped = silent_dropped.into_inner();
     tracing::info!(
@@ -209,6 +305,15 @@ fn run(
                 links = l.edges.len(),
                 "linking pass"
             );
+            if frames.on_disk() {
+                let (r, b, h) = frames.reads();
+                tracing::info!(
+                    reads = r - reads,
+                    bytes = b - bytes,
+                    cache_hits = h - hits,
+                    "frame store, linking pass"
+                );
+            }
             l.edges
         }
         None => Vec::new(),
@@ -246,9 +351,14 @@ fn group_pairs(
             .map(|h| (h.a as usize - oa, h.b as usize - ob, h.sim)),
     );
     let lines = find_lines(local, &cfg.lines);
+    if lines.is_empty() {
+        // Most utterance pairs: their frames are never read.
+        return Ok((0, 0, Vec::new()));
+    }
+    let (a, b) = (frames.utterance(ua)?, frames.utterance(ub)?);
     let mut refined: Vec<Refined> = Vec::with_capacity(lines.len());
     for line in &lines {
-        if let Some(r) = refiner.refine(frames, ua, ub, line, &cfg.refine)? {
+        if let Some(r) = refiner.refine(&a, &b, line, &cfg.refine)? {
             refined.push(r);
         }
     }
@@ -279,7 +389,7 @@ fn group_pairs(
             continue;
         }
         let max = cfg.silence.max_share;
-        if frames.silent_share(&p.a) > max || frames.silent_share(&p.b) > max {
+        if a.silent_share(p.a.start, p.a.end) > max || b.silent_share(p.b.start, p.b.end) > max {
             silent += 1;
             continue;
         }
@@ -288,17 +398,15 @@ fn group_pairs(
     Ok((lines.len(), silent, pairs))
 }
 
-/// Checks shapes and ids and reads the energy gate: the frame dimension, each utterance's first
-/// global frame (and the total last), the silent frames.
-#[allow(clippy::type_complexity)]
-fn check(
-    utterances: &[UtteranceFeatures],
-    cfg: &UtdConfig,
-) -> Result<(usize, Vec<usize>, Vec<bool>)> {
+/// The folder of the run's temporary files.
+fn spill_dir(cfg: &UtdConfig) -> std::path::PathBuf {
+    cfg.spill_dir.clone().unwrap_or_else(std::env::temp_dir)
+}
+
+/// Checks shapes, ids and the energy gate's dimension: the frame dimension and each utterance's
+/// first global frame (and the total last).
+fn check(utterances: &[UtteranceFeatures], cfg: &UtdConfig) -> Result<(usize, Vec<usize>)> {
     let dims = utterances.first().map_or(0, |u| u.frames.cols);
-    let mut seen = HashSet::new();
-    let mut offsets = Vec::with_capacity(utterances.len() + 1);
-    offsets.push(0usize);
     for u in utterances {
         if u.frames.cols != dims {
             return Err(Error::Dims {
@@ -314,6 +422,17 @@ fn check(
                 dims,
             });
         }
+    }
+    Ok((dims, index(utterances, cfg, dims)?))
+}
+
+/// Checks ids, the frame count and the energy gate's dimension: each utterance's first global
+/// frame (and the total last).
+fn index(utterances: &[UtteranceFeatures], cfg: &UtdConfig, dims: usize) -> Result<Vec<usize>> {
+    let mut seen = HashSet::new();
+    let mut offsets = Vec::with_capacity(utterances.len() + 1);
+    offsets.push(0usize);
+    for u in utterances {
         if !seen.insert(u.id.as_str()) {
             return Err(Error::DuplicateId { id: u.id.clone() });
         }
@@ -323,98 +442,135 @@ fn check(
     if n >= u32::MAX as usize || utterances.len() >= u32::MAX as usize {
         return Err(Error::TooManyFrames { frames: n });
     }
-    // The energy gate reads the input as it is, before any normalisation.
-    let silent: Vec<bool> = match cfg.silence.energy_dim {
-        None => Vec::new(),
-        Some(d) if d >= dims => {
-            return Err(Error::Config {
-                field: "silence.energy_dim",
-                reason: format!("is {d}, but the frames have {dims} dimensions"),
-            })
-        }
-        Some(d) => utterances
-            .par_iter()
-            .flat_map_iter(|u| {
-                silence_mask(&u.frames, d, cfg.silence.threshold, cfg.silence.min_range)
-            })
-            .collect(),
-    };
-    Ok((dims, offsets, silent))
-}
-
-/// Checks shapes and ids, copies and normalises the frames and computes their signatures.
-fn prepare(utterances: &[UtteranceFeatures], cfg: &UtdConfig) -> Result<Frames> {
-    let (dims, offsets, silent) = check(utterances, cfg)?;
-    let mut unit = Vec::with_capacity(offsets[offsets.len() - 1] * dims);
-    for u in utterances {
-        unit.extend_from_slice(&u.frames.data);
+    if let Some(d) = cfg.silence.energy_dim.filter(|&d| d >= dims) {
+        return Err(Error::Config {
+            field: "silence.energy_dim",
+            reason: format!("is {d}, but the frames have {dims} dimensions"),
+        });
     }
-    normalise(utterances, cfg, dims, offsets, silent, unit)
+    Ok(offsets)
 }
 
-/// Normalises the gathered frames `unit` (the utterances' frames concatenated) and computes their
-/// signatures (in parallel). Reads only the utterances' speakers and lengths.
-fn normalise(
-    utterances: &[UtteranceFeatures],
+/// Normalisation statistics: each utterance's speaker group (`None`: its own statistics, taken
+/// as it is gathered) and each speaker group's per-dimension mean and scale.
+struct Norms {
+    variance: bool,
+    group: Vec<Option<usize>>,
+    stats: Vec<(Vec<f64>, Vec<f64>)>,
+}
+
+/// The normalisation's statistics (none when it is off): those of speaker groups (`cmvn_over =
+/// "speaker"`) from every member's input values, `span(k)` (a pass over the input before the
+/// frames are gathered); an utterance alone gets its own when it is gathered.
+fn norms<'a>(
+    speakers: &[Option<&str>],
+    cfg: &UtdConfig,
+    dims: usize,
+    span: impl Fn(usize) -> Result<std::borrow::Cow<'a, [f32]>> + Sync,
+) -> Result<Option<Norms>> {
+    if dims == 0 || cfg.cmvn == Cmvn::Off {
+        return Ok(None);
+    }
+    let variance = cfg.cmvn == Cmvn::MeanVariance;
+    // Speaker groups in order of first appearance; utterances without a speaker stay alone.
+    let mut members: Vec<Vec<usize>> = Vec::new();
+    let mut group = Vec::with_capacity(speakers.len());
+    let mut index: std::collections::HashMap<&str, usize> = Default::default();
+    for (k, spk) in speakers.iter().enumerate() {
+        let g = match (cfg.cmvn_over, spk) {
+            (CmvnOver::Speaker, Some(spk)) => Some(*index.entry(spk).or_insert_with(|| {
+                members.push(Vec::new());
+                members.len() - 1
+            })),
+            _ => None,
+        };
+        if let Some(g) = g {
+            members[g].push(k);
+        }
+        group.push(g);
+    }
+    let stats = members
+        .into_par_iter()
+        .map(|m| {
+            let mut acc = Acc::new(dims);
+            for k in m {
+                acc.add(&span(k)?, dims);
+            }
+            Ok(acc.finish(variance))
+        })
+        .collect::<Result<_>>()?;
+    Ok(Some(Norms {
+        variance,
+        group,
+        stats,
+    }))
+}
+
+/// Gathers the frames, utterance after utterance from `take` (utterance `u`'s input values), with
+/// their silence flags, normalised and at unit length: in memory, or written to the store when
+/// `store.frames` says so (see [`crate::StoreFrames`]).
+fn gather(
     cfg: &UtdConfig,
     dims: usize,
     offsets: Vec<usize>,
-    silent: Vec<bool>,
-    mut unit: Vec<f32>,
+    norms: Option<&Norms>,
+    mut take: impl FnMut(usize) -> Result<Vec<f32>>,
 ) -> Result<Frames> {
     let n = offsets[offsets.len() - 1];
-    if dims > 0 && cfg.cmvn != Cmvn::Off {
-        let spans: Vec<&mut [f32]> = split_by(&mut unit, &offsets, dims);
-        // Groups of utterances whose frames share statistics: each utterance, or each speaker
-        // (utterances without a speaker stay alone), in order of first appearance.
-        let mut groups: Vec<Vec<&mut [f32]>> = Vec::new();
-        let mut index: std::collections::HashMap<&str, usize> = Default::default();
-        for (u, span) in utterances.iter().zip(spans) {
-            let g = match (cfg.cmvn_over, u.speaker.as_deref()) {
-                (CmvnOver::Speaker, Some(spk)) => *index.entry(spk).or_insert_with(|| {
-                    groups.push(Vec::new());
-                    groups.len() - 1
-                }),
-                _ => {
-                    groups.push(Vec::new());
-                    groups.len() - 1
-                }
-            };
-            groups[g].push(span);
-        }
-        groups
-            .into_par_iter()
-            .for_each(|mut x| normalize(&mut x, dims, cfg.cmvn == Cmvn::MeanVariance));
-    }
-    if dims > 0 {
-        unit.par_chunks_mut(dims).for_each(|f| {
-            let norm = f.iter().map(|x| x * x).sum::<f32>().sqrt();
-            if norm > 0.0 && norm.is_finite() {
-                f.iter_mut().for_each(|x| *x /= norm);
-            } else {
-                f.iter_mut().for_each(|x| *x = 0.0);
-            }
-        });
-    }
-    let planes = Hyperplanes::new(dims, cfg.lsh.bits, cfg.seed);
-    let sigs: Vec<u64> = if dims == 0 {
-        vec![0; n]
-    } else {
-        unit.par_chunks(dims).map(|f| planes.signature(f)).collect()
+    let utterances = offsets.len() - 1;
+    let gate = cfg.silence.energy_dim;
+    let s = &cfg.silence;
+    let on_disk = match cfg.store.frames {
+        StoreFrames::Auto => n > cfg.search.pool_frames,
+        StoreFrames::Memory => false,
+        StoreFrames::Disk => true,
     };
-    // Reserved exactly: collecting a flat map grows by doubling (up to 8 bytes a frame).
-    let mut utt = Vec::with_capacity(n);
-    for (k, u) in utterances.iter().enumerate() {
-        utt.extend(std::iter::repeat_n(k as u32, u.frames.rows));
+    let scale = |u: usize, data: &mut [f32]| {
+        if let Some(nm) = norms {
+            match nm.group[u] {
+                Some(g) => apply(data, dims, &nm.stats[g].0, &nm.stats[g].1),
+                None => {
+                    let (mean, scale) = stats(&[&*data], dims, nm.variance);
+                    apply(data, dims, &mean, &scale);
+                }
+            }
+        }
+        unit_length(data, dims);
+    };
+    if on_disk {
+        let mut w =
+            StoreWriter::create(&spill_dir(cfg), dims, gate.is_some(), cfg.store.cache_bytes)?;
+        for u in 0..utterances {
+            let mut data = take(u)?;
+            let silent = gate.map_or_else(Vec::new, |d| {
+                silence_mask(&data, dims, d, s.threshold, s.min_range)
+            });
+            scale(u, &mut data);
+            w.push(offsets[u + 1] - offsets[u], &data, &silent)?;
+        }
+        return w.finish();
     }
-    Ok(Frames {
-        dims,
-        offsets,
-        utt,
-        unit,
-        sigs,
-        silent,
-    })
+    let mut unit = Vec::with_capacity(n * dims);
+    for u in 0..utterances {
+        unit.extend_from_slice(&take(u)?);
+    }
+    let silent: Vec<bool> = match gate {
+        None => Vec::new(),
+        Some(d) => offsets
+            .par_windows(2)
+            .flat_map_iter(|w| {
+                let data = &unit[w[0] * dims..w[1] * dims];
+                silence_mask(data, dims, d, s.threshold, s.min_range)
+            })
+            .collect(),
+    };
+    if dims > 0 {
+        split_by(&mut unit, &offsets, dims)
+            .into_par_iter()
+            .enumerate()
+            .for_each(|(u, span)| scale(u, span));
+    }
+    Ok(Frames::in_memory(dims, offsets, unit, silent))
 }
 
 /// Each utterance's slice of the concatenated frames.
@@ -428,16 +584,33 @@ fn split_by<'a>(mut data: &'a mut [f32], offsets: &[usize], dims: usize) -> Vec<
     out
 }
 
+/// Scales each frame of `data` (`dims` values each) to unit length; a zero or non-finite frame
+/// becomes zero.
+fn unit_length(data: &mut [f32], dims: usize) {
+    if dims == 0 {
+        return;
+    }
+    for f in data.chunks_exact_mut(dims) {
+        let norm = f.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if norm > 0.0 && norm.is_finite() {
+            f.iter_mut().for_each(|x| *x /= norm);
+        } else {
+            f.iter_mut().for_each(|x| *x = 0.0);
+        }
+    }
+}
+
 /// Silent frames of one utterance: log energy (dimension `dim`) below
 /// `lo + threshold · (hi − lo)`, `lo` and `hi` its 5th and 95th percentiles (nearest rank).
 /// No frame is silent when `hi − lo < min_range` (an utterance without pauses).
 pub(crate) fn silence_mask(
-    m: &invar_io::Matrix,
+    data: &[f32],
+    cols: usize,
     dim: usize,
     threshold: f32,
     min_range: f32,
 ) -> Vec<bool> {
-    let e: Vec<f32> = (0..m.rows).map(|t| m.data[t * m.cols + dim]).collect();
+    let e: Vec<f32> = data.chunks_exact(cols).map(|f| f[dim]).collect();
     let mut sorted: Vec<f32> = e.iter().copied().filter(|x| x.is_finite()).collect();
     if sorted.is_empty() {
         return vec![false; e.len()];
@@ -453,42 +626,97 @@ pub(crate) fn silence_mask(
     e.iter().map(|&x| x < cut).collect()
 }
 
-/// Per-dimension mean (and variance) normalisation of a group of frame spans (one utterance, or
-/// all of a speaker's) with the group's statistics, in f64 sums.
-fn normalize(spans: &mut [&mut [f32]], dims: usize, variance: bool) {
-    let n = spans.iter().map(|x| x.len() / dims).sum::<usize>();
-    if n == 0 {
-        return;
+/// Per-dimension mean and scale (1 / standard deviation with `variance`, else 1) of a group of
+/// frame spans (one utterance, or all of a speaker's), in f64 sums over the frames in order.
+fn stats(spans: &[&[f32]], dims: usize, variance: bool) -> (Vec<f64>, Vec<f64>) {
+    let mut acc = Acc::new(dims);
+    for x in spans {
+        acc.add(x, dims);
     }
-    let mut mean = vec![0f64; dims];
-    let mut sq = vec![0f64; dims];
-    for f in spans.iter().flat_map(|x| x.chunks_exact(dims)) {
-        for d in 0..dims {
-            mean[d] += f64::from(f[d]);
-            sq[d] += f64::from(f[d]) * f64::from(f[d]);
+    acc.finish(variance)
+}
+
+/// Sums of a group's frames, added span by span (the same sums in the same order, whether the
+/// spans are all in memory or read one at a time).
+struct Acc {
+    n: usize,
+    mean: Vec<f64>,
+    sq: Vec<f64>,
+}
+
+impl Acc {
+    fn new(dims: usize) -> Self {
+        Self {
+            n: 0,
+            mean: vec![0.0; dims],
+            sq: vec![0.0; dims],
         }
     }
-    let scale: Vec<f64> = (0..dims)
-        .map(|d| {
-            mean[d] /= n as f64;
-            let var = (sq[d] / n as f64 - mean[d] * mean[d]).max(0.0);
-            if variance && var > 1e-10 {
-                1.0 / var.sqrt()
-            } else {
-                1.0
+
+    fn add(&mut self, span: &[f32], dims: usize) {
+        for f in span.chunks_exact(dims) {
+            for d in 0..dims {
+                self.mean[d] += f64::from(f[d]);
+                self.sq[d] += f64::from(f[d]) * f64::from(f[d]);
             }
-        })
-        .collect();
-    for f in spans.iter_mut().flat_map(|x| x.chunks_exact_mut(dims)) {
+        }
+        self.n += span.len() / dims;
+    }
+
+    fn finish(self, variance: bool) -> (Vec<f64>, Vec<f64>) {
+        let Acc { n, mut mean, sq } = self;
+        if n == 0 {
+            return (mean, vec![1.0; sq.len()]);
+        }
+        let scale = (0..mean.len())
+            .map(|d| {
+                mean[d] /= n as f64;
+                let var = (sq[d] / n as f64 - mean[d] * mean[d]).max(0.0);
+                if variance && var > 1e-10 {
+                    1.0 / var.sqrt()
+                } else {
+                    1.0
+                }
+            })
+            .collect();
+        (mean, scale)
+    }
+}
+
+/// Normalises each frame of `data` with a group's [`stats`].
+fn apply(data: &mut [f32], dims: usize, mean: &[f64], scale: &[f64]) {
+    for f in data.chunks_exact_mut(dims) {
         for d in 0..dims {
             f[d] = ((f64::from(f[d]) - mean[d]) * scale[d]) as f32;
         }
     }
 }
 
+/// Per-dimension mean (and variance) normalisation of a group of frame spans with the group's
+/// statistics.
+#[cfg(test)]
+fn normalize(spans: &mut [&mut [f32]], dims: usize, variance: bool) {
+    let (mean, scale) = {
+        let view: Vec<&[f32]> = spans.iter().map(|x| &x[..]).collect();
+        stats(&view, dims, variance)
+    };
+    for x in spans.iter_mut() {
+        apply(x, dims, &mean, &scale);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The frames a run over `utts` searches.
+    fn prepare(utts: &[UtteranceFeatures], cfg: &UtdConfig) -> Result<Frames> {
+        let (dims, offsets) = check(utts, cfg)?;
+        let norms = input_norms(utts, cfg, dims)?;
+        gather(cfg, dims, offsets, norms.as_ref(), |u| {
+            Ok(utts[u].frames.data.clone())
+        })
+    }
 
     fn feats(id: &str, speaker: Option<&str>, rows: &[[f32; 2]]) -> UtteranceFeatures {
         UtteranceFeatures {
@@ -518,11 +746,13 @@ mod tests {
             ..UtdConfig::default()
         };
         let f = prepare(&utts, &cfg).unwrap();
-        let first: Vec<f32> = [0, 3, 5, 8].iter().map(|&g| f.frame(g)[0]).collect();
+        let first: Vec<f32> = (0..4)
+            .map(|u| f.utterance(u).unwrap().frame(0)[0])
+            .collect();
         assert_eq!(first, vec![-1.0, 0.0, 1.0, 0.0]);
         cfg.cmvn_over = CmvnOver::Utterance;
         let f = prepare(&utts, &cfg).unwrap();
-        assert!(f.unit.iter().all(|&x| x == 0.0));
+        assert!(f.memory_unit().unwrap().iter().all(|&x| x == 0.0));
     }
 
     #[test]
@@ -534,18 +764,18 @@ mod tests {
         rows[7] = [f32::NEG_INFINITY, 1.0];
         rows[8] = [f32::NAN, 1.0];
         let u = feats("x", None, &rows);
-        let mask = silence_mask(&u.frames, 0, 0.2, 3.0);
+        let mask = silence_mask(&u.frames.data, 2, 0, 0.2, 3.0);
         let want: Vec<bool> = (0..20).map(|t| t < 5 || t == 7).collect();
         assert_eq!(mask, want);
         // A range of 10 under a minimum of 11: no pause in this utterance.
-        assert!(!silence_mask(&u.frames, 0, 0.2, 11.0).contains(&true));
+        assert!(!silence_mask(&u.frames.data, 2, 0, 0.2, 11.0).contains(&true));
         let mut cfg = UtdConfig::default();
         cfg.silence.energy_dim = Some(0);
         cfg.silence.threshold = 0.2;
         let f = prepare(&[u], &cfg).unwrap();
-        let frag = |start, end| FragmentRef { utt: 0, start, end };
-        assert_eq!(f.silent_share(&frag(0, 10)), 0.6);
-        assert_eq!(f.silent_share(&frag(10, 20)), 0.0);
+        let u = f.utterance(0).unwrap();
+        assert_eq!(u.silent_share(0, 10), 0.6);
+        assert_eq!(u.silent_share(10, 20), 0.0);
     }
 
     #[test]

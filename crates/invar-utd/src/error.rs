@@ -36,6 +36,13 @@ pub enum Error {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
+    /// Writing or reading the temporary file of the frames failed (see `store.cache_bytes`), or
+    /// it was cut short.
+    #[error("frame store {}: {source} (set another folder for temporary files with --tmp-dir)", path.display())]
+    FrameStore {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     /// DTW refinement failed (an empty alignment region).
     #[error(transparent)]
     Ops(#[from] invar_ops::Error),

@@ -16,15 +16,16 @@ mod lines;
 mod lsh;
 mod report;
 mod search;
+mod store;
 
 pub use cluster::cluster;
 pub use config::{
     ClusterConfig, Cmvn, CmvnOver, LineConfig, LshConfig, RefineConfig, SearchConfig,
-    SilenceConfig, UtdConfig,
+    SilenceConfig, StoreConfig, StoreFrames, UtdConfig,
 };
 pub use discover::{
-    discover, discover_taking, discover_with_progress, Discovery, FragmentPair, FragmentRef,
-    Progress, StageCounts, UtteranceFeatures,
+    discover, discover_featureset, discover_taking, discover_with_progress, Discovery,
+    FragmentPair, FragmentRef, Progress, StageCounts, UtteranceFeatures,
 };
 pub use error::{Error, Result};
 pub use invar_io::FrameTiming;

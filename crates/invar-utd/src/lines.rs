@@ -11,7 +11,8 @@
 
 use invar_ops::Dtw;
 
-use crate::search::{dot, Frames};
+use crate::search::dot;
+use crate::store::Utt;
 use crate::{LineConfig, RefineConfig, Result};
 
 /// A line: frames `i0..i1` of the first utterance against `j0..j1` of the second.
@@ -171,16 +172,12 @@ impl Refiner {
     /// too long or too dissimilar.
     pub fn refine(
         &mut self,
-        frames: &Frames,
-        ua: usize,
-        ub: usize,
+        ua: &Utt<'_>,
+        ub: &Utt<'_>,
         line: &Line,
         cfg: &RefineConfig,
     ) -> Result<Option<Refined>> {
-        let (na, nb) = (
-            frames.offsets[ua + 1] - frames.offsets[ua],
-            frames.offsets[ub + 1] - frames.offsets[ub],
-        );
+        let (na, nb) = (ua.rows, ub.rows);
         let a0 = line.i0.saturating_sub(cfg.extend);
         let a1 = (line.i1 + cfg.extend).min(na);
         let b0 = line.j0.saturating_sub(cfg.extend);
@@ -192,9 +189,9 @@ impl Refiner {
         self.costs.clear();
         self.costs.reserve(n * m);
         for i in 0..n {
-            let fa = frames.frame(frames.offsets[ua] + a0 + i);
+            let fa = ua.frame(a0 + i);
             for j in 0..m {
-                let fb = frames.frame(frames.offsets[ub] + b0 + j);
+                let fb = ub.frame(b0 + j);
                 self.costs.push(1.0 - dot(fa, fb));
             }
         }

@@ -14,50 +14,9 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
-use crate::lsh::max_hamming;
+use crate::lsh::{max_hamming, Hyperplanes};
+pub(crate) use crate::store::Frames;
 use crate::{Error, Result, SearchConfig};
-
-/// All frames of a run, unit-normalised and concatenated, with their signatures.
-#[derive(Debug, Clone)]
-pub(crate) struct Frames {
-    pub dims: usize,
-    /// `offsets[u]..offsets[u + 1]` are utterance `u`'s global frame indices.
-    pub offsets: Vec<usize>,
-    /// Utterance of each global frame.
-    pub utt: Vec<u32>,
-    /// Unit-length frames (zero frames stay zero), `N × dims`.
-    pub unit: Vec<f32>,
-    pub sigs: Vec<u64>,
-    /// Frames the energy gate called silent (empty: no gate).
-    pub silent: Vec<bool>,
-}
-
-impl Frames {
-    pub fn frame(&self, g: usize) -> &[f32] {
-        &self.unit[g * self.dims..(g + 1) * self.dims]
-    }
-
-    pub fn cosine(&self, a: usize, b: usize) -> f32 {
-        dot(self.frame(a), self.frame(b))
-    }
-
-    fn is_silent(&self, g: usize) -> bool {
-        self.silent.get(g).copied().unwrap_or(false)
-    }
-
-    /// Share of a fragment's frames that are silent (0 without a gate).
-    pub fn silent_share(&self, f: &crate::FragmentRef) -> f32 {
-        if self.silent.is_empty() || f.end <= f.start {
-            return 0.0;
-        }
-        let o = self.offsets[f.utt];
-        let s = self.silent[o + f.start..o + f.end]
-            .iter()
-            .filter(|&&x| x)
-            .count();
-        s as f32 / (f.end - f.start) as f32
-    }
-}
 
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
@@ -83,8 +42,8 @@ type Key = (u32, u32, u32, u32);
 /// A run's current hit in the merge heap: its key, the run, the cosine's bits.
 type HeapEntry = Reverse<(Key, usize, u32)>;
 
-fn key(utt: &[u32], h: &Hit) -> Key {
-    (utt[h.a as usize], utt[h.b as usize], h.a, h.b)
+fn key(frames: &Frames, h: &Hit) -> Key {
+    (frames.utt_of(h.a), frames.utt_of(h.b), h.a, h.b)
 }
 
 /// The sparse similarity matrix: frame pairs across utterances (and within, if asked) whose cosine
@@ -98,12 +57,13 @@ fn key(utt: &[u32], h: &Hit) -> Key {
 /// memory.
 pub(crate) fn search(
     frames: &Frames,
+    planes: &Hyperplanes,
     bits: usize,
     cfg: &SearchConfig,
     seed: u64,
     spill: &Path,
 ) -> Result<SortedHits> {
-    let n = frames.sigs.len();
+    let n = frames.len();
     let radius = max_hamming(cfg.threshold, bits);
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x005e_ed0f_b175);
     let limit = cfg.hit_buffer.max(1);
@@ -124,8 +84,10 @@ pub(crate) fn search(
         .saturating_mul(rounds);
     let mut buffer: Vec<Hit> = Vec::with_capacity(limit.min(most).saturating_add(slice * cfg.beam));
     let mut runs = Runs::default();
-    let mut keys: Vec<(u64, u32)> = Vec::with_capacity(n.min(pools.largest(frames)));
-    let mut members: Vec<u32> = Vec::new();
+    // Sort keys: permuted signature, global frame (which orders equal signatures as the
+    // corpus's order), frame within the pool.
+    let mut keys: Vec<(u64, u32, u32)> = Vec::with_capacity(n.min(pools.largest(frames)));
+    let mut view = PoolView::default();
     let mut produced = 0usize;
     let mut order: Vec<u32> = (0..frames.offsets.len() as u32 - 1).collect();
     for round in 0..rounds {
@@ -140,20 +102,17 @@ pub(crate) fn search(
             })
             .collect();
         for pool in pools.split(frames, &order) {
-            members.clear();
-            for &u in pool {
-                let u = u as usize;
-                members.extend(frames.offsets[u] as u32..frames.offsets[u + 1] as u32);
-            }
+            view.load(frames, pool, planes)?;
+            let view = &view;
             for (p, perm) in perms.iter().enumerate() {
                 keys.clear();
-                keys.par_extend(members.par_iter().map(|&g| {
-                    let s = frames.sigs[g as usize];
+                keys.par_extend(view.global.par_iter().enumerate().map(|(l, &g)| {
+                    let s = view.sigs[l];
                     let mut key = 0u64;
                     for (k, &bit) in perm.iter().enumerate() {
                         key |= ((s >> bit) & 1) << (bits - 1 - k);
                     }
-                    (key, g)
+                    (key, g, l as u32)
                 }));
                 keys.par_sort_unstable();
                 let keys = &keys;
@@ -166,10 +125,10 @@ pub(crate) fn search(
                     }
                     let before = buffer.len();
                     buffer.par_extend((first..last).into_par_iter().flat_map_iter(|idx| {
-                        let ga = keys[idx].1;
+                        let la = keys[idx].2;
                         let end = (idx + 1 + cfg.beam).min(keys.len());
-                        keys[idx + 1..end].iter().filter_map(move |&(_, gb)| {
-                            candidate(frames, ga as usize, gb as usize, radius, cfg)
+                        keys[idx + 1..end].iter().filter_map(move |&(_, _, lb)| {
+                            candidate(view, la as usize, lb as usize, radius, cfg)
                         })
                     }));
                     found += buffer.len() - before;
@@ -209,7 +168,7 @@ struct Pools {
 
 impl Pools {
     fn new(frames: &Frames, pool_frames: usize) -> Self {
-        let n = frames.sigs.len();
+        let n = frames.len();
         Self {
             per_round: n.div_ceil(pool_frames.max(1)).max(1),
         }
@@ -218,7 +177,7 @@ impl Pools {
     /// The pools of one round: `order` (a permutation of the utterances) cut where the running
     /// frame count passes each multiple of `N / per_round`.
     fn split<'a>(&self, frames: &Frames, order: &'a [u32]) -> Vec<&'a [u32]> {
-        let n = frames.sigs.len();
+        let n = frames.len();
         let mut pools = Vec::with_capacity(self.per_round);
         let (mut start, mut total, mut cut) = (0usize, 0usize, 1usize);
         for (k, &u) in order.iter().enumerate() {
@@ -238,7 +197,7 @@ impl Pools {
 
     /// An upper bound on a pool's frames (for reserving the sort keys once).
     fn largest(&self, frames: &Frames) -> usize {
-        let n = frames.sigs.len();
+        let n = frames.len();
         let longest = frames
             .offsets
             .windows(2)
@@ -249,10 +208,90 @@ impl Pools {
     }
 }
 
+/// One pool's frames for the search: each frame's global index, utterance, signature, silence
+/// flag and (read from the store, or borrowed) unit frame.
+#[derive(Default)]
+struct PoolView<'a> {
+    dims: usize,
+    global: Vec<u32>,
+    utt: Vec<u32>,
+    sigs: Vec<u64>,
+    /// Empty without the energy gate.
+    silent: Vec<bool>,
+    unit: Vec<f32>,
+    /// All frames, when they are in memory (then `unit` stays empty).
+    all: Option<&'a [f32]>,
+}
+
+impl<'a> PoolView<'a> {
+    /// The pool of utterances `pool`, reusing the buffers.
+    fn load(&mut self, frames: &'a Frames, pool: &[u32], planes: &Hyperplanes) -> Result<()> {
+        self.dims = frames.dims;
+        self.global.clear();
+        self.utt.clear();
+        self.silent.clear();
+        self.unit.clear();
+        self.all = frames.memory_unit();
+        for &u in pool {
+            let (a, b) = (frames.offsets[u as usize], frames.offsets[u as usize + 1]);
+            self.global.extend(a as u32..b as u32);
+            self.utt.extend(std::iter::repeat_n(u, b - a));
+            if frames.on_disk() {
+                frames.read_into(u as usize, &mut self.unit, &mut self.silent)?;
+            } else if frames.gated {
+                // Borrowed frames; the flags are copied (a byte a frame).
+                self.silent
+                    .extend_from_slice(frames.utterance(u as usize)?.silent());
+            }
+        }
+        self.sigs.clear();
+        let view = &*self;
+        let sigs: Vec<u64> = if view.dims == 0 {
+            vec![0; view.global.len()]
+        } else {
+            (0..view.global.len())
+                .into_par_iter()
+                .map(|l| planes.signature(view.frame(l)))
+                .collect()
+        };
+        self.sigs = sigs;
+        Ok(())
+    }
+
+    fn frame(&self, l: usize) -> &[f32] {
+        match self.all {
+            Some(f) => {
+                let g = self.global[l] as usize;
+                &f[g * self.dims..(g + 1) * self.dims]
+            }
+            None => &self.unit[l * self.dims..(l + 1) * self.dims],
+        }
+    }
+
+    fn is_silent(&self, l: usize) -> bool {
+        self.silent.get(l).copied().unwrap_or(false)
+    }
+}
+
+/// Sorts `hits` by [`key`] and drops repeats. The utterance of a frame is looked up (not held per
+/// frame), so the lookups are kept out of the comparisons: the hits are sorted by `(a, b)`, which
+/// groups them by `utt(a)` (frames are numbered utterance after utterance), then each group is
+/// sorted by `utt(b)`, keeping the order of `(a, b)` within (one lookup a hit).
 fn sort_dedup(frames: &Frames, hits: &mut Vec<Hit>) {
-    let utt = &frames.utt;
-    hits.par_sort_unstable_by(|x, y| key(utt, x).cmp(&key(utt, y)));
+    hits.par_sort_unstable_by_key(|h| (h.a, h.b));
     hits.dedup_by(|x, y| x.a == y.a && x.b == y.b);
+    let mut groups: Vec<&mut [Hit]> = Vec::new();
+    let mut rest: &mut [Hit] = hits;
+    while let Some(first) = rest.first() {
+        let end = frames.offsets[frames.utt_of(first.a) as usize + 1] as u32;
+        let len = rest.partition_point(|h| h.a < end);
+        let (group, tail) = std::mem::take(&mut rest).split_at_mut(len);
+        groups.push(group);
+        rest = tail;
+    }
+    groups
+        .into_par_iter()
+        .for_each(|g| g.sort_by_cached_key(|h| frames.utt_of(h.b)));
 }
 
 /// Hits sorted by [`key`] without repeats, in memory or merged from runs on disk.
@@ -280,9 +319,8 @@ impl SortedHits {
                     return Ok(false);
                 };
                 if let Some(last) = out.last() {
-                    let u = &frames.utt;
-                    let same = (u[last.a as usize], u[last.b as usize])
-                        == (u[h.a as usize], u[h.b as usize]);
+                    let same = (frames.utt_of(last.a), frames.utt_of(last.b))
+                        == (frames.utt_of(h.a), frames.utt_of(h.b));
                     if out.len() >= limit && !same {
                         m.peeked = Some(h);
                         return Ok(true);
@@ -491,30 +529,36 @@ impl Merger {
     fn advance(&mut self, frames: &Frames, r: usize) -> Result<()> {
         if let Some(h) = self.readers[r].next()? {
             self.heap
-                .push(Reverse((key(&frames.utt, &h), r, h.sim.to_bits())));
+                .push(Reverse((key(frames, &h), r, h.sim.to_bits())));
         }
         Ok(())
     }
 }
 
+/// Pool frames `la` and `lb` as a hit (global frames in order) when they pass every test.
 fn candidate(
-    frames: &Frames,
-    ga: usize,
-    gb: usize,
+    view: &PoolView<'_>,
+    la: usize,
+    lb: usize,
     radius: u32,
     cfg: &SearchConfig,
 ) -> Option<Hit> {
-    let (a, b) = if ga < gb { (ga, gb) } else { (gb, ga) };
-    if frames.utt[a] == frames.utt[b] && (!cfg.within || b - a < cfg.min_gap) {
+    let (ga, gb) = (view.global[la] as usize, view.global[lb] as usize);
+    let (a, b, la, lb) = if ga < gb {
+        (ga, gb, la, lb)
+    } else {
+        (gb, ga, lb, la)
+    };
+    if view.utt[la] == view.utt[lb] && (!cfg.within || b - a < cfg.min_gap) {
         return None;
     }
-    if frames.is_silent(a) || frames.is_silent(b) {
+    if view.is_silent(la) || view.is_silent(lb) {
         return None;
     }
-    if (frames.sigs[a] ^ frames.sigs[b]).count_ones() > radius {
+    if (view.sigs[la] ^ view.sigs[lb]).count_ones() > radius {
         return None;
     }
-    let sim = frames.cosine(a, b);
+    let sim = dot(view.frame(la), view.frame(lb));
     (sim >= cfg.threshold).then_some(Hit {
         a: a as u32,
         b: b as u32,
@@ -534,10 +578,8 @@ mod tests {
     fn random_frames(seed: u64, lens: &[usize], dims: usize) -> Frames {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut offsets = vec![0usize];
-        let mut utt = Vec::new();
         for (u, &l) in lens.iter().enumerate() {
             offsets.push(offsets[u] + l);
-            utt.extend(std::iter::repeat_n(u as u32, l));
         }
         let n = offsets[lens.len()];
         let mut unit: Vec<f32> = (0..n * dims).map(|_| rng.random_range(-1.0..1.0)).collect();
@@ -545,21 +587,17 @@ mod tests {
             let norm = dot(f, f).sqrt().max(1e-6);
             f.iter_mut().for_each(|x| *x /= norm);
         }
-        let planes = Hyperplanes::new(dims, 64, seed);
-        let sigs = unit.chunks(dims).map(|f| planes.signature(f)).collect();
-        Frames {
-            dims,
-            offsets,
-            utt,
-            unit,
-            sigs,
-            silent: Vec::new(),
-        }
+        Frames::in_memory(dims, offsets, unit, Vec::new())
+    }
+
+    /// The hyperplanes of the tests' searches.
+    fn planes(frames: &Frames) -> Hyperplanes {
+        Hyperplanes::new(frames.dims, 64, 11)
     }
 
     /// All batches of a search, each checked to hold whole utterance pairs.
     fn batches(frames: &Frames, cfg: &SearchConfig, dir: &Path, limit: usize) -> Vec<Vec<Hit>> {
-        let mut sorted = search(frames, 64, cfg, 3, dir).unwrap();
+        let mut sorted = search(frames, &planes(frames), 64, cfg, 3, dir).unwrap();
         let mut out = Vec::new();
         let mut batch = Vec::new();
         loop {
@@ -632,7 +670,7 @@ mod tests {
             let spilled = batches(&frames, &cfg, dir.path(), limit);
             let flat: Vec<Hit> = spilled.iter().flatten().copied().collect();
             prop_assert_eq!(&flat, reference);
-            let group = |h: &Hit| (frames.utt[h.a as usize], frames.utt[h.b as usize]);
+            let group = |h: &Hit| (frames.utt_of(h.a), frames.utt_of(h.b));
             for w in spilled.windows(2) {
                 if let (Some(x), Some(y)) = (w[0].last(), w[1].first()) {
                     prop_assert!(group(x) != group(y), "an utterance pair split across batches");
@@ -648,10 +686,10 @@ mod tests {
         let frames = random_frames(5, &[60, 70, 80], 3);
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = SearchConfig::default();
-        let big = search(&frames, 64, &cfg, 0, dir.path()).unwrap();
+        let big = search(&frames, &planes(&frames), 64, &cfg, 0, dir.path()).unwrap();
         assert!(matches!(big, SortedHits::Memory(_)));
         cfg.hit_buffer = 10;
-        let small = search(&frames, 64, &cfg, 0, dir.path()).unwrap();
+        let small = search(&frames, &planes(&frames), 64, &cfg, 0, dir.path()).unwrap();
         let SortedHits::Merged(m) = &small else {
             panic!("a buffer of 10 hits should spill");
         };
@@ -662,7 +700,9 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
         // A folder that cannot be written names itself.
         let missing = dir.path().join("missing");
-        let err = search(&frames, 64, &cfg, 0, &missing).err().unwrap();
+        let err = search(&frames, &planes(&frames), 64, &cfg, 0, &missing)
+            .err()
+            .unwrap();
         assert!(err.to_string().contains("missing"), "{err}");
     }
 }

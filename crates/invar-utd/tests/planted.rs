@@ -392,3 +392,109 @@ fn a_repeated_word_is_still_found_in_a_corpus_ten_times_larger() {
     assert!(pooled >= before - 0.05, "pooled {pooled} against {before}");
     assert!(whole < before - 0.3, "one pool: {whole} against {before}");
 }
+
+/// Issue #24: the frames written to the store and read back per pool and per utterance pair
+/// (through a cache too small to hold two utterances, one that evicts, and one that holds all)
+/// give the discovery the frames in memory give, pair for pair, class for class and count for
+/// count: over several pools, with the linking pass, speaker normalisation and the energy gate.
+#[test]
+fn the_frame_store_finds_what_memory_finds() {
+    let (mut words, _) = tokens(3, 120);
+    for (k, u) in words.iter_mut().enumerate() {
+        u.speaker = Some(format!("s{}", k % 7));
+    }
+    let mut plain = UtdConfig::default();
+    plain.search.pool_frames = 40 * 160;
+    plain.cluster.link_threshold = Some(0.7);
+    let mut speaker = plain.clone();
+    speaker.cmvn_over = invar_utd::CmvnOver::Speaker;
+    speaker.search.hit_buffer = 2000;
+    let mut gated = UtdConfig::default();
+    gated.search.pool_frames = 300;
+    gated.silence.energy_dim = Some(0);
+    let dir = tempfile::tempdir().unwrap();
+    for (utts, mut cfg) in [
+        (words.clone(), plain),
+        (words, speaker),
+        (energy_utts(1, false), gated.clone()),
+        (energy_utts(0, true), gated),
+    ] {
+        cfg.spill_dir = Some(dir.path().to_path_buf());
+        cfg.store.frames = invar_utd::StoreFrames::Memory;
+        let memory = discover(&utts, &cfg).unwrap();
+        assert!(!memory.pairs.is_empty() || memory.counts.silent_frames > 0);
+        for cache in [1, 8 * 160 * DIMS, 1 << 25] {
+            cfg.store.frames = invar_utd::StoreFrames::Disk;
+            cfg.store.cache_bytes = cache;
+            let disk = discover(&utts, &cfg).unwrap();
+            assert_eq!(disk, memory, "cache of {cache} bytes");
+            // Auto: on disk, as the corpus is more than one pool.
+            cfg.store.frames = invar_utd::StoreFrames::Auto;
+            let mut taken = utts.clone();
+            let auto = discover_taking(&mut taken, &cfg, &|_, _, _| {}).unwrap();
+            assert_eq!(auto, memory, "cache of {cache} bytes, taking");
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        }
+    }
+    // A folder for the store that does not exist is named in the error.
+    let mut cfg = UtdConfig::default();
+    cfg.store.frames = invar_utd::StoreFrames::Disk;
+    cfg.spill_dir = Some(dir.path().join("absent"));
+    let err = discover(&planted(1), &cfg).unwrap_err().to_string();
+    assert!(
+        err.contains("frame store") && err.contains("absent"),
+        "{err}"
+    );
+}
+
+/// Issue #24: a feature set read utterance by utterance into the run (the input never held
+/// whole) gives the discovery of the same utterances loaded into memory, with utterance and
+/// speaker normalisation, in one pool (frames in memory) and several (the store), and returns
+/// each utterance's id, speaker and length.
+#[test]
+fn reading_the_set_as_the_frames_are_gathered_finds_what_loading_finds() {
+    let (mut utts, _) = tokens(5, 150);
+    for (k, u) in utts.iter_mut().enumerate() {
+        u.speaker = Some(format!("s{}", k % 4));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let set_dir = dir.path().join("set");
+    let w = invar_data::FeatureSetWriter::create(
+        &set_dir,
+        &serde_json::json!({}),
+        &invar_data::SetOrigin::unknown(),
+    )
+    .unwrap();
+    for u in &utts {
+        let spk = u.speaker.as_deref().unwrap_or("");
+        w.write(&u.id, spk, invar_data::Split::Train, &u.frames)
+            .unwrap();
+    }
+    w.finish().unwrap();
+    let set = invar_data::FeatureSet::open(&set_dir).unwrap();
+    let loaded = invar_utd::load_featureset(&set).unwrap();
+    let spill = dir.path().join("tmp");
+    std::fs::create_dir(&spill).unwrap();
+    let mut cfg = UtdConfig {
+        spill_dir: Some(spill.clone()),
+        ..UtdConfig::default()
+    };
+    cfg.cluster.link_threshold = Some(0.7);
+    for pool in [150 * 160, 40 * 160] {
+        for over in [invar_utd::CmvnOver::Utterance, invar_utd::CmvnOver::Speaker] {
+            cfg.search.pool_frames = pool;
+            cfg.cmvn_over = over;
+            let reference = discover(&loaded, &cfg).unwrap();
+            assert!(!reference.pairs.is_empty());
+            let (d, meta) = invar_utd::discover_featureset(&set, &cfg, &|_, _, _| {}).unwrap();
+            assert_eq!(d, reference, "pools of {pool} frames, {over:?}");
+            for (m, u) in meta.iter().zip(&loaded) {
+                assert_eq!(
+                    (&m.id, &m.speaker, m.frames.rows),
+                    (&u.id, &u.speaker, u.frames.rows)
+                );
+            }
+            assert_eq!(std::fs::read_dir(&spill).unwrap().count(), 0);
+        }
+    }
+}
