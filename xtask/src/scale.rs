@@ -24,7 +24,7 @@ const SPEAKERS: usize = 40;
 /// real hours.
 const SECONDS_PER_UTTERANCE: f64 = 2.18;
 
-const HELP: &str = "cargo xtask bench --scale [--hours 0.25,1,4] [--threads 2] [--bin PATH]
+const HELP: &str = "cargo xtask bench --scale [--hours 1,4,16] [--threads 2] [--bin PATH]
       [--work DIR (target/xtask-scale)] [--out FILE (BENCHMARKS.md)] [--keep] [--render-only] [--note TEXT]
 
 Generates one corpus per size (40 speakers, invar synth), runs every stage of the three pipelines
@@ -51,7 +51,7 @@ struct Options {
 
 fn parse(args: &[String]) -> Result<Option<Options>> {
     let mut o = Options {
-        hours: vec![0.25, 1.0, 4.0],
+        hours: vec![1.0, 4.0, 16.0],
         threads: 2,
         bin: None,
         work: None,

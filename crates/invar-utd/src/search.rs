@@ -33,8 +33,16 @@ pub(crate) struct Hit {
 /// Bytes one hit takes in memory and in a spilled run.
 pub(crate) const HIT_BYTES: usize = 12;
 
-/// Runs merged at once; more runs are first merged in groups of this many.
-const FAN_IN: usize = 64;
+/// Runs merged at once (one file and a 64 KiB read buffer each: 16 MiB, and a quarter of the
+/// 1024 files a process may usually open). With more, only as many of the oldest runs as needed
+/// are first merged into one, so that this many are left: each such merge rewrites those runs on
+/// disk beside themselves until they are removed, so the fewer the better (at 16 h the default
+/// buffer spills about 80 runs, 14 GB: with a fan-in of 64 that was a second copy of most of it).
+#[cfg(not(test))]
+const FAN_IN: usize = 256;
+/// The unit tests' fan-in: small, so their hundreds of runs go through merges of several levels.
+#[cfg(test)]
+const FAN_IN: usize = 4;
 
 /// Sort key of a hit: `(utt(a), utt(b), a, b)`, which groups hits by utterance pair.
 type Key = (u32, u32, u32, u32);
@@ -372,12 +380,14 @@ impl Runs {
         Ok(dir.join(format!("run-{:06}.bin", self.named)))
     }
 
-    /// Merges the runs, first in groups of [`FAN_IN`] into longer runs while there are more.
+    /// Merges the runs: while there are more than [`FAN_IN`], the oldest are merged into one
+    /// longer run, as few of them as leave [`FAN_IN`] (at most [`FAN_IN`] at a time).
     fn merge(mut self, frames: &Frames, parent: &Path) -> Result<Merger> {
         let mut pending: std::collections::VecDeque<(PathBuf, usize)> =
             std::mem::take(&mut self.paths).into();
         while pending.len() > FAN_IN {
-            let group: Vec<(PathBuf, usize)> = pending.drain(..FAN_IN).collect();
+            let take = (pending.len() - FAN_IN + 1).min(FAN_IN);
+            let group: Vec<(PathBuf, usize)> = pending.drain(..take).collect();
             let path = self.next_path(parent)?;
             let mut m = Merger::open(frames, &group, None)?;
             let mut w = RunWriter::create(&path)?;
