@@ -67,13 +67,15 @@ struct Peer {
 }
 
 /// Warm-up steps of the rows whose step takes milliseconds. On the 2-vCPU virtual machine of
-/// BENCHMARKS.md invar's first 10–18 steps of the 001 CNN ran at one thread's speed (≈ 6 ms, then
-/// ≈ 3.3 ms from one step to the next, at a step that varied from run to run), with or without
-/// transparent huge pages and mimalloc's purging: a sleeping rayon worker's virtual CPU is slow
-/// to wake until the host adapts. PyTorch's OpenMP threads spin between parallel regions and
-/// never sleep, so they do not see it. A training run takes thousands of steps; 30 warm-up steps
-/// time the steps a user's run is made of (issue #25).
-const WARMUP_FAST: usize = 30;
+/// BENCHMARKS.md the first 0.1–0.3 s of a process's training run slower: invar's 001 CNN steps
+/// took ≈ 6 ms for the first 10–45 steps, then ≈ 3.3 ms from one step to the next. Not the
+/// allocator (mimalloc's purging off, transparent huge pages off: the same), not rayon's sleeping
+/// workers (a worker spinning through the steps: the same); a 300 ms busy loop on the main
+/// thread before training removed it, so it is the CPU coming up to speed under sustained load.
+/// PyTorch's OpenMP threads spin between parallel regions and reach it within 1–2 steps. A
+/// training run takes minutes; 100 warm-up steps (0.3 s or more) time the steps it is made of
+/// (issue #25).
+const WARMUP_FAST: usize = 100;
 
 const PEERS: &[Peer] = &[
     Peer {
