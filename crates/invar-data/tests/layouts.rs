@@ -83,30 +83,25 @@ fn kaldi_pipes_run_only_when_allowed() {
         "{err:?}"
     );
     assert!(err.to_string().contains("wav.scp:1"), "{err}");
-    let c = read_corpus_with(
-        Layout::Kaldi,
-        &dir,
-        &CorpusOptions {
-            allow_pipes: true,
-            ..CorpusOptions::default()
-        },
-    )
-    .unwrap();
+    let with_pipes = || {
+        read_corpus_with(
+            Layout::Kaldi,
+            &dir,
+            &CorpusOptions {
+                allow_pipes: true,
+                ..CorpusOptions::default()
+            },
+        )
+        .unwrap()
+    };
+    let c = with_pipes();
     let u2 = &c.utterances[1];
     assert!(u2.command.is_some());
     let a2 = read_utterance_audio(u2, &ReadOptions::default()).unwrap();
     assert_eq!(a2.samples, ramp(16_000).samples[8000..16_000]);
     // A failing command is an error naming wav.scp and the utterance.
     write(&dir.join("wav.scp"), "r1 exit 3 |\n");
-    let c = read_corpus_with(
-        Layout::Kaldi,
-        &dir,
-        &CorpusOptions {
-            allow_pipes: true,
-            ..CorpusOptions::default()
-        },
-    )
-    .unwrap();
+    let c = with_pipes();
     let err = read_utterance_audio(&c.utterances[0], &ReadOptions::default()).unwrap_err();
     assert!(matches!(err, Error::Pipe { .. }), "{err:?}");
     assert!(err.to_string().contains("u1"), "{err}");

@@ -1178,23 +1178,36 @@ mod tests {
         assert_eq!(info["format"], "invar-gmm ivector v1");
     }
 
-    #[test]
-    fn tstats_round_trip_and_shards_add_up() {
+    /// A 2-component, 2-dim UBM with `weights` and `means` (fixed variances) and the Baum-Welch
+    /// statistics of `n` deterministic utterances, utterance `u` of `rows(u)` frames.
+    fn toy_stats(
+        weights: [f32; 2],
+        means: [f32; 4],
+        n: usize,
+        rows: impl Fn(usize) -> usize,
+    ) -> (DiagGmm, Vec<BaumWelch>) {
         let ubm = DiagGmm::new(
-            vec![0.5, 0.5],
-            Matrix::new(2, 2, vec![-1.0, 0.0, 1.0, 0.5]).unwrap(),
+            weights.to_vec(),
+            Matrix::new(2, 2, means.to_vec()).unwrap(),
             Matrix::new(2, 2, vec![1.0, 0.5, 0.8, 1.2]).unwrap(),
         )
         .unwrap();
-        let utts: Vec<Matrix> = (0..6)
+        let utts: Vec<Matrix> = (0..n)
             .map(|u| {
-                let data = (0..40)
+                let r = rows(u);
+                let data = (0..r * 2)
                     .map(|i| ((i * 13 + u * 7) % 17) as f32 / 5.0 - 1.6)
                     .collect();
-                Matrix::new(20, 2, data).unwrap()
+                Matrix::new(r, 2, data).unwrap()
             })
             .collect();
         let stats = baum_welch_source(&ubm, &utts).unwrap();
+        (ubm, stats)
+    }
+
+    #[test]
+    fn tstats_round_trip_and_shards_add_up() {
+        let (ubm, stats) = toy_stats([0.5, 0.5], [-1.0, 0.0, 1.0, 0.5], 6, |_| 20);
         for prior_offset in [false, true] {
             shards_add_up(&ubm, &stats, prior_offset);
         }
@@ -1205,22 +1218,7 @@ mod tests {
     /// batches of [`BATCH`] with a short last one, read back once per iteration.
     #[test]
     fn spilled_statistics_train_the_same_bits() {
-        let ubm = DiagGmm::new(
-            vec![0.3, 0.7],
-            Matrix::new(2, 2, vec![-1.0, 0.2, 1.0, 0.5]).unwrap(),
-            Matrix::new(2, 2, vec![1.0, 0.5, 0.8, 1.2]).unwrap(),
-        )
-        .unwrap();
-        let utts: Vec<Matrix> = (0..70)
-            .map(|u| {
-                let rows = 5 + u % 11;
-                let data = (0..rows * 2)
-                    .map(|i| ((i * 13 + u * 7) % 17) as f32 / 5.0 - 1.6)
-                    .collect();
-                Matrix::new(rows, 2, data).unwrap()
-            })
-            .collect();
-        let stats = baum_welch_source(&ubm, &utts).unwrap();
+        let (ubm, stats) = toy_stats([0.3, 0.7], [-1.0, 0.2, 1.0, 0.5], 70, |u| 5 + u % 11);
         let dir = tempfile::tempdir().unwrap();
         let mut spilled = SpilledStats::new_in(dir.path(), 2, 2).unwrap();
         for bw in &stats {
