@@ -358,7 +358,6 @@ impl DiskStore {
 
     /// Reads utterance `u` from the file.
     fn read(&self, frames: &Frames, u: usize) -> Result<Loaded> {
-        use std::os::unix::fs::FileExt;
         let (a, b) = (frames.offsets[u], frames.offsets[u + 1]);
         let rows = b - a;
         let mut bytes = vec![0u8; rows * self.frame_bytes];
@@ -376,11 +375,12 @@ impl DiskStore {
             len,
             (frames.len() * self.frame_bytes) as u64,
         )?;
-        file.read_exact_at(&mut bytes, (a * self.frame_bytes) as u64)
-            .map_err(|source| Error::FrameStore {
+        read_at(file, &mut bytes, (a * self.frame_bytes) as u64).map_err(|source| {
+            Error::FrameStore {
                 path: self.path(),
                 source,
-            })?;
+            }
+        })?;
         self.reads.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
         let values = rows * frames.dims;
@@ -468,6 +468,32 @@ impl Cache {
         }
         l
     }
+}
+
+/// Reads exactly `buf.len()` bytes at `offset` without a shared cursor (the cache's readers run
+/// on several threads at once).
+#[cfg(unix)]
+fn read_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    file.read_exact_at(buf, offset)
+}
+
+/// Reads exactly `buf.len()` bytes at `offset` (Windows' positional read may return fewer).
+#[cfg(windows)]
+fn read_at(file: &std::fs::File, mut buf: &mut [u8], mut offset: u64) -> std::io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !buf.is_empty() {
+        match file.seek_read(buf, offset) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                buf = &mut buf[n..];
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
