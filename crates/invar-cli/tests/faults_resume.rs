@@ -239,25 +239,16 @@ fn speaker_train_killed_and_resumed_is_exact() {
     let d = dir.path();
     let corpus = d.join("corpus");
     synth_elsdsr(&corpus, 3, 5, 4);
-    let args = |out: &Path| -> Vec<String> {
-        [
-            "speaker",
-            "train",
-            "--corpus",
-            s(&corpus),
-            "--preset",
-            "logmel",
-            "--epochs",
-            "6",
-            "--seed",
-            "3",
-            "--out",
-            s(out),
-        ]
-        .iter()
-        .map(|x| x.to_string())
-        .collect()
+    // `speaker train` on the corpus with `settings`, seed 3, into `out`.
+    let train = |settings: &[&str], out: &Path| -> Vec<String> {
+        ["speaker", "train", "--corpus", s(&corpus)]
+            .iter()
+            .chain(settings)
+            .chain(&["--seed", "3", "--out", s(out)])
+            .map(|x| x.to_string())
+            .collect()
     };
+    let args = |out: &Path| train(&["--preset", "logmel", "--epochs", "6"], out);
     let case = Case {
         name: "speaker",
         args: &args,
@@ -303,23 +294,7 @@ fn speaker_train_killed_and_resumed_is_exact() {
         r#"{"train": {"epochs": 6, "lr_schedule": {"kind": "reduce_on_plateau", "factor": 0.5, "patience": 0, "threshold": 0.5}}}"#,
     )
     .unwrap();
-    let plateau_args = |out: &Path| -> Vec<String> {
-        [
-            "speaker",
-            "train",
-            "--corpus",
-            s(&corpus),
-            "--config",
-            s(&config),
-            "--seed",
-            "3",
-            "--out",
-            s(out),
-        ]
-        .iter()
-        .map(|x| x.to_string())
-        .collect()
-    };
+    let plateau_args = |out: &Path| train(&["--config", s(&config)], out);
     let plateau = Case {
         name: "speaker (plateau)",
         args: &plateau_args,
