@@ -290,8 +290,9 @@ pub struct RobustnessArgs {
     pub nuisances: Vec<Nuisance>,
     /// Compare treatments put on the config instead of the regulariser grid: each a `+`-joined
     /// list of none, scale, offset, gain (regularisers), aug-gain (constant gain, −20..+20 dB),
-    /// aug-ramp (ramp ends −10..+10 dB), utt-cmn, sliding-cmn (mean normalisations), e.g.
-    /// `none,gain,aug-ramp,utt-cmn,sliding-cmn+aug-ramp`; `comparison` names issue #20's nine
+    /// aug-ramp (ramp ends −10..+10 dB), utt-cmn, sliding-cmn (per-bin mean normalisations),
+    /// frame-cmn (each frame's mean over the bins: cancels every gain, so not with aug-*), e.g.
+    /// `none,gain,aug-ramp,utt-cmn,sliding-cmn+aug-ramp,utt-cmn+frame-cmn`; `comparison` names issue #20's nine
     /// (none, scale, offset, gain, aug-gain, aug-ramp, utt-cmn, sliding-cmn,
     /// sliding-cmn+aug-ramp). Each replaces the config's own normalisation, augmentation and
     /// regulariser; unit-L2 stays the config's unless --only-with(out)-unit-norm is given

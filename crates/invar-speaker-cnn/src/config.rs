@@ -32,6 +32,12 @@ pub struct FeatureConfig {
     /// offset that changes slowly in log features, and a centred window follows it. Only for log
     /// features; `None`: off. Kaldi's default window is 600; `robust()` uses 300 (3 s).
     pub sliding_mean_norm: Option<usize>,
+    /// Subtract from each frame its mean over the bins, after the per-bin mean normalisation
+    /// (if any; the two commute) and before z-normalisation. A waveform gain, constant or
+    /// changing from frame to frame, adds the same log-power offset to every bin of a frame, so
+    /// it disappears exactly, as dropping c0 removes it from MFCCs; the frame's loudness goes
+    /// with it. Only for log features.
+    pub frame_mean_norm: bool,
 }
 
 impl Default for FeatureConfig {
@@ -49,6 +55,7 @@ impl Default for FeatureConfig {
             train_hop: Some(50),
             utterance_mean_norm: false,
             sliding_mean_norm: None,
+            frame_mean_norm: false,
         }
     }
 }
@@ -59,10 +66,14 @@ impl FeatureConfig {
         self.train_hop.unwrap_or(self.chunk_hop)
     }
 
-    /// Whether a constant waveform gain cancels in the network's input: per-utterance or
-    /// sliding-window mean normalisation of log features removes the offset it causes.
+    /// Whether a constant waveform gain cancels in the network's input: per-utterance,
+    /// sliding-window or per-frame mean normalisation of log features removes the offset it
+    /// causes.
     pub fn cancels_constant_gain(&self) -> bool {
-        self.is_log() && (self.utterance_mean_norm || self.sliding_mean_norm.is_some())
+        self.is_log()
+            && (self.utterance_mean_norm
+                || self.sliding_mean_norm.is_some()
+                || self.frame_mean_norm)
     }
 
     /// Whether the features are logarithms (so a waveform gain is an offset of them).
@@ -107,6 +118,11 @@ pub enum TimePooling {
     /// `√(var + 1e-5)`, as Kaldi's `StatisticsPoolingComponent` floors its variance).
     #[serde(rename = "mean-std")]
     MeanStd,
+    /// The dense layer (and its ReLU) at every remaining time step, averaged over time after it:
+    /// `[dense]`. The logits are then the mean of per-step logits, so the chunk's log-posterior
+    /// is, up to a constant, the mean of per-step log-posteriors: a product of per-step experts,
+    /// as a GMM sums its frames' log-likelihoods (instead of one decision on averaged features).
+    Late,
 }
 
 impl Default for ModelConfig {
@@ -130,7 +146,7 @@ impl ModelConfig {
     pub fn flat_width(&self, frames: usize) -> usize {
         match self.time_pooling {
             TimePooling::Flatten => self.conv2_filters * self.output_steps(frames),
-            TimePooling::Mean => self.conv2_filters,
+            TimePooling::Mean | TimePooling::Late => self.conv2_filters,
             TimePooling::MeanStd => 2 * self.conv2_filters,
         }
     }
@@ -375,6 +391,7 @@ impl SpeakerCnnConfig {
             train_hop: Some(25),
             utterance_mean_norm: true,
             sliding_mean_norm: None,
+            frame_mean_norm: false,
         };
         cfg.model = ModelConfig {
             conv1_filters: 64,
@@ -489,10 +506,22 @@ impl SpeakerCnnConfig {
                 ));
             }
         }
+        if self.features.frame_mean_norm && !self.features.is_log() {
+            return Err(Error::config(
+                "features.frame_mean_norm",
+                "needs log features (a gain is the same offset in every bin only of log features); use a log front-end or turn it off",
+            ));
+        }
         if self.features.cancels_constant_gain() && self.regularizer.nuisance == Nuisance::Gain {
             return Err(Error::config(
                 "regularizer.nuisance",
-                "is gain, but the mean normalisation (features.utterance_mean_norm or sliding_mean_norm) cancels a constant waveform gain exactly (its tangent is 0); use scale or offset, or turn the mean normalisation off",
+                "is gain, but the mean normalisation (features.utterance_mean_norm, sliding_mean_norm or frame_mean_norm) cancels a constant waveform gain exactly (its tangent is 0); use scale or offset, or turn the mean normalisation off",
+            ));
+        }
+        if self.features.frame_mean_norm && self.augment.gains_on() {
+            return Err(Error::config(
+                "augment",
+                "draws waveform gains, but features.frame_mean_norm cancels every gain exactly (constant or ramped): the augmented chunks would equal the originals; turn the gain augmentation or the per-frame mean off",
             ));
         }
         for (field, range) in [
@@ -671,6 +700,34 @@ mod tests {
             SpeakerCnnConfig::original().features.sliding_mean_norm,
             None
         );
+    }
+
+    #[test]
+    fn frame_mean_norm_is_refused_where_it_cannot_work() {
+        let field = |c: &SpeakerCnnConfig| match c.validate() {
+            Err(Error::Config { field, .. }) => Some(field),
+            _ => None,
+        };
+        // Log features, no gain augmentation, no gain tangent: accepted.
+        let mut ok = SpeakerCnnConfig::logmel();
+        ok.features.frame_mean_norm = true;
+        assert_eq!(field(&ok), None);
+        assert!(ok.features.cancels_constant_gain());
+        ok.features.utterance_mean_norm = false;
+        assert_eq!(field(&ok), None, "alone");
+        assert!(ok.features.cancels_constant_gain());
+        // Linear spectrogram: a gain is no per-frame offset there.
+        let mut c = SpeakerCnnConfig::original();
+        c.features.frame_mean_norm = true;
+        assert_eq!(field(&c), Some("features.frame_mean_norm"));
+        // Gain augmentation would be a no-op; the gain tangent is 0.
+        let mut c = SpeakerCnnConfig::robust();
+        c.features.frame_mean_norm = true;
+        assert_eq!(field(&c), Some("augment"));
+        c.augment.ramp_db = None;
+        assert_eq!(field(&c), None);
+        c.regularizer.nuisance = Nuisance::Gain;
+        assert_eq!(field(&c), Some("regularizer.nuisance"));
     }
 
     #[test]

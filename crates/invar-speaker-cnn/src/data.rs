@@ -103,6 +103,19 @@ impl NormalizerStats {
     }
 }
 
+/// Subtracts each row's (frame's) mean over the columns (bins) of `m`: what a gain adds to
+/// every bin of a log-power frame.
+pub fn subtract_frame_mean(m: &mut Matrix) {
+    if m.cols == 0 {
+        return;
+    }
+    for r in 0..m.rows {
+        let row = m.row_mut(r);
+        let mean = (row.iter().map(|&v| f64::from(v)).sum::<f64>() / row.len() as f64) as f32;
+        row.iter_mut().for_each(|v| *v -= mean);
+    }
+}
+
 /// Subtracts each column's mean over the rows (frames) of `m`: per-utterance mean normalisation.
 pub fn subtract_utterance_mean(m: &mut Matrix) {
     if m.rows == 0 {
@@ -833,6 +846,41 @@ mod tests {
         assert_eq!(bits(&streamed.std), bits(&fit.std));
         assert!(stats.add(&Matrix::new(1, 8, vec![0.; 8]).unwrap()).is_err());
         assert!(NormalizerStats::default().finish().is_err());
+    }
+
+    #[test]
+    fn frame_mean_by_hand_and_any_per_frame_offset_cancels() {
+        // Rows (1, 2, 6) and (0, 0, 3): means 3 and 1.
+        let mut m = Matrix::new(2, 3, vec![1., 2., 6., 0., 0., 3.]).unwrap();
+        subtract_frame_mean(&mut m);
+        assert_eq!(m.data, vec![-2., -1., 3., -1., -1., 2.]);
+        // Random frames plus a different offset per frame (a gain that changes every frame):
+        // the same centred frames.
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        for _ in 0..20 {
+            let (rows, cols) = (rng.random_range(1..30), rng.random_range(1..70));
+            let data: Vec<f32> = (0..rows * cols)
+                .map(|_| rng.random_range(-20.0..5.0))
+                .collect();
+            let mut plain = Matrix::new(rows, cols, data.clone()).unwrap();
+            let offsets: Vec<f32> = (0..rows).map(|_| rng.random_range(-5.0..5.0)).collect();
+            let shifted: Vec<f32> = data
+                .iter()
+                .enumerate()
+                .map(|(i, v)| v + offsets[i / cols])
+                .collect();
+            let mut shifted = Matrix::new(rows, cols, shifted).unwrap();
+            subtract_frame_mean(&mut plain);
+            subtract_frame_mean(&mut shifted);
+            for (a, b) in plain.data.iter().zip(&shifted.data) {
+                assert!((a - b).abs() < 1e-4, "{a} vs {b}");
+            }
+            for r in 0..rows {
+                let mean: f64 = plain.row(r).iter().map(|&v| f64::from(v)).sum::<f64>();
+                assert!(mean.abs() < 1e-3 * cols as f64, "row {r} sums to {mean}");
+            }
+        }
     }
 
     #[test]

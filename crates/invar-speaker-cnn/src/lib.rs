@@ -39,8 +39,8 @@ pub use cv::{
     FoldScore,
 };
 pub use data::{
-    input_tangent, sliding_window, subtract_sliding_mean, subtract_utterance_mean, ChunkSet,
-    ChunkSetBuilder, Normalizer, NormalizerStats,
+    input_tangent, sliding_window, subtract_frame_mean, subtract_sliding_mean,
+    subtract_utterance_mean, ChunkSet, ChunkSetBuilder, Normalizer, NormalizerStats,
 };
 pub use error::{Error, Result};
 pub use layers::{conv1d_bias, conv1d_valid, max_pool_time};

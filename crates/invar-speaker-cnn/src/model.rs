@@ -166,45 +166,37 @@ impl SpeakerCnn {
         };
         let (h, th) = relu_tangent(&pre, t2)?;
         let (h, th) = max_pool_time(&h, th.as_ref(), m.pool)?; // [B, F2, steps]
-        let b = h.dim(0)?;
-        // [B, F2·steps] (flatten), [B, F2] (mean over time; linear, so the tangent is averaged
-        // too) or [B, 2·F2] (mean and deviation over time, with the deviation's tangent)
-        let (mut h, mut th) = match m.time_pooling {
-            TimePooling::Flatten => (
+        let pooled_dense = |h: Tensor, th: Option<Tensor>| -> Result<(Tensor, Option<Tensor>)> {
+            let (h, th) = apply_dropout(h, th, m.dropout, dropout)?;
+            self.dense(&h, th)
+        };
+        let (h, th) = match m.time_pooling {
+            TimePooling::Late => {
+                // [B, F2, steps] → [B·steps, F2]: the dense layer at every step, then the mean
+                // over steps of its ReLU outputs (linear, so the tangent is averaged too).
+                let (b, f2, steps) = h.dims3()?;
+                let per_step = |t: &Tensor| -> Result<Tensor> {
+                    Ok(t.transpose(1, 2)?.contiguous()?.reshape((b * steps, f2))?)
+                };
+                let per_chunk =
+                    |t: Tensor| -> Result<Tensor> { Ok(t.reshape((b, steps, m.dense))?.mean(1)?) };
+                let (h, th) = (per_step(&h)?, th.as_ref().map(per_step).transpose()?);
+                let (h, th) = pooled_dense(h, th)?;
+                (per_chunk(h)?, th.map(per_chunk).transpose()?)
+            }
+            // [B, F2·steps] (flatten), [B, F2] (mean over time; linear, so the tangent is
+            // averaged too) or [B, 2·F2] (mean and deviation over time, with the deviation's
+            // tangent); then dense + ReLU: [B, dense]
+            TimePooling::Flatten => pooled_dense(
                 h.flatten_from(1)?,
                 th.map(|t| t.flatten_from(1)).transpose()?,
-            ),
-            TimePooling::Mean => (h.mean(2)?, th.map(|t| t.mean(2)).transpose()?),
-            TimePooling::MeanStd => mean_std_pool(&h, th.as_ref())?,
-        };
-        if let (Some(p), Some(rng)) = (m.dropout, dropout) {
-            if p > 0.0 {
-                let n = h.dim(1)?;
-                let keep = 1.0 - p;
-                let mask: Vec<f32> = (0..b * n)
-                    .map(|_| {
-                        if rng.random::<f64>() < keep {
-                            (1.0 / keep) as f32
-                        } else {
-                            0.0
-                        }
-                    })
-                    .collect();
-                let mask = Tensor::from_vec(mask, (b, n), h.device())?.to_dtype(h.dtype())?;
-                h = (h * &mask)?;
-                th = match th {
-                    Some(t) => Some((t * &mask)?),
-                    None => None,
-                };
+            )?,
+            TimePooling::Mean => pooled_dense(h.mean(2)?, th.map(|t| t.mean(2)).transpose()?)?,
+            TimePooling::MeanStd => {
+                let (h, th) = mean_std_pool(&h, th.as_ref())?;
+                pooled_dense(h, th)?
             }
-        }
-        // dense + ReLU: [B, dense]
-        let pre = h.matmul(&self.w3.t()?)?.broadcast_add(&self.b3)?;
-        let t3 = match th {
-            Some(t) => Some(t.matmul(&self.w3.t()?)?),
-            None => None,
         };
-        let (h, th) = relu_tangent(&pre, t3)?;
         // logits: [B, K]
         let logits = h.matmul(&self.w4.t()?)?.broadcast_add(&self.b4)?;
         let tz = match th {
@@ -227,6 +219,51 @@ impl SpeakerCnn {
             prob_tangent,
         })
     }
+}
+
+impl SpeakerCnn {
+    /// The dense layer and its ReLU on rows `h` `[N, flat]`, with the tangent: `[N, dense]`.
+    fn dense(&self, h: &Tensor, t: Option<Tensor>) -> Result<(Tensor, Option<Tensor>)> {
+        let pre = h.matmul(&self.w3.t()?)?.broadcast_add(&self.b3)?;
+        let t3 = match t {
+            Some(t) => Some(t.matmul(&self.w3.t()?)?),
+            None => None,
+        };
+        relu_tangent(&pre, t3)
+    }
+}
+
+/// Inverted dropout on the rows `h` `[N, n]` (and the same mask on the tangent) when `p` and a
+/// generator are given.
+fn apply_dropout(
+    h: Tensor,
+    t: Option<Tensor>,
+    p: Option<f64>,
+    rng: Option<&mut ChaCha8Rng>,
+) -> Result<(Tensor, Option<Tensor>)> {
+    let (Some(p), Some(rng)) = (p, rng) else {
+        return Ok((h, t));
+    };
+    if p <= 0.0 {
+        return Ok((h, t));
+    }
+    let (rows, n) = h.dims2()?;
+    let keep = 1.0 - p;
+    let mask: Vec<f32> = (0..rows * n)
+        .map(|_| {
+            if rng.random::<f64>() < keep {
+                (1.0 / keep) as f32
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let mask = Tensor::from_vec(mask, (rows, n), h.device())?.to_dtype(h.dtype())?;
+    let t = match t {
+        Some(t) => Some((t * &mask)?),
+        None => None,
+    };
+    Ok(((h * &mask)?, t))
 }
 
 /// Variance floor of [`TimePooling::MeanStd`].

@@ -17,7 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::augment::Augmenter;
 use crate::data::{
-    subtract_sliding_mean, subtract_utterance_mean, ChunkSetBuilder, NormalizerStats,
+    subtract_frame_mean, subtract_sliding_mean, subtract_utterance_mean, ChunkSetBuilder,
+    NormalizerStats,
 };
 use crate::train::{new_model, ChunkBatch, ChunkBatches, CnnStep};
 use crate::{ChunkSet, Error, Normalizer, Result, SpeakerCnn, SpeakerCnnConfig};
@@ -199,7 +200,8 @@ pub fn compute_features(
 }
 
 /// The configured mean normalisation of each utterance's features (per utterance, or Kaldi's
-/// centred sliding window), after the front-end and before z-normalisation.
+/// centred sliding window; then each frame's mean over the bins), after the front-end and before
+/// z-normalisation.
 pub fn mean_normalise(features: &crate::FeatureConfig, matrices: &mut [Matrix]) {
     if features.utterance_mean_norm {
         matrices.iter_mut().for_each(subtract_utterance_mean);
@@ -207,6 +209,9 @@ pub fn mean_normalise(features: &crate::FeatureConfig, matrices: &mut [Matrix]) 
         matrices
             .par_iter_mut()
             .for_each(|m| subtract_sliding_mean(m, w));
+    }
+    if features.frame_mean_norm {
+        matrices.iter_mut().for_each(subtract_frame_mean);
     }
 }
 

@@ -29,12 +29,14 @@ pub enum TreatmentNorm {
 /// own: a mean normalisation, gain augmentation (constant and/or ramp, the test conditions'
 /// ranges) and a tangent regulariser. Written as its parts joined by `+`: `none`, `scale`,
 /// `offset`, `gain` (regularisers), `aug-gain`, `aug-ramp` (augmentation), `utt-cmn`,
-/// `sliding-cmn` (normalisations), e.g. `sliding-cmn+aug-ramp` (the `robust` config on
-/// `logmel`).
+/// `sliding-cmn` (per-bin normalisations), `frame-cmn` (each frame's mean over the bins; with
+/// or without a per-bin one), e.g. `sliding-cmn+aug-ramp` (the `robust` config on `logmel`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct Treatment {
     pub norm: TreatmentNorm,
+    /// Each frame's mean over the bins removed (`features.frame_mean_norm`).
+    pub frame_norm: bool,
     pub augment_gain: bool,
     pub augment_ramp: bool,
     pub nuisance: Nuisance,
@@ -48,6 +50,7 @@ impl Treatment {
         cfg.features.utterance_mean_norm = self.norm == TreatmentNorm::Utterance;
         cfg.features.sliding_mean_norm = (self.norm == TreatmentNorm::Sliding)
             .then(|| base.features.sliding_mean_norm.unwrap_or(ROBUST_CMN_WINDOW));
+        cfg.features.frame_mean_norm = self.frame_norm;
         let ranges = AugmentConfig::test_ranges();
         cfg.augment = AugmentConfig {
             gain_db: if self.augment_gain {
@@ -76,6 +79,9 @@ impl std::fmt::Display for Treatment {
             TreatmentNorm::None => {}
             TreatmentNorm::Utterance => parts.push("utt-cmn".into()),
             TreatmentNorm::Sliding => parts.push("sliding-cmn".into()),
+        }
+        if self.frame_norm {
+            parts.push("frame-cmn".into());
         }
         if self.augment_gain {
             parts.push("aug-gain".into());
@@ -107,6 +113,7 @@ impl std::str::FromStr for Treatment {
                 }
                 "utt-cmn" => (t.norm, norm_set) = (TreatmentNorm::Utterance, true),
                 "sliding-cmn" => (t.norm, norm_set) = (TreatmentNorm::Sliding, true),
+                "frame-cmn" => t.frame_norm = true,
                 "aug-gain" => t.augment_gain = true,
                 "aug-ramp" => t.augment_ramp = true,
                 "scale" | "offset" | "gain" if t.nuisance != Nuisance::None => {
@@ -115,7 +122,7 @@ impl std::str::FromStr for Treatment {
                 "scale" | "offset" | "gain" => t.nuisance = part.parse()?,
                 other => {
                     return Err(bad(format!(
-                        "`{other}` (in `{s}`) is no treatment part; use none, scale, offset, gain, aug-gain, aug-ramp, utt-cmn or sliding-cmn, joined by +"
+                        "`{other}` (in `{s}`) is no treatment part; use none, scale, offset, gain, aug-gain, aug-ramp, utt-cmn, sliding-cmn or frame-cmn, joined by +"
                     )))
                 }
             }
@@ -784,6 +791,24 @@ mod tests {
             .apply(&SpeakerCnnConfig::logmel());
         assert_eq!(a.augment.gain_db, Some([-20.0, 20.0]));
         assert_eq!(a.augment.ramp_db, None);
+
+        // The per-frame mean: a part of its own, with or without a per-bin one, set and
+        // cleared by the treatment whatever the base had.
+        let f: Treatment = "frame-cmn+sliding-cmn".parse().unwrap();
+        assert_eq!(f.to_string(), "sliding-cmn+frame-cmn");
+        assert_eq!(f.to_string().parse::<Treatment>().unwrap(), f);
+        let mut base = SpeakerCnnConfig::logmel();
+        let on = f.apply(&base);
+        assert!(on.features.frame_mean_norm && on.features.sliding_mean_norm.is_some());
+        on.validate().unwrap();
+        base.features.frame_mean_norm = true;
+        assert!(!Treatment::default().apply(&base).features.frame_mean_norm);
+        // With ramp augmentation it is refused (the augmentation would change nothing).
+        let r = "frame-cmn+aug-ramp"
+            .parse::<Treatment>()
+            .unwrap()
+            .apply(&base);
+        assert!(r.validate().is_err());
     }
 
     #[test]

@@ -5,8 +5,8 @@ use anyhow::Result;
 use candle_core::Device;
 use invar_data::Layout;
 use invar_speaker_cnn::{
-    evaluate, load_corpus, robustness, Condition, CorpusRecipe, LabeledAudio, Nuisance,
-    RobustnessConfig, SpeakerCnnConfig,
+    compute_features, evaluate, load_corpus, mean_normalise, robustness, Condition, CorpusRecipe,
+    LabeledAudio, Nuisance, RobustnessConfig, SpeakerCnnConfig,
 };
 use invar_train::{OptimizerConfig, ProgressMode, SgdConfig};
 
@@ -385,5 +385,61 @@ fn spilled_training_and_streamed_evaluation_are_exact() -> Result<()> {
         .filter(|(d, &l)| **d == Some(l))
         .count();
     assert_eq!(id.correct as usize, correct);
+    Ok(())
+}
+
+/// With `features.frame_mean_norm` the network's input is the same under any waveform gain,
+/// constant or ramped over the utterance: each frame's gain is one log offset in every bin, up
+/// to the gain's change within a 25 ms frame, whose spectral smearing shows only in weak bins.
+/// Without it a ramp moves every bin by up to 1.15 (±10 dB in natural-log power).
+#[test]
+fn the_per_frame_mean_cancels_constant_and_ramped_gains() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (_, test) = corpus(dir.path())?;
+    let test = &test[..3];
+    let mut cfg = SpeakerCnnConfig::logmel();
+    cfg.features.utterance_mean_norm = false;
+    let fe = &cfg.features.frontend;
+    // (mean, 99th percentile) of |clean − condition| over every bin of every frame.
+    let moved =
+        |features: &invar_speaker_cnn::FeatureConfig, condition: Condition| -> Result<(f64, f32)> {
+            let mut clean = compute_features(fe, true, test, Condition::Clean)?;
+            let mut other = compute_features(fe, true, test, condition)?;
+            mean_normalise(features, &mut clean);
+            mean_normalise(features, &mut other);
+            let mut d: Vec<f32> = clean
+                .iter()
+                .zip(&other)
+                .flat_map(|(a, b)| a.data.iter().zip(&b.data).map(|(x, y)| (x - y).abs()))
+                .collect();
+            d.sort_by(f32::total_cmp);
+            let mean = d.iter().map(|&v| f64::from(v)).sum::<f64>() / d.len() as f64;
+            Ok((mean, d[d.len() * 99 / 100]))
+        };
+    let ramp = Condition::Ramp {
+        from_db: -10.0,
+        to_db: 10.0,
+    };
+    let plain = cfg.features.clone();
+    let (mean, _) = moved(&plain, ramp)?;
+    assert!(
+        mean > 0.3,
+        "without the per-frame mean a ramp moved the features by {mean}"
+    );
+    let mut frame = plain.clone();
+    frame.frame_mean_norm = true;
+    for condition in [
+        Condition::Gain { db: -20.0 },
+        Condition::Gain { db: 20.0 },
+        Condition::LogOffset { offset: 1.0 },
+        ramp,
+    ] {
+        let (mean, p99) = moved(&frame, condition)?;
+        assert!(
+            mean < 0.01 && p99 < 0.05,
+            "{}: features moved by {mean} on average, {p99} at the 99th percentile",
+            condition.label()
+        );
+    }
     Ok(())
 }

@@ -167,6 +167,93 @@ fn mean_std_time_pooling_tangent_matches_finite_differences() -> Result<()> {
 }
 
 #[test]
+fn late_time_pooling_tangent_matches_finite_differences() -> Result<()> {
+    check_every_tangent_with(TimePooling::Late)
+}
+
+#[test]
+fn late_time_pooling_r_gradient_matches_finite_differences() -> Result<()> {
+    let cfg = ModelConfig {
+        time_pooling: TimePooling::Late,
+        ..small()
+    };
+    check_r_gradient_with(&cfg, Nuisance::Gain, false)
+}
+
+/// `late`'s chunk log-posterior is the log-softmax of the mean over time steps of per-step
+/// logits, each step's logits computed here by hand from the weights (dense + ReLU + output on
+/// that step's features alone): what makes it a product of per-step experts.
+#[test]
+fn late_time_pooling_is_the_mean_of_per_step_logits() -> Result<()> {
+    let cfg = ModelConfig {
+        time_pooling: TimePooling::Late,
+        ..small()
+    };
+    let (varmap, model) = network_with(5, &cfg)?;
+    let x = random_batch(3, BINS, FRAMES, 9, &Device::Cpu)?.to_dtype(DType::F64)?;
+    let got = model.forward(&x, None, None)?.log_probs.to_vec2::<f64>()?;
+    let var = |name: &str| -> Result<Tensor> {
+        let data = varmap.data().lock().map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(data
+            .get(name)
+            .ok_or_else(|| anyhow::anyhow!("no variable {name}"))?
+            .as_tensor()
+            .clone())
+    };
+    // The convolutional part, as the model computes it (its own test covers it): conv, ReLU,
+    // pool, twice.
+    let conv = |h: &Tensor, w: &str, b: &str| -> Result<Tensor> {
+        Ok(h.conv1d(&var(w)?, 0, 1, 1, 1)?
+            .broadcast_add(&var(b)?.unsqueeze(1)?)?
+            .relu()?)
+    };
+    let pool = |h: &Tensor| -> Result<Tensor> {
+        let (b, f, t) = h.dims3()?;
+        Ok(h.narrow(2, 0, t / 2 * 2)?
+            .reshape((b, f, t / 2, 2))?
+            .max(3)?)
+    };
+    let h = pool(&conv(
+        &pool(&conv(&x, "conv1.weight", "conv1.bias")?)?,
+        "conv2.weight",
+        "conv2.bias",
+    )?)?;
+    let (batch, _, steps) = h.dims3()?;
+    let (w3, b3, w4, b4) = (
+        var("dense.weight")?.to_vec2::<f64>()?,
+        var("dense.bias")?.to_vec1::<f64>()?,
+        var("out.weight")?.to_vec2::<f64>()?,
+        var("out.bias")?.to_vec1::<f64>()?,
+    );
+    let h = h.to_vec3::<f64>()?;
+    for i in 0..batch {
+        let mut mean_logits = [0.0; CLASSES];
+        for s in 0..steps {
+            let feat: Vec<f64> = h[i].iter().map(|row| row[s]).collect();
+            let hidden: Vec<f64> = w3
+                .iter()
+                .zip(&b3)
+                .map(|(w, b)| (w.iter().zip(&feat).map(|(a, c)| a * c).sum::<f64>() + b).max(0.0))
+                .collect();
+            for (k, (w, b)) in w4.iter().zip(&b4).enumerate() {
+                mean_logits[k] +=
+                    (w.iter().zip(&hidden).map(|(a, c)| a * c).sum::<f64>() + b) / steps as f64;
+            }
+        }
+        let lse = mean_logits.iter().map(|z| z.exp()).sum::<f64>().ln();
+        for k in 0..CLASSES {
+            let want = mean_logits[k] - lse;
+            assert!(
+                (got[i][k] - want).abs() < 1e-9,
+                "chunk {i} class {k}: {} vs {want}",
+                got[i][k]
+            );
+        }
+    }
+    Ok(())
+}
+
+#[test]
 fn mean_std_time_pooling_r_gradient_matches_finite_differences() -> Result<()> {
     let cfg = ModelConfig {
         time_pooling: TimePooling::MeanStd,
