@@ -93,8 +93,9 @@ impl CorpusArgs {
 /// The model's configuration: a named config or a file, with a few overrides.
 #[derive(Debug, Args)]
 pub struct ConfigArgs {
-    /// A named config: original (the 001 network), logmel (the stronger variant) or robust
-    /// (logmel with sliding-window mean removal and gain-ramp augmentation).
+    /// A named config: original (the 001 network), logmel (the stronger variant), robust
+    /// (logmel with sliding-window mean removal and gain-ramp augmentation) or invariant (logmel
+    /// with each frame's mean over the bins removed too: every gain cancels).
     #[arg(long, default_value = "original", conflicts_with = "config")]
     pub preset: String,
     /// A config file, TOML or JSON (`*.json`): a `SpeakerCnnConfig`; missing fields take the
@@ -116,7 +117,7 @@ pub struct ConfigArgs {
     /// Learning rate [default: the preset's: original 0.01 (SGD), logmel 0.001 (Adam)]
     #[arg(long)]
     pub lr: Option<f64>,
-    /// Maximum epochs [default: the preset's: original 30, logmel 60, robust 200]
+    /// Maximum epochs [default: the preset's: original 30, logmel 60, robust and invariant 200]
     #[arg(long)]
     pub epochs: Option<usize>,
     /// Clip the global gradient norm to this value; `none` (or 0) turns clipping off [default:
