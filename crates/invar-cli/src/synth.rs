@@ -1,10 +1,10 @@
 //! `invar synth`: write the generated multi-speaker corpus (TIMIT or ELSDSR layout).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use clap::Args;
-use invar_synth::{generate_with_progress, Layout, Split, SynthConfig};
+use invar_synth::{generate_streaming, Layout, Split, SynthConfig};
 use serde::Serialize;
 
 use invar_train::ItemProgress;
@@ -79,26 +79,34 @@ pub fn run(args: SynthArgs) -> anyhow::Result<()> {
     let _out = crate::out_dir::claim(&args.out, "synth", args.force, false, &[])?;
     let started = std::time::Instant::now();
     let progress = ItemProgress::new((cfg.speakers * cfg.utterances) as u64, "synthesising");
-    let manifest = generate_with_progress(&cfg, &args.out, args.layout, &|_, _| progress.inc())?;
+    // Streamed: each utterance's record goes to the manifest as it is written and is counted here,
+    // never held for the whole corpus (issue #24).
+    let mut counts: BTreeMap<&'static str, (BTreeSet<String>, usize, u64)> = BTreeMap::new();
+    let written = generate_streaming(
+        &cfg,
+        &args.out,
+        args.layout,
+        &|_, _| progress.inc(),
+        &mut |u| {
+            let c = counts.entry(u.split.name()).or_default();
+            if !c.0.contains(&u.speaker) {
+                c.0.insert(u.speaker.clone());
+            }
+            c.1 += 1;
+            c.2 += u.samples;
+        },
+    )?;
     progress.finish();
 
     let mut splits = BTreeMap::new();
     for split in [Split::Train, Split::Test] {
-        let utts: Vec<_> = manifest
-            .utterances
-            .iter()
-            .filter(|u| u.split == split)
-            .collect();
-        let mut speakers: Vec<&str> = utts.iter().map(|u| u.speaker.as_str()).collect();
-        speakers.sort_unstable();
-        speakers.dedup();
-        let samples: u64 = utts.iter().map(|u| u.samples).sum();
+        let (speakers, utterances, samples) = counts.remove(split.name()).unwrap_or_default();
         splits.insert(
             split.name(),
             SplitSummary {
                 speakers: speakers.len(),
-                utterances: utts.len(),
-                hours: samples as f64 / f64::from(manifest.sample_rate) / 3600.0,
+                utterances,
+                hours: samples as f64 / f64::from(written.sample_rate) / 3600.0,
             },
         );
     }
@@ -106,9 +114,9 @@ pub fn run(args: SynthArgs) -> anyhow::Result<()> {
         out: args.out.clone(),
         layout: args.layout,
         seed: cfg.seed,
-        sample_rate: manifest.sample_rate,
+        sample_rate: written.sample_rate,
         splits,
-        item_files: manifest.item_files.clone(),
+        item_files: written.item_files.clone(),
         seconds: started.elapsed().as_secs_f64(),
     };
     println!(

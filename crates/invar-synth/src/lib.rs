@@ -24,6 +24,6 @@ pub use phones::{phone_index, PhoneClass, PhoneSpec, INVENTORY};
 pub use plan::{CorpusPlan, Layout, PlannedUtterance, RenderedUtterance, Split, ELSDSR_TRAIN_MAX};
 pub use speaker::{sample_population, Sex, Speaker};
 pub use write::{
-    generate, generate_with_progress, item_text, segments_text, write_item, Manifest,
-    SpeakerRecord, UtteranceRecord, CONFIG_FILE, ITEM_SILENCE, MANIFEST_FILE,
+    generate, generate_streaming, generate_with_progress, item_text, segments_text, write_item,
+    Manifest, SpeakerRecord, UtteranceRecord, Written, CONFIG_FILE, ITEM_SILENCE, MANIFEST_FILE,
 };
