@@ -469,6 +469,8 @@ mod tests {
                 noise: Some(0.05),
                 different_weight: None,
                 seed: Some(2),
+                max_target_trials: None,
+                max_nontarget_trials: None,
             },
             all_rows: false,
             resume: false,
