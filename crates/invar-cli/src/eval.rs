@@ -136,6 +136,16 @@ pub struct VerifyArgs {
     /// Distances to score with (repeatable).
     #[arg(long = "metric", default_values = ["angular", "euclidean"])]
     pub metrics: Vec<PairMetric>,
+    /// Without --trials: at most this many same-speaker trials (every pair while there are no
+    /// more, else a seeded uniform sample of them).
+    #[arg(long, default_value_t = invar_eval::DEFAULT_MAX_TRIALS)]
+    pub max_target_trials: u64,
+    /// Without --trials: at most this many different-speaker trials, as --max-target-trials.
+    #[arg(long, default_value_t = invar_eval::DEFAULT_MAX_TRIALS)]
+    pub max_nontarget_trials: u64,
+    /// Without --trials: seed of the trial sample when a cap binds.
+    #[arg(long, default_value_t = 0)]
+    pub trial_seed: u64,
     /// Output folder: results.json, det.svg/.png, and per metric the scores in Kaldi's form
     /// (scores-METRIC.txt, the negated distance; plus the generated `trials` without --trials).
     #[arg(long)]
@@ -374,7 +384,20 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
             path,
         )?,
         None => {
-            let all = invar_eval::all_pairs(speakers);
+            let caps = invar_eval::TrialCaps {
+                max_target: args.max_target_trials,
+                max_nontarget: args.max_nontarget_trials,
+                seed: args.trial_seed,
+            };
+            let list = invar_eval::bounded_pairs(speakers, &caps)?;
+            if list.sampled() {
+                tracing::info!(
+                    "trials sampled from {} target / {} non-target pairs (the written trials file lists them)",
+                    list.target_pairs,
+                    list.nontarget_pairs
+                );
+            }
+            let all = list.trials;
             let label = |t: bool| if t { "target" } else { "nontarget" };
             let text: String = all
                 .iter()

@@ -244,6 +244,14 @@ mod tests {
                 help(&["supervector", "eval"], "closed-utterances"),
                 proto.closed_utterances.to_string(),
             ),
+            (
+                help(&["supervector", "train"], "max-target-trials"),
+                proto.max_target_trials.to_string(),
+            ),
+            (
+                help(&["supervector", "eval"], "max-nontarget-trials"),
+                proto.max_nontarget_trials.to_string(),
+            ),
         ];
         let original = invar_speaker_cnn::SpeakerCnnConfig::original();
         let logmel = invar_speaker_cnn::SpeakerCnnConfig::logmel();

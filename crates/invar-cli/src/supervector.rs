@@ -106,6 +106,14 @@ pub struct AutoencoderFlags {
     /// Seed of the training and of the speaker split [default: 0]
     #[arg(long)]
     pub seed: Option<u64>,
+    /// At most this many same-speaker verification trials per test set: every pair of test rows
+    /// while there are no more, else a seeded uniform sample [default: 1000000]
+    #[arg(long)]
+    pub max_target_trials: Option<u64>,
+    /// At most this many different-speaker verification trials per test set, as
+    /// --max-target-trials [default: 1000000]
+    #[arg(long)]
+    pub max_nontarget_trials: Option<u64>,
 }
 
 impl AutoencoderFlags {
@@ -139,6 +147,12 @@ impl AutoencoderFlags {
         }
         if let Some(s) = self.seed {
             c.seed = s;
+        }
+        if let Some(n) = self.max_target_trials {
+            c.protocol.max_target_trials = n;
+        }
+        if let Some(n) = self.max_nontarget_trials {
+            c.protocol.max_nontarget_trials = n;
         }
         Ok(c)
     }
@@ -455,6 +469,8 @@ mod tests {
                 noise: Some(0.05),
                 different_weight: None,
                 seed: Some(2),
+                max_target_trials: None,
+                max_nontarget_trials: None,
             },
             all_rows: false,
             resume: false,

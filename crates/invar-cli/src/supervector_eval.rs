@@ -127,7 +127,8 @@ struct EvalResults<'a> {
 
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     let mut config = args.supervector_config()?;
-    let eval = args.eval_config();
+    let mut eval = args.eval_config();
+    eval.trials = invar_supervector::trial_caps(&config.protocol, config.seed);
     let (set, ids) = args.input.load()?;
     let has_ids = args.input.ids.is_some()
         || args

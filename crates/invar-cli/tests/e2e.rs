@@ -256,6 +256,33 @@ fn stage_commands_chain_on_a_generated_corpus() {
         assert!(r["eer"].as_f64().unwrap() <= 0.5, "{r}");
     }
     assert!(ver.join("det.svg").is_file());
+
+    // Capped: 50 of the 120 target and 200 of the 1008 non-target pairs, a seeded sample, and the
+    // written trials file lists exactly those (no pair twice, each labelled by its speakers).
+    let capped = d.join("verify-capped");
+    invar(&[
+        "eval",
+        "verify",
+        "--embeddings",
+        s(&sv.join("supervectors.npy")),
+        "--speakers",
+        s(&sv.join("speakers.txt")),
+        "--max-target-trials",
+        "50",
+        "--max-nontarget-trials",
+        "200",
+        "--out",
+        s(&capped),
+    ]);
+    let v = json(&capped.join("results.json"));
+    for r in v["reports"].as_array().expect("one report per metric") {
+        assert_eq!(r["target_trials"], 50);
+        assert_eq!(r["nontarget_trials"], 200);
+    }
+    let trials = std::fs::read_to_string(capped.join("trials")).unwrap();
+    let lines: std::collections::BTreeSet<&str> = trials.lines().collect();
+    assert_eq!(lines.len(), 250, "250 distinct trials");
+    assert_eq!(lines.iter().filter(|l| l.ends_with(" target")).count(), 50);
 }
 
 #[test]

@@ -15,6 +15,7 @@ pub mod item;
 pub mod plot;
 pub mod scores;
 pub mod snorm;
+pub mod trial_sample;
 pub mod verify;
 
 pub use abx::{
@@ -29,6 +30,7 @@ pub use scores::{
     check_unique, read_lines, read_scores, read_trial_list, score_report, write_scores, NamedTrial,
     ScoreReport,
 };
+pub use trial_sample::{bounded_pairs, TrialCaps, TrialList, DEFAULT_MAX_TRIALS};
 pub use verify::{
     all_pairs, read_column, read_ids, read_trials, resolve_trials, trial_distances, verify,
     PairMetric, Trial, VerifyConfig, VerifyReport,

@@ -461,7 +461,11 @@ fn verify(
                 .collect();
             invar_eval::read_trials(path, &index).py()?
         }
-        None => invar_eval::all_pairs(&speakers),
+        None => {
+            invar_eval::bounded_pairs(&speakers, &invar_eval::TrialCaps::default())
+                .py()?
+                .trials
+        }
     };
     let reports = py
         .allow_threads(|| -> invar_eval::Result<Vec<invar_eval::VerifyReport>> {

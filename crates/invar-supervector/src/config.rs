@@ -115,6 +115,12 @@ pub struct ProtocolConfig {
     pub closed_utterances: f64,
     /// minDCF priors.
     pub p_targets: Vec<f64>,
+    /// At most this many same-speaker trials per protocol: every pair of test rows is a trial
+    /// while there are no more, else a seeded uniform sample of them (see
+    /// [`invar_eval::bounded_pairs`]).
+    pub max_target_trials: u64,
+    /// At most this many different-speaker trials per protocol, as `max_target_trials`.
+    pub max_nontarget_trials: u64,
 }
 
 impl Default for ProtocolConfig {
@@ -123,6 +129,8 @@ impl Default for ProtocolConfig {
             open_speakers: 0.2,
             closed_utterances: 0.25,
             p_targets: vec![0.01],
+            max_target_trials: invar_eval::DEFAULT_MAX_TRIALS,
+            max_nontarget_trials: invar_eval::DEFAULT_MAX_TRIALS,
         }
     }
 }
@@ -243,6 +251,14 @@ impl SupervectorConfig {
                 "protocol.p_targets",
                 format!("each must lie in (0, 1), got {:?}", q.p_targets),
             ));
+        }
+        for (name, v) in [
+            ("protocol.max_target_trials", q.max_target_trials),
+            ("protocol.max_nontarget_trials", q.max_nontarget_trials),
+        ] {
+            if v == 0 {
+                return Err(Error::config(name, "must be at least 1, got 0"));
+            }
         }
         self.validate_loop()?;
         Ok(())

@@ -3,7 +3,7 @@
 //! verification metrics through invar-eval (threshold count, EER, minDCF) for each representation
 //! and distance.
 
-use invar_eval::{PairMetric, VerifyConfig};
+use invar_eval::{PairMetric, TrialCaps, VerifyConfig};
 use invar_io::Matrix;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -112,13 +112,36 @@ pub struct ComparisonRow {
     pub eer: f64,
     /// minDCF at each configured prior, in order.
     pub min_dcf: Vec<(f64, f64)>,
+    /// When the trials are a sample (a cap bound): the pairs of each kind they were drawn from.
+    /// Absent when every pair is a trial.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled_from: Option<SampledFrom>,
     /// The DET curve (for plots; not written to results files).
     #[serde(skip)]
     pub det: Vec<invar_eval::verify::DetPoint>,
 }
 
-/// Verification metrics of `rows` of `embeddings` (speakers `labels[row]`), every pair a trial,
-/// under each metric.
+/// How many pairs of test rows there were to draw a capped trial list from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampledFrom {
+    pub target_pairs: u64,
+    pub nontarget_pairs: u64,
+}
+
+/// The trial caps of `config` (seeded by the method's `seed`).
+pub fn trial_caps(config: &ProtocolConfig, seed: u64) -> TrialCaps {
+    TrialCaps {
+        max_target: config.max_target_trials,
+        max_nontarget: config.max_nontarget_trials,
+        seed,
+    }
+}
+
+/// Verification metrics of `rows` of `embeddings` (speakers `labels[row]`) under each metric:
+/// every pair a trial while there are at most `caps`' pairs of each kind, else a seeded uniform
+/// sample of that many (the same trials for every representation, as they depend only on the
+/// labels, the rows and the caps).
+#[allow(clippy::too_many_arguments)]
 pub fn compare_rows(
     protocol: Protocol,
     name: &str,
@@ -127,6 +150,7 @@ pub fn compare_rows(
     rows: &[usize],
     metrics: &[PairMetric],
     p_targets: &[f64],
+    caps: &TrialCaps,
 ) -> Result<Vec<ComparisonRow>> {
     if labels.len() != embeddings.rows {
         return Err(Error::shape(
@@ -147,7 +171,13 @@ pub fn compare_rows(
         sub.row_mut(k).copy_from_slice(embeddings.row(r));
     }
     let speakers: Vec<String> = rows.iter().map(|&r| labels[r].to_string()).collect();
-    let trials = invar_eval::all_pairs(&speakers);
+    let list = invar_eval::bounded_pairs(&speakers, caps)?;
+    drop(speakers);
+    let sampled_from = list.sampled().then_some(SampledFrom {
+        target_pairs: list.target_pairs,
+        nontarget_pairs: list.nontarget_pairs,
+    });
+    let trials = list.trials;
     let mut out = Vec::with_capacity(metrics.len());
     for &metric in metrics {
         let distances = invar_eval::trial_distances(&sub, &trials, metric)?;
@@ -169,6 +199,7 @@ pub fn compare_rows(
             threshold_rate: r.threshold_count.rate,
             eer: r.eer,
             min_dcf: r.min_dcf.iter().map(|m| (m.p_target, m.min_dcf)).collect(),
+            sampled_from,
             det: r.det,
         });
     }
@@ -202,6 +233,14 @@ pub fn format_table(rows: &[ComparisonRow]) -> String {
             100.0 * r.eer,
             dcf
         ));
+    }
+    for r in rows {
+        if let Some(f) = r.sampled_from {
+            s.push_str(&format!(
+                "({} {} {}: trials sampled from {} target / {} non-target pairs)\n",
+                r.protocol, r.representation, r.metric, f.target_pairs, f.nontarget_pairs
+            ));
+        }
     }
     s
 }
@@ -311,6 +350,7 @@ mod tests {
             &[0, 1, 2, 3],
             &[PairMetric::Euclidean],
             &[0.01],
+            &TrialCaps::default(),
         )
         .unwrap();
         assert_eq!(rows.len(), 1);
@@ -330,12 +370,72 @@ mod tests {
             &[0, 1, 2, 3],
             &[PairMetric::Euclidean],
             &[0.01],
+            &TrialCaps::default(),
         )
         .unwrap()[0];
         assert!((r.threshold - 0.65).abs() < 1e-6);
         assert_eq!(r.threshold_count, 2);
         assert!((r.threshold_rate - 0.5).abs() < 1e-12);
         assert!(format_table(std::slice::from_ref(r)).contains("open"));
+    }
+
+    /// Over the caps, the table rests on the capped number of trials of each kind and says what
+    /// they were drawn from; under them (the test above) every pair is a trial and nothing is said.
+    #[test]
+    fn capped_trials_are_counted_and_flagged() {
+        // 60 rows of 4 speakers: 4 · C(15, 2) = 420 target and C(60, 2) − 420 = 1350 other pairs.
+        let labels: Vec<usize> = (0..60).map(|i| i % 4).collect();
+        let m = Matrix::new(
+            60,
+            1,
+            (0..60).map(|i| (i % 4) as f32 + 0.01 * i as f32).collect(),
+        )
+        .unwrap();
+        let rows: Vec<usize> = (0..60).collect();
+        let caps = TrialCaps {
+            max_target: 100,
+            max_nontarget: 300,
+            seed: 5,
+        };
+        let table = compare_rows(
+            Protocol::Open,
+            "raw",
+            &m,
+            &labels,
+            &rows,
+            &[PairMetric::Euclidean],
+            &[0.01],
+            &caps,
+        )
+        .unwrap();
+        let r = &table[0];
+        assert_eq!((r.target_trials, r.nontarget_trials), (100, 300));
+        assert_eq!(
+            r.sampled_from,
+            Some(SampledFrom {
+                target_pairs: 420,
+                nontarget_pairs: 1350
+            })
+        );
+        assert!(format_table(&table).contains("sampled from 420 target / 1350 non-target pairs"));
+        let json = serde_json::to_string(&table[0]).unwrap();
+        assert!(json.contains("sampled_from"));
+        let full = compare_rows(
+            Protocol::Open,
+            "raw",
+            &m,
+            &labels,
+            &rows,
+            &[PairMetric::Euclidean],
+            &[0.01],
+            &TrialCaps::default(),
+        )
+        .unwrap();
+        assert_eq!(full[0].sampled_from, None);
+        assert!(!serde_json::to_string(&full[0])
+            .unwrap()
+            .contains("sampled_from"));
+        assert!(!format_table(&full).contains("sampled"));
     }
 
     /// The 002 DET: one curve per (representation, distance) of the protocol, named in full with
@@ -360,6 +460,7 @@ mod tests {
             &rows,
             &[PairMetric::Angular, PairMetric::Euclidean],
             &[0.01],
+            &TrialCaps::default(),
         )
         .unwrap();
         assert!(table.iter().all(|r| !r.det.is_empty()));

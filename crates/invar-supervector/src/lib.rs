@@ -19,8 +19,8 @@ mod train;
 pub use config::{Activation, ModelConfig, PairConfig, ProtocolConfig, SupervectorConfig};
 pub use error::{Error, Result};
 pub use evaluate::{
-    compare_rows, format_table, plot_det, representation_name, ComparisonRow, Protocol,
-    ProtocolSplit,
+    compare_rows, format_table, plot_det, representation_name, trial_caps, ComparisonRow, Protocol,
+    ProtocolSplit, SampledFrom,
 };
 pub use model::TiedAutoencoder;
 pub use pairs::{Normalizer, PairBatch, PairBatches, PairSampler};

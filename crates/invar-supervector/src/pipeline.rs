@@ -9,7 +9,7 @@ use invar_eval::PairMetric;
 use invar_io::Matrix;
 use serde::{Deserialize, Serialize};
 
-use crate::evaluate::{compare_rows, ComparisonRow, Protocol, ProtocolSplit};
+use crate::evaluate::{compare_rows, trial_caps, ComparisonRow, Protocol, ProtocolSplit};
 use crate::train::{train, Trained};
 use crate::{Error, Result, SupervectorConfig};
 
@@ -88,6 +88,7 @@ pub fn run(
         reps.push(("ivector", iv));
     }
     reps.push(("ae", &codes));
+    let caps = trial_caps(&config.protocol, config.seed);
     let mut table = Vec::new();
     for (protocol, rows) in [
         (Protocol::Closed, &split.closed_test),
@@ -106,6 +107,7 @@ pub fn run(
                 rows,
                 &METRICS,
                 &config.protocol.p_targets,
+                &caps,
             )?);
         }
     }

@@ -12,12 +12,12 @@ use std::path::Path;
 
 use candle_core::Device;
 use invar_data::SupervectorSet;
-use invar_eval::{Backend, BackendConfig, Scoring, Trial, VerifyConfig};
+use invar_eval::{Backend, BackendConfig, Scoring, Trial, TrialCaps, VerifyConfig};
 use invar_gmm::Pca;
 use invar_io::Matrix;
 use serde::{Deserialize, Serialize};
 
-use crate::evaluate::{Protocol, ProtocolSplit};
+use crate::evaluate::{Protocol, ProtocolSplit, SampledFrom};
 use crate::train::train;
 use crate::{Error, ProtocolConfig, Result, SupervectorConfig};
 
@@ -116,6 +116,9 @@ pub struct EvalConfig {
     /// saw. The fair test of the back-end on codes: fitted on the codes of the AE's own training
     /// rows it sees a within-speaker scatter smaller than any test row's.
     pub backend_holdout: Option<f64>,
+    /// Caps on each test set's trials (every pair while under them; see
+    /// [`invar_eval::bounded_pairs`]).
+    pub trials: TrialCaps,
 }
 
 impl Default for EvalConfig {
@@ -134,6 +137,7 @@ impl Default for EvalConfig {
             c_miss: 1.0,
             c_fa: 1.0,
             backend_holdout: None,
+            trials: TrialCaps::default(),
         }
     }
 }
@@ -141,6 +145,7 @@ impl Default for EvalConfig {
 impl EvalConfig {
     /// Rejects a zero PCA dimension, no scorings, bad priors or costs.
     pub fn validate(&self) -> Result<()> {
+        self.trials.validate()?;
         if self.raw_dim == 0 {
             return Err(Error::config("eval.raw_dim", "must be at least 1"));
         }
@@ -283,6 +288,9 @@ pub struct SplitResult {
     /// The seed's threshold count: different-speaker trials scored above the worst same-speaker one.
     pub threshold_count: u64,
     pub threshold_rate: f64,
+    /// When the trials are a sample (a cap bound): the pairs of each kind they were drawn from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled_from: Option<SampledFrom>,
 }
 
 /// Mean and sample standard deviation (divisor `n − 1`; 0 for one value).
@@ -429,7 +437,12 @@ pub fn score_split(
                 None => None,
             };
             let speakers: Vec<String> = rows.iter().map(|&r| labels[r].to_string()).collect();
-            let trials: Vec<Trial> = invar_eval::all_pairs(&speakers);
+            let list = invar_eval::bounded_pairs(&speakers, &config.trials)?;
+            let sampled_from = list.sampled().then_some(SampledFrom {
+                target_pairs: list.target_pairs,
+                nontarget_pairs: list.nontarget_pairs,
+            });
+            let trials: Vec<Trial> = list.trials;
             for &scoring in &config.scorings {
                 let (emb, distances) = match (scoring.metric(), &backend) {
                     (Some(metric), _) => {
@@ -459,6 +472,7 @@ pub fn score_split(
                     min_dcf: r.min_dcf.iter().map(|m| (m.p_target, m.min_dcf)).collect(),
                     threshold_count: r.threshold_count.count,
                     threshold_rate: r.threshold_count.rate,
+                    sampled_from,
                 });
             }
         }
@@ -800,6 +814,7 @@ mod tests {
             min_dcf: vec![(0.01, dcf)],
             threshold_count: count,
             threshold_rate: count as f64 / 90.0,
+            sampled_from: None,
         }
     }
 
