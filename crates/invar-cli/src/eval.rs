@@ -256,6 +256,8 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
             })
         },
     )?;
+    // The parsed .item file is not needed past here (issue #24: held through scoring before).
+    drop(items);
     if !ds.empty_items.is_empty() {
         tracing::warn!(
             "{} items cover no frame and are left out (first at line {})",
@@ -292,6 +294,9 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
         progress.finish();
         results.push(r);
     }
+    // The kept frames are not needed past scoring: free them before results and plots are written
+    // (issue #24: the plots' fonts and buffers came on top of them, the run's peak).
+    drop(ds);
     invar_io::write_json(
         args.out.join("config.json"),
         &serde_json::json!({

@@ -116,12 +116,7 @@ fn caps_bound_the_triplets_as_counted_by_hand() -> anyhow::Result<()> {
     let mut x_of = HashMap::new();
     for c in &r.cell_scores {
         assert_ne!(c.speaker_a, c.speaker_x);
-        assert!(x_of
-            .insert(
-                (c.speaker_a.clone(), c.phone_a.clone()),
-                c.speaker_x.clone()
-            )
-            .is_none());
+        assert!(x_of.insert((c.speaker_a, c.phone_a), c.speaker_x).is_none());
     }
     Ok(())
 }
@@ -231,5 +226,54 @@ fn results_written_before_the_caps_still_read() -> anyhow::Result<()> {
     }
     let old: AbxResult = serde_json::from_value(value)?;
     assert_eq!(old, r);
+    Ok(())
+}
+
+/// The cells as results.json held them before issue #24's interning: five `String`s a record.
+#[derive(serde::Serialize)]
+struct SpelledCell {
+    context: String,
+    phone_a: String,
+    phone_b: String,
+    speaker_a: String,
+    speaker_x: String,
+    error: f64,
+    triplets: u64,
+}
+
+#[test]
+fn cell_scores_are_written_as_spelled_records_and_read_back() -> anyhow::Result<()> {
+    let ds = small()?;
+    for mode in [AbxMode::Within, AbxMode::Across] {
+        let r = evaluate(&ds, &config(mode, None, None, 0), &|| {})?;
+        assert!(!r.cell_scores.is_empty());
+        assert_eq!(r.cell_scores.len(), r.cells);
+        // Written byte for byte as the list of spelled-out records, labels looked up by number.
+        let spelled: Vec<SpelledCell> = r
+            .cell_scores
+            .iter()
+            .map(|c| SpelledCell {
+                context: c.context.to_string(),
+                phone_a: c.phone_a.to_string(),
+                phone_b: c.phone_b.to_string(),
+                speaker_a: c.speaker_a.to_string(),
+                speaker_x: c.speaker_x.to_string(),
+                error: c.error,
+                triplets: c.triplets,
+            })
+            .collect();
+        let written = serde_json::to_string_pretty(&r.cell_scores)?;
+        assert_eq!(written, serde_json::to_string_pretty(&spelled)?);
+        // The labels are this dataset's, in scoring order: every A talker of the small set appears.
+        let talkers: std::collections::BTreeSet<&str> =
+            r.cell_scores.iter().map(|c| c.speaker_a).collect();
+        assert_eq!(talkers.into_iter().collect::<Vec<_>>(), ["1", "2", "3"]);
+        assert_eq!(ds.contexts.len(), 1);
+        assert!(r.cell_scores.iter().all(|c| c.context == ds.contexts[0]));
+        // Read back (labels numbered afresh), equal record by record and written the same again.
+        let back: AbxResult = serde_json::from_str(&serde_json::to_string_pretty(&r)?)?;
+        assert_eq!(back, r);
+        assert_eq!(serde_json::to_string_pretty(&back.cell_scores)?, written);
+    }
     Ok(())
 }

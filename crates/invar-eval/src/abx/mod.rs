@@ -9,7 +9,7 @@ mod sample;
 mod score;
 mod task;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use invar_ops::FrameDistance;
@@ -209,16 +209,156 @@ pub struct PairError {
     pub error: f64,
 }
 
-/// One scored cell with its labels spelled out.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CellRecord {
-    pub context: String,
-    pub phone_a: String,
-    pub phone_b: String,
-    pub speaker_a: String,
-    pub speaker_x: String,
+/// One scored cell with its labels spelled out, borrowed from the [`CellScores`] that holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CellRecord<'a> {
+    pub context: &'a str,
+    pub phone_a: &'a str,
+    pub phone_b: &'a str,
+    pub speaker_a: &'a str,
+    pub speaker_x: &'a str,
     pub error: f64,
     pub triplets: u64,
+}
+
+/// [`CellRecord`] as read from a results.json.
+#[derive(Deserialize)]
+struct OwnedCellRecord {
+    context: String,
+    phone_a: String,
+    phone_b: String,
+    speaker_a: String,
+    speaker_x: String,
+    error: f64,
+    triplets: u64,
+}
+
+/// Every scored cell of one evaluation, each held as a [`CellScore`] (label numbers, 40 bytes) with
+/// the label names held once, not five `String`s per cell (issue #24: across speaker, the cells grow
+/// with the corpus). Serialised as a list of [`CellRecord`]s, the labels spelled out, exactly as a
+/// `Vec<CellRecord>` would be; two are equal when their records are.
+#[derive(Debug, Clone, Default)]
+pub struct CellScores {
+    contexts: Vec<String>,
+    phones: Vec<String>,
+    speakers: Vec<String>,
+    cells: Vec<CellScore>,
+}
+
+impl CellScores {
+    /// `cells`' labels index `ds`'s contexts, phones and speakers.
+    fn new(ds: &AbxDataset, cells: Vec<CellScore>) -> Self {
+        CellScores {
+            contexts: ds.contexts.clone(),
+            phones: ds.phones.clone(),
+            speakers: ds.speakers.clone(),
+            cells,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+
+    /// The cells with their labels spelled out, in scoring order.
+    pub fn iter(&self) -> CellRecords<'_> {
+        CellRecords {
+            scores: self,
+            cells: self.cells.iter(),
+        }
+    }
+
+    fn record<'a>(&'a self, c: &CellScore) -> CellRecord<'a> {
+        CellRecord {
+            context: &self.contexts[c.context as usize],
+            phone_a: &self.phones[c.phone_a as usize],
+            phone_b: &self.phones[c.phone_b as usize],
+            speaker_a: &self.speakers[c.speaker_a as usize],
+            speaker_x: &self.speakers[c.speaker_x as usize],
+            error: c.error,
+            triplets: c.triplets,
+        }
+    }
+}
+
+/// The iterator of [`CellScores::iter`].
+pub struct CellRecords<'a> {
+    scores: &'a CellScores,
+    cells: std::slice::Iter<'a, CellScore>,
+}
+
+impl<'a> Iterator for CellRecords<'a> {
+    type Item = CellRecord<'a>;
+
+    fn next(&mut self) -> Option<CellRecord<'a>> {
+        self.cells.next().map(|c| self.scores.record(c))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.cells.size_hint()
+    }
+}
+
+impl ExactSizeIterator for CellRecords<'_> {}
+
+impl<'a> IntoIterator for &'a CellScores {
+    type Item = CellRecord<'a>;
+    type IntoIter = CellRecords<'a>;
+
+    fn into_iter(self) -> CellRecords<'a> {
+        self.iter()
+    }
+}
+
+impl PartialEq for CellScores {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Serialize for CellScores {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for CellScores {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        /// The number of `name` in `names`, added if new.
+        fn number(names: &mut Vec<String>, seen: &mut HashMap<String, u32>, name: String) -> u32 {
+            if let Some(&i) = seen.get(&name) {
+                return i;
+            }
+            let i = names.len() as u32;
+            names.push(name.clone());
+            seen.insert(name, i);
+            i
+        }
+        let records = Vec::<OwnedCellRecord>::deserialize(d)?;
+        let mut out = CellScores::default();
+        let (mut cs, mut ps, mut ss) = (HashMap::new(), HashMap::new(), HashMap::new());
+        out.cells.reserve(records.len());
+        for r in records {
+            let cell = CellScore {
+                context: number(&mut out.contexts, &mut cs, r.context),
+                phone_a: number(&mut out.phones, &mut ps, r.phone_a),
+                phone_b: number(&mut out.phones, &mut ps, r.phone_b),
+                speaker_a: number(&mut out.speakers, &mut ss, r.speaker_a),
+                speaker_x: number(&mut out.speakers, &mut ss, r.speaker_x),
+                error: r.error,
+                triplets: r.triplets,
+            };
+            out.cells.push(cell);
+        }
+        Ok(out)
+    }
 }
 
 /// The result of one ABX evaluation.
@@ -250,7 +390,7 @@ pub struct AbxResult {
     /// Per ordered phone pair, sorted by phone names.
     pub pairs: Vec<PairError>,
     /// Every cell, for finer analyses (JSON output).
-    pub cell_scores: Vec<CellRecord>,
+    pub cell_scores: CellScores,
 }
 
 /// Runs an ABX evaluation on a dataset. `on_unit` is called after each unit of work (there are
@@ -289,18 +429,8 @@ pub fn evaluate(
         })
         .collect();
     let triplets = cells.iter().map(|c| c.triplets).sum();
-    let cell_scores = cells
-        .iter()
-        .map(|c| CellRecord {
-            context: name(&ds.contexts, c.context),
-            phone_a: name(&ds.phones, c.phone_a),
-            phone_b: name(&ds.phones, c.phone_b),
-            speaker_a: name(&ds.speakers, c.speaker_a),
-            speaker_x: name(&ds.speakers, c.speaker_x),
-            error: c.error,
-            triplets: c.triplets,
-        })
-        .collect();
+    let n_cells = cells.len();
+    let cell_scores = CellScores::new(ds, cells);
     Ok(AbxResult {
         mode: config.mode,
         convention: config.convention,
@@ -309,7 +439,7 @@ pub fn evaluate(
         items: ds.items.len(),
         empty_items: ds.empty_items.clone(),
         frames: ds.item_frames,
-        cells: cells.len(),
+        cells: n_cells,
         triplets,
         max_size_group: config.max_size_group,
         max_x_across: config.max_x_across,
