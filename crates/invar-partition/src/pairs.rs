@@ -1,5 +1,6 @@
 //! Frame pairs from classes of fragments (term discovery's, or gold words'): every pair of fragments
-//! in a class (or a seeded sample of them, see [`PairConfig::max_fragment_pairs_per_class`]) is
+//! in a class (or a seeded sample of them, see [`PairConfig::max_fragment_pairs_per_class`], and of
+//! the whole run's, [`PairConfig::max_fragment_pairs`], drawn before frames are loaded) is
 //! aligned by DTW and each cell of the path is a same-class frame pair; for each such fragment pair
 //! one different-class fragment pair is sampled, with the same speaker relation, and paired along the
 //! diagonal of the two tokens ([`diagonal`]: each frame of the longer mapped to the proportional frame
