@@ -78,8 +78,15 @@ pub struct TrainArgs {
     /// (crates/invar-partition/README.md measures it against all pairs).
     #[arg(long)]
     pub max_pairs_per_class: Option<usize>,
-    /// Use every token pair of every class (no cap; the same as --max-pairs-per-class 0).
-    #[arg(long, conflicts_with = "max_pairs_per_class")]
+    /// Cap on the same-class fragment (token) pairs of the whole run, across classes (after the
+    /// per-class cap): a uniform sample drawn with --seed before frames are loaded, so memory
+    /// follows it, not the number of classes. 0 or --all-pairs: no total cap. Default 4000, the
+    /// config's `pairs.max_fragment_pairs` (a run of about 4 hours stays under it; README "Memory").
+    #[arg(long)]
+    pub max_pairs: Option<usize>,
+    /// Use every token pair of every class (no cap, per class or in total; the same as
+    /// --max-pairs-per-class 0 --max-pairs 0).
+    #[arg(long, conflicts_with_all = ["max_pairs_per_class", "max_pairs"])]
     pub all_pairs: bool,
     /// Seed of V's initialisation, the pair sampling and the minibatch order (default 0).
     #[arg(long)]
@@ -157,8 +164,12 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     if let Some(v) = a.max_pairs_per_class {
         cfg.pairs.max_fragment_pairs_per_class = (v > 0).then_some(v);
     }
+    if let Some(v) = a.max_pairs {
+        cfg.pairs.max_fragment_pairs = (v > 0).then_some(v);
+    }
     if a.all_pairs {
         cfg.pairs.max_fragment_pairs_per_class = None;
+        cfg.pairs.max_fragment_pairs = None;
     }
     if let Some(v) = a.seed {
         cfg.seed = v;
@@ -180,7 +191,22 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     let timings: Vec<_> = std::iter::once(cfg.pairs.timing)
         .chain(sil.as_ref().map(|s| s.timing))
         .collect();
-    let post = Posteriorgrams::from_featureset_fragments(&set, &classes, &timings)?;
+    // The total pair cap is drawn from the classes and the manifest's frame counts before any
+    // frames are read, so only the chosen pairs' fragments are loaded (the silhouette reads every
+    // class's fragments, so with --silhouette all are).
+    let lengths: std::collections::HashMap<&str, usize> = set
+        .entries()
+        .iter()
+        .map(|e| (e.id.as_str(), e.frames))
+        .collect();
+    let held = if sil.is_some() {
+        classes.clone()
+    } else {
+        invar_partition::used_fragments(&classes, &cfg.pairs, cfg.seed, |f| {
+            lengths.get(f).copied()
+        })?
+    };
+    let post = Posteriorgrams::from_featureset_fragments(&set, &held, &timings)?;
     let _out = crate::out_dir::claim(
         &a.out,
         "partition train",

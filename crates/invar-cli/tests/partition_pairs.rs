@@ -79,6 +79,8 @@ fn all_pairs_and_the_cap_reach_the_config_and_the_pairs() {
     let one = train("one", &["--max-pairs-per-class", "1"]);
     let zero = train("zero", &["--max-pairs-per-class", "0"]);
     let default = train("default", &[]);
+    let total2 = train("total2", &["--max-pairs", "2"]);
+    let total0 = train("total0", &["--max-pairs", "0"]);
 
     let cap = |r: &serde_json::Value| r["config"]["pairs"]["max_fragment_pairs_per_class"].clone();
     assert!(cap(&all).is_null(), "{}", all["config"]);
@@ -86,6 +88,17 @@ fn all_pairs_and_the_cap_reach_the_config_and_the_pairs() {
     assert!(cap(&zero).is_null(), "0 means no cap: {}", zero["config"]);
     assert_eq!(all["pairs"], zero["pairs"]);
     assert_eq!(cap(&default), 100, "the default cap");
+
+    // The total cap (#24): --max-pairs N bounds the run's fragment pairs; 0 and --all-pairs clear it.
+    let total = |r: &serde_json::Value| r["config"]["pairs"]["max_fragment_pairs"].clone();
+    assert_eq!(total(&default), 4000, "the default total cap");
+    assert!(total(&all).is_null() && total(&total0).is_null());
+    assert_eq!(total(&total2), 2);
+    assert_eq!(total2["pairs"]["fragment_pairs"], 2, "{}", total2["pairs"]);
+    assert_eq!(
+        total0["pairs"], default["pairs"],
+        "the demo is under the cap"
+    );
 
     // Capped at one, each used class gives one fragment pair; all pairs give more (some word type
     // has three or more tokens in this corpus).

@@ -63,6 +63,15 @@ pub struct PairConfig {
     /// run). Default 100: over five generated corpora all pairs did not lower the across-speaker ABX
     /// error consistently (gold words) or raised it (term discovery), at 5–8× the pairs (README).
     pub max_fragment_pairs_per_class: Option<usize>,
+    /// At most this many same-class fragment pairs in the whole run (after the per-class cap), a
+    /// uniform seeded sample across classes drawn before any frames are loaded, so that only the
+    /// chosen pairs' fragments are held (and only they serve as different-class partners); `None`:
+    /// no total cap. Under it the pairs are exactly the uncapped ones. Default 4000: UTD's classes
+    /// on the scale corpora are three quarters pairs of two fragments, so the per-class cap barely
+    /// binds and the pairs grow with the classes: 1684 (0.99 h, 386 classes) and 3481 (3.93 h, 1105
+    /// classes) stay under 4000, a 15.68 h run (4155 classes, at least one pair each) is bounded
+    /// (invar-partition README, "Memory"; #24).
+    pub max_fragment_pairs: Option<usize>,
     /// Fragments shorter than this many frames are skipped.
     pub min_frames: usize,
     pub timing: FrameTiming,
@@ -73,6 +82,7 @@ impl Default for PairConfig {
         Self {
             distance: FrameDistance::Euclidean,
             max_fragment_pairs_per_class: Some(100),
+            max_fragment_pairs: Some(4000),
             min_frames: 3,
             timing: FrameTiming::default(),
         }
@@ -185,6 +195,12 @@ impl PartitionConfig {
         if self.pairs.max_fragment_pairs_per_class == Some(0) {
             return Err(Error::config(
                 "pairs.max_fragment_pairs_per_class",
+                "must be at least 1 (or absent for no cap)",
+            ));
+        }
+        if self.pairs.max_fragment_pairs == Some(0) {
+            return Err(Error::config(
+                "pairs.max_fragment_pairs",
                 "must be at least 1 (or absent for no cap)",
             ));
         }

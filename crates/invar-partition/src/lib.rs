@@ -25,7 +25,7 @@ pub use output::{
     apply_featureset, model_files, plot_heatmap, write_model, HEATMAP_FILE, MAPPING_FILE, V_FILE,
     W_FILE,
 };
-pub use pairs::{build_pairs, diagonal, gold_classes, FramePairs, PairStats};
+pub use pairs::{build_pairs, diagonal, gold_classes, used_fragments, FramePairs, PairStats};
 pub use pipeline::{run, Report};
 pub use posteriors::Posteriorgrams;
 pub use silhouette::{silhouette, SilhouetteConfig};

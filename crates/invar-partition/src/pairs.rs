@@ -1,5 +1,6 @@
 //! Frame pairs from classes of fragments (term discovery's, or gold words'): every pair of fragments
-//! in a class (or a seeded sample of them, see [`PairConfig::max_fragment_pairs_per_class`]) is
+//! in a class (or a seeded sample of them, see [`PairConfig::max_fragment_pairs_per_class`], and of
+//! the whole run's, [`PairConfig::max_fragment_pairs`], drawn before frames are loaded) is
 //! aligned by DTW and each cell of the path is a same-class frame pair; for each such fragment pair
 //! one different-class fragment pair is sampled, with the same speaker relation, and paired along the
 //! diagonal of the two tokens ([`diagonal`]: each frame of the longer mapped to the proportional frame
@@ -102,75 +103,226 @@ struct Frag {
     len: usize,
 }
 
-/// Builds the frame pairs of `classes` over `post`. Deterministic for a given `seed`.
+/// A fragment of a class with its frames (before they are resolved to held rows).
+#[derive(Debug, Clone)]
+struct Cand {
+    class: usize,
+    /// Index of the fragment within its class.
+    index: usize,
+    utt: usize,
+    frames: std::ops::Range<usize>,
+}
+
+/// The fragment pairs a run uses, chosen from the classes alone (with the utterances' frame counts):
+/// per class every pair of its fragments of at least `min_frames` frames, or a seeded sample of
+/// [`PairConfig::max_fragment_pairs_per_class`] of them; then, when all classes together have more
+/// than [`PairConfig::max_fragment_pairs`], a uniform seeded sample of that many across classes, drawn
+/// by index (no list of all pairs is built). Pairs are `(candidate, candidate)` indices, class by
+/// class in class order and, within a class, in row order.
+struct Selection {
+    cands: Vec<Cand>,
+    stats: PairStats,
+    /// Per class, its chosen pairs as indices into `cands`.
+    chosen: Vec<Vec<(usize, usize)>>,
+    /// Whether the total cap bound (only the chosen pairs' fragments are then used, as partners too).
+    capped: bool,
+}
+
+fn select(
+    classes: &[Class],
+    cfg: &PairConfig,
+    seed: u64,
+    locate: impl Fn(&str) -> Option<(usize, usize)>,
+) -> Result<Selection> {
+    let mut stats = PairStats {
+        classes: classes.len(),
+        ..PairStats::default()
+    };
+    let mut cands: Vec<Cand> = Vec::new();
+    let mut by_class: Vec<Vec<usize>> = vec![Vec::new(); classes.len()];
+    for (c, class) in classes.iter().enumerate() {
+        for (index, f) in class.fragments.iter().enumerate() {
+            let (utt, rows) = locate(&f.file).ok_or_else(|| Error::UnknownFile {
+                class: class.id,
+                file: f.file.clone(),
+            })?;
+            let frames = cfg.timing.frames(f.start, f.end, rows);
+            stats.fragments += 1;
+            if frames.len() < cfg.min_frames {
+                stats.fragments_too_short += 1;
+                continue;
+            }
+            by_class[c].push(cands.len());
+            cands.push(Cand {
+                class: c,
+                index,
+                utt,
+                frames,
+            });
+        }
+    }
+    stats.classes_used = by_class.iter().filter(|f| f.len() >= 2).count();
+
+    // Per class: how many pairs it offers after its own cap.
+    let count = |n: usize| {
+        let total = n * n.saturating_sub(1) / 2;
+        match cfg.max_fragment_pairs_per_class {
+            Some(cap) => total.min(cap),
+            None => total,
+        }
+    };
+    let offered: Vec<usize> = by_class.iter().map(|m| count(m.len())).collect();
+    let sum: usize = offered.iter().sum();
+    // The `k`-th pair (in row order) a class offers, `picks` its capped sample when it has one.
+    let pair_of = |members: &[usize], picks: &Option<Vec<usize>>, k: usize| {
+        let n = members.len();
+        let r = picks.as_ref().map_or(k, |p| p[k]);
+        let (i, j) = unrank_pair(r, n);
+        (members[i], members[j])
+    };
+    let class_picks = |c: usize, n: usize| {
+        let total = n * n.saturating_sub(1) / 2;
+        match cfg.max_fragment_pairs_per_class {
+            Some(cap) if total > cap => {
+                let mut rng = class_rng(seed, c);
+                let mut picks = sample(&mut rng, total, cap).into_vec();
+                picks.sort_unstable();
+                Some(picks)
+            }
+            _ => None,
+        }
+    };
+    let mut chosen: Vec<Vec<(usize, usize)>> = vec![Vec::new(); classes.len()];
+    let capped = matches!(cfg.max_fragment_pairs, Some(t) if sum > t);
+    if let (true, Some(t)) = (capped, cfg.max_fragment_pairs) {
+        // Uniform over all offered pairs, by their global index (classes in order).
+        let mut rng = class_rng(seed, usize::MAX - 1);
+        let mut global = sample(&mut rng, sum, t).into_vec();
+        global.sort_unstable();
+        let (mut c, mut base) = (0usize, 0usize);
+        let mut picks: Option<(usize, Option<Vec<usize>>)> = None;
+        for g in global {
+            while g >= base + offered[c] {
+                base += offered[c];
+                c += 1;
+            }
+            if picks.as_ref().map(|p| p.0) != Some(c) {
+                picks = Some((c, class_picks(c, by_class[c].len())));
+            }
+            let p = picks.as_ref().map(|p| &p.1).unwrap_or(&None);
+            chosen[c].push(pair_of(&by_class[c], p, g - base));
+        }
+    } else {
+        for (c, members) in by_class.iter().enumerate() {
+            let picks = class_picks(c, members.len());
+            chosen[c] = (0..offered[c])
+                .map(|k| pair_of(members, &picks, k))
+                .collect();
+        }
+    }
+    Ok(Selection {
+        cands,
+        stats,
+        chosen,
+        capped,
+    })
+}
+
+/// The classes reduced to the fragments [`build_pairs`] will use with this configuration and seed
+/// (every fragment when the total cap does not bind); `lengths` gives each file's utterance frame
+/// count. Loading only these fragments' frames ([`Posteriorgrams::from_featureset_fragments`]) holds
+/// memory to the capped pairs; [`build_pairs`] on the full classes then gives the same pairs as on a
+/// set holding every frame.
+pub fn used_fragments(
+    classes: &[Class],
+    cfg: &PairConfig,
+    seed: u64,
+    lengths: impl Fn(&str) -> Option<usize>,
+) -> Result<Vec<Class>> {
+    let sel = select(classes, cfg, seed, |f| lengths(f).map(|n| (0, n)))?;
+    if !sel.capped {
+        return Ok(classes.to_vec());
+    }
+    let mut keep: Vec<Vec<bool>> = classes
+        .iter()
+        .map(|c| vec![false; c.fragments.len()])
+        .collect();
+    for &(a, b) in sel.chosen.iter().flatten() {
+        for x in [a, b] {
+            let cand = &sel.cands[x];
+            keep[cand.class][cand.index] = true;
+        }
+    }
+    Ok(classes
+        .iter()
+        .zip(keep)
+        .map(|(c, k)| Class {
+            id: c.id,
+            fragments: c
+                .fragments
+                .iter()
+                .zip(k)
+                .filter(|(_, k)| *k)
+                .map(|(f, _)| f.clone())
+                .collect(),
+        })
+        .collect())
+}
+
+/// Builds the frame pairs of `classes` over `post`. Deterministic for a given `seed`. Only the
+/// chosen fragment pairs' fragments need their frames held when the total cap
+/// ([`PairConfig::max_fragment_pairs`]) binds (see [`used_fragments`]); otherwise every fragment's.
 pub fn build_pairs(
     post: &Posteriorgrams,
     classes: &[Class],
     cfg: &PairConfig,
     seed: u64,
 ) -> Result<(FramePairs, PairStats)> {
-    let mut stats = PairStats {
-        classes: classes.len(),
-        ..PairStats::default()
-    };
-    let mut frags: Vec<Frag> = Vec::new();
-    let mut by_class: Vec<Vec<usize>> = vec![Vec::new(); classes.len()];
-    for (c, class) in classes.iter().enumerate() {
-        for f in &class.fragments {
-            let utt = post.find(&f.file).ok_or_else(|| Error::UnknownFile {
-                class: class.id,
-                file: f.file.clone(),
-            })?;
-            let r = cfg.timing.frames(f.start, f.end, post.frames_of(utt));
-            stats.fragments += 1;
-            if r.len() < cfg.min_frames {
-                stats.fragments_too_short += 1;
-                continue;
-            }
-            let start = post
-                .row_of(utt, r.clone())
-                .ok_or_else(|| not_held(class.id, f, &r))?;
-            by_class[c].push(frags.len());
-            frags.push(Frag {
-                class: c,
-                utt,
-                start,
-                len: r.len(),
-            });
-        }
+    let sel = select(classes, cfg, seed, |f| {
+        post.find(f).map(|u| (u, post.frames_of(u)))
+    })?;
+    let mut stats = sel.stats;
+    let mut used = vec![!sel.capped; sel.cands.len()];
+    for &(a, b) in sel.chosen.iter().flatten() {
+        used[a] = true;
+        used[b] = true;
     }
-    stats.classes_used = by_class.iter().filter(|f| f.len() >= 2).count();
+    // Resolve the used fragments to held rows; `remap` takes a candidate to its `frags` index.
+    let mut frags: Vec<Frag> = Vec::new();
+    let mut remap = vec![usize::MAX; sel.cands.len()];
+    for (k, cand) in sel.cands.iter().enumerate() {
+        if !used[k] {
+            continue;
+        }
+        let class = &classes[cand.class];
+        let start = post
+            .row_of(cand.utt, cand.frames.clone())
+            .ok_or_else(|| not_held(class.id, &class.fragments[cand.index], &cand.frames))?;
+        remap[k] = frags.len();
+        frags.push(Frag {
+            class: cand.class,
+            utt: cand.utt,
+            start,
+            len: cand.frames.len(),
+        });
+    }
+    let chosen: Vec<Vec<(usize, usize)>> = sel
+        .chosen
+        .into_iter()
+        .map(|c| c.into_iter().map(|(a, b)| (remap[a], remap[b])).collect())
+        .collect();
 
     // Same-class pairs: DTW-align the (capped) fragment pairs of each class, classes in parallel.
     let dim = post.dim();
-    let per_class: Vec<Result<ClassPairs>> = by_class
-        .par_iter()
-        .enumerate()
-        .map(|(c, members)| {
-            let n = members.len();
-            let total = n * n.saturating_sub(1) / 2;
-            let mut chosen: Vec<(usize, usize)> = Vec::with_capacity(total);
-            match cfg.max_fragment_pairs_per_class {
-                Some(cap) if total > cap => {
-                    let mut rng = class_rng(seed, c);
-                    let mut picks = sample(&mut rng, total, cap).into_vec();
-                    picks.sort_unstable();
-                    chosen.extend(picks.into_iter().map(|k| unrank_pair(k, n)));
-                }
-                _ => {
-                    for i in 0..n {
-                        for j in i + 1..n {
-                            chosen.push((i, j));
-                        }
-                    }
-                }
-            }
+    let per_class: Vec<Result<ClassPairs>> = chosen
+        .into_par_iter()
+        .map(|chosen| {
             let mut dtw = Dtw::new();
             let mut same = Vec::new();
             let mut group = Vec::new();
             let mut frag_pairs = Vec::with_capacity(chosen.len());
             for (g, (i, j)) in chosen.into_iter().enumerate() {
-                let (a, b) = (frags[members[i]], frags[members[j]]);
+                let (a, b) = (frags[i], frags[j]);
                 let ra = post.rows(a.start, a.start + a.len);
                 let rb = post.rows(b.start, b.start + b.len);
                 let aligned = dtw.align_frames(ra, rb, dim, cfg.distance)?;
@@ -181,7 +333,7 @@ pub fn build_pairs(
                         .map(|&(p, q)| [(a.start + p) as u32, (b.start + q) as u32]),
                 );
                 group.resize(same.len(), g as u32);
-                frag_pairs.push((members[i], members[j]));
+                frag_pairs.push((i, j));
             }
             Ok((same, group, frag_pairs))
         })
