@@ -238,7 +238,7 @@ pub fn bounded_pairs<S: Eq + Hash>(speakers: &[S], caps: &TrialCaps) -> Result<T
 }
 
 /// [`all_pairs`](crate::all_pairs) for any speaker type.
-fn all_pairs_of<S: Eq>(speakers: &[S]) -> Vec<Trial> {
+pub(crate) fn all_pairs_of<S: Eq>(speakers: &[S]) -> Vec<Trial> {
     let n = speakers.len();
     let mut out = Vec::with_capacity(n * n.saturating_sub(1) / 2);
     for i in 0..n {

@@ -171,18 +171,7 @@ pub fn resolve_trials(
 
 /// Every unordered pair `i < j` of rows, target when the speakers match.
 pub fn all_pairs(speakers: &[String]) -> Vec<Trial> {
-    let n = speakers.len();
-    let mut out = Vec::with_capacity(n * n.saturating_sub(1) / 2);
-    for i in 0..n {
-        for j in i + 1..n {
-            out.push(Trial {
-                enroll: i,
-                test: j,
-                target: speakers[i] == speakers[j],
-            });
-        }
-    }
-    out
+    crate::trial_sample::all_pairs_of(speakers)
 }
 
 /// The distance of every trial, in parallel.

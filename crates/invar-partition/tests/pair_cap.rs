@@ -11,7 +11,7 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use invar_data::{Class, FeatureSet, FeatureSetWriter, Fragment, SetOrigin, Split};
+use invar_data::{Class, Fragment, Split};
 use invar_partition::{build_pairs, used_fragments, FramePairs, PairConfig, Posteriorgrams};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -120,19 +120,7 @@ fn loading_only_the_capped_pairs_fragments_builds_the_same_pairs() {
     let c = common::generate(4, 6, 5, 2, 8, 21);
     let classes = small_classes(&c, 300, 11);
     let dir = tempfile::tempdir().unwrap();
-    let set_dir = dir.path().join("post");
-    let origin = SetOrigin {
-        timing: Some(common::timing()),
-        frontend: None,
-    };
-    let w = FeatureSetWriter::create(&set_dir, &serde_json::json!({}), &origin).unwrap();
-    for u in 0..c.post.len() {
-        let (id, spk) = (&c.post.ids[u], &c.post.speakers[u]);
-        w.write(id, spk, Split::Train, &c.post.utterance(u))
-            .unwrap();
-    }
-    w.finish().unwrap();
-    let set = FeatureSet::open(&set_dir).unwrap();
+    let set = c.write_set(&dir.path().join("post"));
     let timing = common::timing();
     let capped = cfg(Some(40));
     let lengths = |f: &str| set.entries().iter().find(|e| e.id == f).map(|e| e.frames);

@@ -180,26 +180,14 @@ fn gold_classes_group_word_tokens_and_skip_silence_and_singletons() {
 /// and refuses fragments it was not loaded for, naming them.
 #[test]
 fn loading_only_the_fragments_frames_pairs_and_trains_the_same_bits() {
-    use invar_data::{Class, FeatureSet, FeatureSetWriter, SetOrigin};
+    use invar_data::Class;
     use invar_partition::{train, Error, PartitionConfig, Posteriorgrams};
     use invar_train::ProgressMode;
 
     let c = common::generate(4, 6, 5, 2, 8, 21);
     let classes: Vec<Class> = c.word_classes().into_iter().take(3).collect();
     let dir = tempfile::tempdir().unwrap();
-    let set_dir = dir.path().join("post");
-    let origin = SetOrigin {
-        timing: Some(common::timing()),
-        frontend: None,
-    };
-    let w = FeatureSetWriter::create(&set_dir, &serde_json::json!({}), &origin).unwrap();
-    for u in 0..c.post.len() {
-        let (id, spk) = (&c.post.ids[u], &c.post.speakers[u]);
-        w.write(id, spk, Split::Train, &c.post.utterance(u))
-            .unwrap();
-    }
-    w.finish().unwrap();
-    let set = FeatureSet::open(&set_dir).unwrap();
+    let set = c.write_set(&dir.path().join("post"));
     let timing = common::timing();
     let full = Posteriorgrams::from_featureset(&set).unwrap();
     let part = Posteriorgrams::from_featureset_fragments(&set, &classes, &[timing]).unwrap();

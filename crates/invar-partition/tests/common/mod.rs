@@ -163,3 +163,23 @@ impl Corpus {
         }
     }
 }
+
+impl Corpus {
+    /// The posteriorgrams written as a feature set (train split, the corpus's timing) in `dir`,
+    /// opened again: what `partition train` reads.
+    pub fn write_set(&self, dir: &std::path::Path) -> invar_data::FeatureSet {
+        use invar_data::{FeatureSet, FeatureSetWriter, SetOrigin, Split};
+        let origin = SetOrigin {
+            timing: Some(timing()),
+            frontend: None,
+        };
+        let w = FeatureSetWriter::create(dir, &serde_json::json!({}), &origin).unwrap();
+        for u in 0..self.post.len() {
+            let (id, spk) = (&self.post.ids[u], &self.post.speakers[u]);
+            w.write(id, spk, Split::Train, &self.post.utterance(u))
+                .unwrap();
+        }
+        w.finish().unwrap();
+        FeatureSet::open(dir).unwrap()
+    }
+}
