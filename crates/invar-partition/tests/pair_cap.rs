@@ -11,7 +11,7 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use invar_data::{Class, Fragment, Split};
+use invar_data::{Class, Fragment};
 use invar_partition::{build_pairs, used_fragments, FramePairs, PairConfig, Posteriorgrams};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
