@@ -354,6 +354,10 @@ struct VerifyOutput {
     embeddings: usize,
     dims: usize,
     trials: usize,
+    /// When the generated trials are a sample (a cap bound): the pairs of each kind they were
+    /// drawn from; absent when every pair (or a given trial list) was scored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sampled_from: Option<serde_json::Value>,
     reports: Vec<VerifyReport>,
 }
 
@@ -382,6 +386,7 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
         ids,
         speakers,
     } = &embeddings;
+    let mut sampled_from = None;
     let trials: Vec<Trial> = match &args.trials {
         Some(path) => invar_eval::resolve_trials(
             &read_trial_list(path, &args.trials_format)?,
@@ -396,11 +401,21 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
             };
             let list = invar_eval::bounded_pairs(speakers, &caps)?;
             if list.sampled() {
-                tracing::info!(
-                    "trials sampled from {} target / {} non-target pairs (the written trials file lists them)",
+                println!(
+                    "trials: a seeded sample (seed {}) of {} target / {} non-target pairs, at most {} / {} (the written trials file lists them)",
+                    caps.seed,
                     list.target_pairs,
-                    list.nontarget_pairs
+                    list.nontarget_pairs,
+                    caps.max_target,
+                    caps.max_nontarget
                 );
+                sampled_from = Some(serde_json::json!({
+                    "target_pairs": list.target_pairs,
+                    "nontarget_pairs": list.nontarget_pairs,
+                    "max_target_trials": caps.max_target,
+                    "max_nontarget_trials": caps.max_nontarget,
+                    "seed": caps.seed,
+                }));
             }
             let all = list.trials;
             let label = |t: bool| if t { "target" } else { "nontarget" };
@@ -473,6 +488,7 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
         embeddings: emb.rows,
         dims: emb.cols,
         trials: trials.len(),
+        sampled_from,
         reports,
     };
     write_results(&args.out, args.json.as_deref(), &output)?;

@@ -248,6 +248,7 @@ fn stage_commands_chain_on_a_generated_corpus() {
     ]);
     let v = json(&ver.join("results.json"));
     assert_eq!(v["embeddings"], 48);
+    assert!(v.get("sampled_from").is_none(), "every pair scored: {v}");
     // 8 speakers × 6 utterances: 8·C(6,2) = 120 target and C(48,2) − 120 = 1008 non-target trials.
     for r in v["reports"].as_array().expect("one report per metric") {
         assert_eq!(r["target_trials"], 120);
@@ -275,6 +276,8 @@ fn stage_commands_chain_on_a_generated_corpus() {
         s(&capped),
     ]);
     let v = json(&capped.join("results.json"));
+    assert_eq!(v["sampled_from"]["target_pairs"], 120, "{v}");
+    assert_eq!(v["sampled_from"]["nontarget_pairs"], 1008, "{v}");
     for r in v["reports"].as_array().expect("one report per metric") {
         assert_eq!(r["target_trials"], 50);
         assert_eq!(r["nontarget_trials"], 200);
