@@ -26,7 +26,7 @@ pub use atomic::{atomic_write, atomic_write_unsynced, read_json, write_json, wri
 pub use error::{Error, Result};
 pub use matrix::Matrix;
 pub use npy::{npy_shape, read_npy, read_npy_1d_i64, write_npy, write_npy_1d_i64};
-pub use npy_rows::NpyRowWriter;
+pub use npy_rows::{NpyRowReader, NpyRowWriter};
 pub use outdir::{is_claim_file, Claim, LockHolder, OutDir, RunKind, LOCK_FILE, MARKER_FILE};
 pub use resume::{checkpoints_to_remove, settings_differences, sha256_hex};
 pub use source::{FrameSource, SourceError};
