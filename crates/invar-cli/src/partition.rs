@@ -252,6 +252,16 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
         "  classes used / fragments    {} / {}",
         report.pairs.classes_used, report.pairs.fragments
     );
+    let cap_note = match cfg.pairs.max_fragment_pairs {
+        Some(cap) if report.pairs.fragment_pairs_offered > report.pairs.fragment_pairs => {
+            format!(" (a seeded sample: the cap --max-pairs {cap} binds)")
+        }
+        _ => String::new(),
+    };
+    println!(
+        "  fragment pairs / offered   {} / {}{cap_note}",
+        report.pairs.fragment_pairs, report.pairs.fragment_pairs_offered
+    );
     println!(
         "  frame pairs same / diff     {} / {}",
         report.pairs.same_frame_pairs, report.pairs.diff_frame_pairs

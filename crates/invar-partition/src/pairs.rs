@@ -81,6 +81,12 @@ pub struct PairStats {
     /// Fragments dropped as shorter than `min_frames`.
     pub fragments_too_short: usize,
     pub fragment_pairs: usize,
+    /// Same-class fragment pairs the classes offer after the per-class cap
+    /// ([`PairConfig::max_fragment_pairs_per_class`]), before the run's total cap
+    /// ([`PairConfig::max_fragment_pairs`]): above `fragment_pairs` exactly when the total cap bound.
+    /// Absent (0) in results written before it was recorded.
+    #[serde(default)]
+    pub fragment_pairs_offered: usize,
     /// Fraction of the same-class fragment pairs that share a speaker.
     pub same_speaker_fraction: f64,
     /// Fragment pairs for which no different-class fragment with the same speaker relation exists.
@@ -173,6 +179,7 @@ fn select(
     };
     let offered: Vec<usize> = by_class.iter().map(|m| count(m.len())).collect();
     let sum: usize = offered.iter().sum();
+    stats.fragment_pairs_offered = sum;
     // The `k`-th pair (in row order) a class offers, `picks` its capped sample when it has one.
     let pair_of = |members: &[usize], picks: &Option<Vec<usize>>, k: usize| {
         let n = members.len();

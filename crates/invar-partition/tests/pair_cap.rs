@@ -65,6 +65,9 @@ fn the_total_cap_holds_on_many_small_classes_and_samples_the_uncapped_pairs() {
     assert!(s_all.fragment_pairs >= 400, "{}", s_all.fragment_pairs);
     let (capped, s) = build_pairs(&c.post, &classes, &cfg(Some(150)), 3).unwrap();
     assert_eq!(s.fragment_pairs, 150);
+    // The report says what the cap left out: every uncapped pair was offered.
+    assert_eq!(s_all.fragment_pairs_offered, s_all.fragment_pairs);
+    assert_eq!(s.fragment_pairs_offered, s_all.fragment_pairs);
     assert_eq!(groups(&capped).len(), 150);
     assert_eq!(capped.same_group.iter().collect::<BTreeSet<_>>().len(), 150);
     assert!(
@@ -109,6 +112,7 @@ fn under_the_total_cap_the_pairs_are_exactly_the_uncapped_ones() {
         let one_less = s_all.fragment_pairs - 1;
         let (p, s) = build_pairs(&c.post, &classes, &cfg(Some(one_less)), 5).unwrap();
         assert_eq!(s.fragment_pairs, one_less);
+        assert_eq!(s.fragment_pairs_offered, s_all.fragment_pairs);
         assert!(groups(&p).is_subset(&groups(&all)));
     }
 }
