@@ -458,6 +458,40 @@ fn utd_quality(path: &Path) -> Result<Value> {
     }))
 }
 
+/// A stage's own cap on what it holds, read from its outputs, when the stage has one that can
+/// bind: `partition train` holds the frames of at most `--max-pairs` fragment pairs (its
+/// `results.json`: `pairs.fragment_pairs` used of `pairs.fragment_pairs_offered`). `None` for
+/// other stages and for results written before the offered count was recorded.
+fn stage_cap(stage: &str, dir: &Path) -> Result<Option<Value>> {
+    if !stage.starts_with("partition train") {
+        return Ok(None);
+    }
+    let path = dir.join("partition").join("results.json");
+    let r: Value = serde_json::from_str(
+        &std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?,
+    )
+    .with_context(|| format!("{} is not JSON", path.display()))?;
+    let (Some(used), Some(offered), Some(cap)) = (
+        r["pairs"]["fragment_pairs"].as_u64(),
+        r["pairs"]["fragment_pairs_offered"].as_u64(),
+        r["config"]["pairs"]["max_fragment_pairs"].as_u64(),
+    ) else {
+        return Ok(None);
+    };
+    Ok(Some(json!({
+        "setting": format!("--max-pairs {cap}"),
+        "what": "fragment pairs",
+        "used": used,
+        "offered": offered,
+    })))
+}
+
+/// Whether a stage's recorded cap bound (it used fewer than it was offered).
+fn cap_binds(cap: &Value) -> bool {
+    matches!((cap["used"].as_u64(), cap["offered"].as_u64()), (Some(u), Some(o)) if o > u)
+}
+
 fn fmt_s(s: f64) -> String {
     if s >= 3600.0 {
         format!("{:.1} h", s / 3600.0)
@@ -489,7 +523,8 @@ fn render(
          `invar` binary (release unless the list below says otherwise) with `--threads {threads}`, one process per stage; wall time, CPU time (user + \
          system) and peak RSS of each process from `/usr/bin/time`. The exponent is the least-squares \
          slope of log CPU time (and of log peak RSS) against log hours: 1 is linear, 0 flat. The \
-         projection scales the largest size's wall time by that exponent.\n\n"
+         projection scales the largest size's wall time (and peak RSS) by that exponent, except the \
+         peak of a stage whose own cap binds at the largest size (listed under the table).\n\n"
     );
     let hours: Vec<f64> = results.iter().filter_map(|r| r["hours"].as_f64()).collect();
     let names: Vec<String> = results
@@ -523,6 +558,7 @@ fn render(
     // Over the stages: the summed projected wall time at 100 h, the largest projected peak RSS.
     let mut total_100 = 0.0;
     let mut largest_100: Option<(f64, String)> = None;
+    let mut capped_notes: Vec<String> = Vec::new();
     for name in &names {
         let pipeline = results
             .first()
@@ -563,10 +599,46 @@ fn render(
             (Some((h, u)), Some(e)) => fmt_s(u.wall_s * (target / h).powf(e.max(0.0))),
             _ => "—".to_owned(),
         };
-        let rss_100 = match (last, e_rss) {
-            (Some((h, u)), Some(e)) => Some(u.peak_mb * (100.0 / h).powf(e.max(0.0))),
+        // A cap that binds at the largest size holds the stage's memory there: past it neither
+        // what the cap counts nor what it holds grows, so the 100-hour peak is that size's peak.
+        let cap_at_last = results
+            .iter()
+            .rev()
+            .find_map(|r| {
+                let s = r["stages"]
+                    .as_array()?
+                    .iter()
+                    .find(|s| s["name"] == *name)?;
+                Some((r["hours"].as_f64()?, s["cap"].clone()))
+            })
+            .filter(|(_, cap)| cap_binds(cap));
+        let rss_100 = match (last, e_rss, &cap_at_last) {
+            (Some((_, u)), _, Some(_)) => Some(u.peak_mb),
+            (Some((h, u)), Some(e), None) => Some(u.peak_mb * (100.0 / h).powf(e.max(0.0))),
             _ => None,
         };
+        if let Some((h, cap)) = &cap_at_last {
+            let first = results
+                .iter()
+                .filter_map(|r| {
+                    let s = r["stages"]
+                        .as_array()?
+                        .iter()
+                        .find(|s| s["name"] == *name)?;
+                    cap_binds(&s["cap"]).then(|| r["hours"].as_f64()).flatten()
+                })
+                .fold(f64::INFINITY, f64::min);
+            capped_notes.push(format!(
+                "{name}: its cap (`{}`) binds from {first:.2} h ({} of {} {} offered at {h:.2} h); \
+                 past it neither the {} nor the frames they hold grow, so its projected 100-hour \
+                 peak is the {h:.2} h peak (marked \"cap binds\"), not an extrapolation",
+                cap["setting"].as_str().unwrap_or("?"),
+                cap["used"],
+                cap["offered"],
+                cap["what"].as_str().unwrap_or("items"),
+                cap["what"].as_str().unwrap_or("items"),
+            ));
+        }
         if let (Some((h, u)), Some(e)) = (last, e_cpu) {
             total_100 += u.wall_s * (100.0 / h).powf(e.max(0.0));
         }
@@ -582,7 +654,11 @@ fn render(
             show(e_rss),
             project(100.0),
             project(1000.0),
-            rss_100.map_or("—".to_owned(), fmt_mb)
+            rss_100.map_or("—".to_owned(), |r| if cap_at_last.is_some() {
+                format!("{} (cap binds)", fmt_mb(r))
+            } else {
+                fmt_mb(r)
+            })
         );
     }
     md.push('\n');
@@ -594,6 +670,9 @@ fn render(
             fmt_s(total_100),
             fmt_mb(*rss)
         );
+    }
+    for note in &capped_notes {
+        let _ = writeln!(md, "- {note}");
     }
     let found: Vec<String> = results
         .iter()
@@ -758,10 +837,14 @@ pub fn run(args: &[String]) -> Result<()> {
             if s.name == "utd" {
                 utd = utd_quality(&dir.join("utd").join("results.json"))?;
             }
-            measured.push(json!({
+            let mut entry = json!({
                 "name": s.name, "pipeline": s.pipeline, "args": s.args,
                 "wall_s": u.wall_s, "cpu_s": u.cpu_s, "peak_mb": u.peak_mb,
-            }));
+            });
+            if let Some(cap) = stage_cap(s.name, &dir)? {
+                entry["cap"] = cap;
+            }
+            measured.push(entry);
         }
         results.push(json!({
             "requested_hours": h, "hours": real_hours, "stages": measured, "utd": utd,
@@ -966,5 +1049,67 @@ mod tests {
             "{md}"
         );
         assert!(utd_quality(&dir.join("missing.json")).is_err());
+    }
+
+    /// A stage whose cap binds at the largest size is projected at that size's peak, not by its
+    /// exponent, and the section says from which size the cap binds; one that never binds is
+    /// extrapolated as before. The cap is read from `partition train`'s results.
+    #[test]
+    fn a_binding_cap_holds_the_projected_peak() {
+        let dir = std::env::temp_dir().join(format!("xtask-scale-cap-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("partition")).unwrap();
+        std::fs::write(
+            dir.join("partition").join("results.json"),
+            r#"{"config": {"pairs": {"max_fragment_pairs": 4000}},
+                "pairs": {"fragment_pairs": 4000, "fragment_pairs_offered": 9123}}"#,
+        )
+        .unwrap();
+        let cap = stage_cap("partition train (5 epochs)", &dir)
+            .unwrap()
+            .unwrap();
+        assert!(stage_cap("utd", &dir).unwrap().is_none());
+        std::fs::write(
+            dir.join("partition").join("results.json"),
+            r#"{"pairs": {"fragment_pairs": 40}}"#,
+        )
+        .unwrap();
+        assert!(stage_cap("partition train", &dir).unwrap().is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(cap_binds(&cap));
+        let free = json!({"setting": "--max-pairs 4000", "what": "fragment pairs", "used": 958, "offered": 958});
+        assert!(!cap_binds(&free));
+        let stages = |h: f64, mb: f64, cap: &Value| {
+            json!([
+                { "name": "p", "pipeline": "000", "wall_s": h, "cpu_s": h, "peak_mb": mb, "cap": cap },
+                { "name": "q", "pipeline": "000", "wall_s": h, "cpu_s": h, "peak_mb": 10.0 * h },
+            ])
+        };
+        let results = vec![
+            json!({ "hours": 1.0, "stages": stages(1.0, 80.0, &free) }),
+            json!({ "hours": 4.0, "stages": stages(4.0, 120.0, &free) }),
+            json!({ "hours": 16.0, "stages": stages(16.0, 160.0, &cap) }),
+        ];
+        let md = render(&results, &[], 2, "cmd");
+        assert!(md.contains("| 160 MB (cap binds) |"), "{md}");
+        assert!(
+            md.contains("p: its cap (`--max-pairs 4000`) binds from 16.00 h (4000 of 9123 fragment pairs offered at 16.00 h)"),
+            "{md}"
+        );
+        // q grows linearly and has no cap: 160 MB at 16 h → 1000 MB at 100 h, the largest.
+        assert!(
+            md.contains("the largest projected peak RSS 1000 MB (q)"),
+            "{md}"
+        );
+        // Had it not bound, p would be extrapolated (exponent 0.25: 160 · 6.25^0.25 ≈ 253 MB).
+        let results = vec![
+            json!({ "hours": 1.0, "stages": stages(1.0, 80.0, &free) }),
+            json!({ "hours": 16.0, "stages": stages(16.0, 160.0, &free) }),
+        ];
+        let md = render(&results, &[], 2, "cmd");
+        assert!(
+            !md.contains("(cap binds)") && !md.contains("its cap"),
+            "{md}"
+        );
+        assert!(md.contains("| 253 MB |"), "{md}");
     }
 }
