@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use candle_nn::VarMap;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -32,6 +32,8 @@ pub const CHECKPOINT_FORMAT: u32 = 2;
 const MODEL_FILE: &str = "model.safetensors";
 const OPTIMIZER_FILE: &str = "optimizer.safetensors";
 const STATE_FILE: &str = "state.json";
+/// The running sum of the weights for `average_from` (`f64`, one tensor per variable).
+const AVERAGE_FILE: &str = "average.safetensors";
 /// The best epoch's weights, in `run_dir/checkpoints`.
 pub const BEST_FILE: &str = "best.safetensors";
 
@@ -45,6 +47,10 @@ pub struct Checksums {
     pub model: String,
     /// Of `optimizer.safetensors`.
     pub optimizer: String,
+    /// Of `average.safetensors`, in checkpoints of a run that averages weights (`average_from`)
+    /// taken once the averaging has begun.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub average: Option<String>,
 }
 
 /// Which weights `checkpoints/best.safetensors` must hold: the best epoch and the file's SHA-256.
@@ -123,6 +129,77 @@ pub struct TrainState {
     pub checksums: Checksums,
     /// The best weights as of this checkpoint (with `restore_best`).
     pub best_weights: Option<BestWeights>,
+    /// Epochs summed into `average.safetensors` as of this checkpoint (with `average_from`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub average_count: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// The running sum of the weights at the end of `count` epochs (`train.average_from`), `f64`, in
+/// the order of the model's variables.
+#[derive(Debug, Clone)]
+pub struct WeightSum {
+    pub count: usize,
+    pub sums: Vec<(String, Tensor)>,
+}
+
+impl WeightSum {
+    /// Adds the model's current weights (one more epoch) to `sum` (none yet: this is the first).
+    pub fn add(sum: Option<WeightSum>, varmap: &VarMap) -> Result<WeightSum> {
+        let vars = named_vars(varmap)?;
+        let wide = |v: &candle_core::Var| v.as_tensor().to_dtype(DType::F64);
+        let (count, sums) = match sum {
+            None => (
+                1,
+                vars.iter()
+                    .map(|(k, v)| Ok((k.clone(), wide(v)?)))
+                    .collect::<candle_core::Result<Vec<_>>>(),
+            ),
+            Some(s) => {
+                if s.sums.len() != vars.len()
+                    || s.sums.iter().zip(&vars).any(|((a, _), (b, _))| a != b)
+                {
+                    return Err(Error::file(
+                        AVERAGE_FILE,
+                        "the weight sum's variables are not the model's",
+                    ));
+                }
+                (
+                    s.count + 1,
+                    s.sums
+                        .into_iter()
+                        .zip(&vars)
+                        .map(|((k, t), (_, v))| Ok((k, (t + wide(v)?)?)))
+                        .collect::<candle_core::Result<Vec<_>>>(),
+                )
+            }
+        };
+        let sums = sums.map_err(|e| Error::file(AVERAGE_FILE, e))?;
+        Ok(WeightSum { count, sums })
+    }
+
+    /// The mean weights, in each variable's own dtype.
+    pub fn mean(&self, varmap: &VarMap) -> Result<HashMap<String, Tensor>> {
+        let vars: HashMap<String, DType> = named_vars(varmap)?
+            .into_iter()
+            .map(|(k, v)| (k, v.dtype()))
+            .collect();
+        self.sums
+            .iter()
+            .map(|(k, t)| {
+                let dtype = vars.get(k).copied().unwrap_or(DType::F32);
+                Ok((
+                    k.clone(),
+                    (t / self.count as f64)
+                        .and_then(|m| m.to_dtype(dtype))
+                        .map_err(|e| Error::file(AVERAGE_FILE, e))?,
+                ))
+            })
+            .collect()
+    }
 }
 
 /// A checkpoint read completely into memory (nothing applied yet).
@@ -132,6 +209,8 @@ pub struct Checkpoint {
     pub weights: HashMap<String, Tensor>,
     pub optimizer: HashMap<String, Tensor>,
     pub state: TrainState,
+    /// The running weight sum (`train.average_from`), once the averaging has begun.
+    pub average: Option<WeightSum>,
 }
 
 /// `run_dir/checkpoints`.
@@ -314,6 +393,7 @@ pub fn save_checkpoint(
     varmap: &VarMap,
     optimizer: &Optimizer,
     state: &TrainState,
+    average: Option<&WeightSum>,
 ) -> Result<PathBuf> {
     let root = checkpoints_dir(run_dir);
     std::fs::create_dir_all(&root).map_err(|e| Error::file(&root, e))?;
@@ -334,11 +414,22 @@ pub fn save_checkpoint(
         let opt_path = tmp.join(OPTIMIZER_FILE);
         let opt = safetensors_bytes(&opt_path, optimizer.state_tensors())?;
         invar_io::atomic_write(&opt_path, |w| w.write_all(&opt))?;
+        let average = match average {
+            Some(sum) => {
+                let path = tmp.join(AVERAGE_FILE);
+                let bytes = safetensors_bytes(&path, sum.sums.clone())?;
+                invar_io::atomic_write(&path, |w| w.write_all(&bytes))?;
+                Some((sha256_hex(&bytes), sum.count))
+            }
+            None => None,
+        };
         let mut state = state.clone();
         state.checksums = Checksums {
             model: sha256_hex(&model),
             optimizer: sha256_hex(&opt),
+            average: average.as_ref().map(|(h, _)| h.clone()),
         };
+        state.average_count = average.map_or(0, |(_, n)| n);
         invar_io::write_json(tmp.join(STATE_FILE), &state)?;
         if final_path.exists() {
             // An older checkpoint of the same epoch (from a run that was resumed before it): replace it.
@@ -412,11 +503,32 @@ pub fn load_checkpoint(path: &Path, device: &Device) -> Result<Checkpoint> {
         &state.checksums.optimizer,
         device,
     )?;
+    let average = match &state.checksums.average {
+        Some(sha) => {
+            let file = path.join(AVERAGE_FILE);
+            let tensors = read_verified(&file, sha, device)?;
+            if state.average_count == 0 {
+                return Err(Error::file(
+                    &state_path,
+                    "records a weight sum of 0 epochs (average_count)",
+                ));
+            }
+            // In the model's variable order (sorted names, as `named_vars` gives them).
+            let mut sums: Vec<(String, Tensor)> = tensors.into_iter().collect();
+            sums.sort_by(|a, b| a.0.cmp(&b.0));
+            Some(WeightSum {
+                count: state.average_count,
+                sums,
+            })
+        }
+        None => None,
+    };
     Ok(Checkpoint {
         path: path.to_path_buf(),
         weights,
         optimizer,
         state,
+        average,
     })
 }
 

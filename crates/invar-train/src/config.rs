@@ -98,6 +98,15 @@ pub struct TrainConfig {
     /// Load the best epoch's weights into the model when training ends (kept in
     /// `checkpoints/best.safetensors`, written at each improvement, whatever the checkpoint policy).
     pub restore_best: bool,
+    /// Stochastic weight averaging (Izmailov et al. 2018, "Averaging Weights Leads to Wider Optima
+    /// and Better Generalization"; PyTorch's `torch.optim.swa_utils.AveragedModel` updated once an
+    /// epoch): when set, the run's final weights (`model.safetensors`, and the model the method
+    /// evaluates) are the mean of the weights at the end of every epoch from this one (1-based) to
+    /// the last epoch trained. The running sum (`f64`) is kept in each checkpoint, so a resumed run
+    /// averages exactly what an unbroken one does. Not with `restore_best` (both choose the final
+    /// weights). Absent: the last epoch's weights.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub average_from: Option<usize>,
     pub progress: ProgressMode,
     /// Write `curves.svg` and `curves.png` at the end.
     pub plot: bool,
@@ -115,6 +124,7 @@ impl Default for TrainConfig {
             checkpoint: CheckpointConfig::default(),
             log_every: 0,
             restore_best: false,
+            average_from: None,
             progress: ProgressMode::Auto,
             plot: true,
         }
@@ -158,6 +168,7 @@ impl TrainConfig {
         self.checkpoint.every = 0;
         self.lr_schedule = LrSchedule::Constant;
         self.restore_best = false;
+        self.average_from = None;
         self.plot = false;
         self.progress = ProgressMode::Off;
         self
@@ -189,6 +200,24 @@ impl TrainConfig {
         }
         self.optimizer.validate()?;
         self.lr_schedule.validate()?;
+        if let Some(a) = self.average_from {
+            if a == 0 || a > self.epochs {
+                return Err(Error::config(
+                    "average_from",
+                    format!(
+                        "must be an epoch from 1 to epochs ({}), got {a}",
+                        self.epochs
+                    ),
+                ));
+            }
+            if self.restore_best {
+                return Err(Error::config(
+                    "average_from",
+                    "and restore_best both choose the final weights (the mean of the last \
+                     epochs', or the best epoch's): set one",
+                ));
+            }
+        }
         if let Some(c) = self.clip_grad_norm {
             if !(c.is_finite() && c > 0.0) {
                 return Err(Error::config(

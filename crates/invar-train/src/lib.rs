@@ -26,7 +26,8 @@ pub use checkpoint::{
     best_weights_path, checkpoint_path, checkpoints_dir, checkpoints_to_remove, list_checkpoints,
     load_best_weights, load_checkpoint, load_weights, newest_good_checkpoint,
     remove_checkpoint_dir, remove_stale_temporaries, save_best_weights, save_weights, sha256_hex,
-    BestWeights, Checkpoint, Checksums, RngState, TrainState, BEST_FILE, CHECKPOINT_FORMAT,
+    BestWeights, Checkpoint, Checksums, RngState, TrainState, WeightSum, BEST_FILE,
+    CHECKPOINT_FORMAT,
 };
 pub use config::{
     CheckpointConfig, EarlyStoppingConfig, MethodConfig, Mode, ProgressMode, TrainConfig,

@@ -12,7 +12,9 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::{self, BestWeights, Checksums, RngState, TrainState, CHECKPOINT_FORMAT};
+use crate::checkpoint::{
+    self, BestWeights, Checksums, RngState, TrainState, WeightSum, CHECKPOINT_FORMAT,
+};
 use crate::config::TrainConfig;
 use crate::early_stop::{EarlyStoppingState, StopReason};
 use crate::log::{EpochRecord, MetricLog, Metrics};
@@ -482,6 +484,7 @@ impl Trainer {
             history: Vec::new(),
             stopped: None,
             best_weights: None,
+            average: None,
         };
         // Load and check the checkpoint (settings included) before anything is written: a refused
         // resume leaves the folder as it was.
@@ -536,6 +539,9 @@ impl Trainer {
             }
             run.history.push(record.clone());
             run.epoch = epoch;
+            if cfg.average_from.is_some_and(|a| epoch >= a) {
+                run.average = Some(WeightSum::add(run.average.take(), varmap)?);
+            }
             if verdict.improved && cfg.restore_best {
                 // The best weights live in their own file, which retention never deletes.
                 run.best_weights =
@@ -590,6 +596,20 @@ impl Trainer {
                 differences,
             });
         }
+        if let Some(a) = self.config.average_from {
+            let want = ckpt.state.epoch.saturating_sub(a - 1);
+            let have = ckpt.average.as_ref().map_or(0, |s| s.count);
+            if have != want {
+                return Err(Error::file(
+                    &ckpt.path,
+                    format!(
+                        "averages weights from epoch {a}: at epoch {} its sum should hold {want} \
+                         epochs, the checkpoint holds {have}",
+                        ckpt.state.epoch
+                    ),
+                ));
+            }
+        }
         let rng = ckpt.state.rng.restore(&ckpt.path)?;
         checkpoint::apply_weights(varmap, &ckpt.weights, &ckpt.path)?;
         optimizer.load_state(&ckpt.optimizer, ckpt.state.optimizer_steps, &ckpt.path)?;
@@ -606,6 +626,7 @@ impl Trainer {
             history: s.history,
             stopped: s.stopped,
             best_weights: s.best_weights,
+            average: ckpt.average,
         };
         tracing::info!(
             "resumed from {} (epoch {}, step {})",
@@ -762,10 +783,18 @@ impl Trainer {
             checksums: Checksums {
                 model: String::new(),
                 optimizer: String::new(),
+                average: None,
             },
             best_weights: run.best_weights.clone(),
+            average_count: 0,
         };
-        let path = checkpoint::save_checkpoint(&self.run_dir, varmap, optimizer, &state)?;
+        let path = checkpoint::save_checkpoint(
+            &self.run_dir,
+            varmap,
+            optimizer,
+            &state,
+            run.average.as_ref(),
+        )?;
         tracing::debug!("checkpoint {}", path.display());
         let present: Vec<usize> = checkpoint::list_checkpoints(&self.run_dir)?
             .into_iter()
@@ -823,6 +852,23 @@ impl Trainer {
                 checkpoint::apply_weights(varmap, &weights, &path)?;
                 tracing::info!("restored the best weights (epoch {best})");
             }
+        }
+        match (&run.average, self.config.average_from) {
+            (Some(sum), Some(from)) => {
+                let mean = sum.mean(varmap)?;
+                checkpoint::apply_weights(varmap, &mean, &self.run_dir)?;
+                tracing::info!(
+                    "final weights: the mean of epochs {from} to {} ({} epochs, average_from)",
+                    run.epoch,
+                    sum.count
+                );
+            }
+            (None, Some(from)) => tracing::warn!(
+                "the run stopped at epoch {} before average_from ({from}): its final weights are \
+                 the last epoch's, not an average",
+                run.epoch
+            ),
+            _ => {}
         }
         let weights = self.run_dir.join("model.safetensors");
         checkpoint::save_weights(varmap, &weights)?;
@@ -897,6 +943,8 @@ struct RunState {
     history: Vec<EpochRecord>,
     stopped: Option<StopReason>,
     best_weights: Option<BestWeights>,
+    /// The running weight sum for `average_from`, once the averaging has begun.
+    average: Option<WeightSum>,
 }
 
 /// Settings a resume may change: the last key of a setting's dotted path. `epochs` extends (or

@@ -1035,3 +1035,199 @@ fn validation_is_averaged_over_unequal_batches_by_weight() -> TestResult {
     );
     Ok(())
 }
+
+/// Weight averaging (`average_from`): the final weights are the mean of the weights at the end of
+/// epochs `average_from..=epochs`, computed here independently from every epoch's checkpoint (in
+/// `f64`, rounded to `f32` once); a run killed after any epoch and resumed (its newer checkpoints
+/// gone) ends with the same bits; a run that stops before `average_from` keeps its last weights;
+/// a checkpoint whose sum was removed is not resumed from silently.
+#[test]
+fn averaged_weights_are_the_mean_of_the_last_epochs_and_resume_exactly() -> TestResult {
+    let (epochs, from) = (6usize, 3usize);
+    let config = TrainConfig {
+        checkpoint: CheckpointConfig {
+            every: 1,
+            keep_last: 100,
+            keep_best: false,
+        },
+        optimizer: OptimizerConfig::Sgd(SgdConfig {
+            lr: 0.1,
+            ..SgdConfig::default()
+        }),
+        average_from: Some(from),
+        ..quiet(epochs)
+    };
+    let full = tempfile::tempdir()?;
+    let (varmap, mut model, mut source, mut val) = problem(120, 16)?;
+    Trainer::new(config.clone(), full.path(), Device::Cpu)?.fit(
+        &varmap,
+        &mut source,
+        Some(&mut val),
+        &mut model,
+    )?;
+    let averaged = weights(&full.path().join("model.safetensors"))?;
+
+    // The mean by hand from the epochs' own weights.
+    let mut sums: HashMap<String, Vec<f64>> = HashMap::new();
+    for epoch in from..=epochs {
+        for (k, bits) in weights(&checkpoint_path(full.path(), epoch).join("model.safetensors"))? {
+            let s = sums.entry(k).or_insert_with(|| vec![0.0; bits.len()]);
+            for (a, b) in s.iter_mut().zip(bits) {
+                *a += f64::from(f32::from_bits(b));
+            }
+        }
+    }
+    let n = (epochs - from + 1) as f64;
+    let by_hand: HashMap<String, Vec<u32>> = sums
+        .into_iter()
+        .map(|(k, s)| {
+            (
+                k,
+                s.into_iter().map(|x| ((x / n) as f32).to_bits()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(averaged, by_hand);
+    let last = weights(&checkpoint_path(full.path(), epochs).join("model.safetensors"))?;
+    assert_ne!(averaged, last, "averaging changed nothing");
+    // Checkpoints before the averaging carry no sum; those after carry one of the right count.
+    for epoch in 1..=epochs {
+        let c = load_checkpoint(&checkpoint_path(full.path(), epoch), &Device::Cpu)?;
+        let want = epoch.saturating_sub(from - 1);
+        assert_eq!(
+            c.average.as_ref().map_or(0, |s| s.count),
+            want,
+            "epoch {epoch}"
+        );
+        assert_eq!(c.state.average_count, want);
+    }
+
+    // Killed after epoch `k` (the newer checkpoints and the final model never written), resumed.
+    for k in 1..epochs {
+        let dir = tempfile::tempdir()?;
+        copy_dir(full.path(), dir.path())?;
+        for epoch in k + 1..=epochs {
+            std::fs::remove_dir_all(checkpoint_path(dir.path(), epoch))?;
+        }
+        std::fs::remove_file(dir.path().join("model.safetensors"))?;
+        let (varmap, mut model, mut source, mut val) = problem(120, 16)?;
+        let summary = Trainer::new(config.clone(), dir.path(), Device::Cpu)?
+            .with_resume(true)
+            .fit(&varmap, &mut source, Some(&mut val), &mut model)?;
+        assert_eq!(summary.resumed_from, Some(checkpoint_path(dir.path(), k)));
+        assert_eq!(
+            weights(&dir.path().join("model.safetensors"))?,
+            averaged,
+            "resumed after epoch {k}"
+        );
+    }
+
+    // A sum removed from a checkpoint past `average_from` (its state.json edited to match) is
+    // refused, not resumed from as if the averaging had just begun.
+    let dir = tempfile::tempdir()?;
+    copy_dir(full.path(), dir.path())?;
+    for epoch in 5..=epochs {
+        std::fs::remove_dir_all(checkpoint_path(dir.path(), epoch))?;
+    }
+    let ckpt = checkpoint_path(dir.path(), 4);
+    std::fs::remove_file(ckpt.join("average.safetensors"))?;
+    let mut state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ckpt.join("state.json"))?)?;
+    state["checksums"]
+        .as_object_mut()
+        .ok_or("checksums")?
+        .remove("average");
+    state
+        .as_object_mut()
+        .ok_or("state")?
+        .remove("average_count");
+    std::fs::write(ckpt.join("state.json"), serde_json::to_string(&state)?)?;
+    let (varmap, mut model, mut source, mut val) = problem(120, 16)?;
+    let err = Trainer::new(config.clone(), dir.path(), Device::Cpu)?
+        .with_resume(true)
+        .fit(&varmap, &mut source, Some(&mut val), &mut model)
+        .err()
+        .ok_or("resumed without the weight sum")?
+        .to_string();
+    assert!(
+        err.contains("should hold 2") && err.contains("holds 0"),
+        "{err}"
+    );
+
+    // Stopped early before `average_from`: the last epoch's weights, unaveraged.
+    let short = tempfile::tempdir()?;
+    let (varmap, inner, mut source, mut val) = problem(120, 16)?;
+    let mut step = Scripted {
+        inner,
+        val_losses: vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+        epoch: 0,
+    };
+    let cfg = TrainConfig {
+        average_from: Some(4),
+        early_stopping: EarlyStoppingConfig {
+            patience: Some(1),
+            ..EarlyStoppingConfig::default()
+        },
+        ..config
+    };
+    let summary = Trainer::new(cfg, short.path(), Device::Cpu)?.fit(
+        &varmap,
+        &mut source,
+        Some(&mut val),
+        &mut step,
+    )?;
+    assert_eq!(summary.epochs, 2);
+    assert_eq!(
+        weights(&short.path().join("model.safetensors"))?,
+        weights(&checkpoint_path(short.path(), 2).join("model.safetensors"))?
+    );
+    Ok(())
+}
+
+/// `average_from` outside 1..=epochs, or with `restore_best`, is refused before any work.
+#[test]
+fn average_from_is_checked() {
+    for (from, restore_best, needle) in [
+        (0, false, "from 1 to epochs (5)"),
+        (6, false, "got 6"),
+        (3, true, "restore_best"),
+    ] {
+        let cfg = TrainConfig {
+            average_from: Some(from),
+            restore_best,
+            ..quiet(5)
+        };
+        let err = cfg
+            .validate()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("average_from") && err.contains(needle),
+            "{err}"
+        );
+    }
+    assert!(TrainConfig {
+        average_from: Some(5),
+        ..quiet(5)
+    }
+    .validate()
+    .is_ok());
+    // Unset, the setting is not written: configs and checkpoints of runs without it keep their bytes.
+    let text = serde_json::to_string(&quiet(5)).unwrap_or_default();
+    assert!(!text.contains("average_from"), "{text}");
+}
+
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}
