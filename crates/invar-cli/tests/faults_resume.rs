@@ -315,6 +315,35 @@ fn speaker_train_killed_and_resumed_is_exact() {
         "the schedule never lowered the rate: {lrs:?}"
     );
     plateau.check_kill_and_resume(&root, &reference);
+
+    // With weight averaging (the `invariant` preset: `--epochs 6` moves its window of the last 40
+    // epochs to all 6): the running sum is part of each checkpoint, so a killed and resumed run
+    // ends with the uninterrupted run's averaged weights, and they are not the last epoch's.
+    let averaged_args = |out: &Path| train(&["--preset", "invariant", "--epochs", "6"], out);
+    let averaged = Case {
+        name: "speaker (averaged)",
+        args: &averaged_args,
+        run: ".",
+        max_delay_ms: 300,
+    };
+    let root = d.join("averaged");
+    std::fs::create_dir_all(&root).unwrap();
+    let reference = root.join("reference");
+    averaged.invar(&reference, &[]);
+    let config = json(&reference.join("config.json"));
+    assert_eq!(
+        config["train"]["average_from"].as_u64(),
+        Some(1),
+        "{config}"
+    );
+    let last = reference.join("checkpoints").join("ckpt-000006");
+    assert_ne!(
+        std::fs::read(reference.join("model.safetensors")).unwrap(),
+        std::fs::read(last.join("model.safetensors")).unwrap(),
+        "the final model is the last epoch's, not the average"
+    );
+    assert!(last.join("average.safetensors").is_file());
+    averaged.check_kill_and_resume(&root, &reference);
 }
 
 #[test]

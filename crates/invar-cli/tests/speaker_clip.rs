@@ -3,7 +3,8 @@
 //! when clipping is turned off — its gradient norm climbs, its loss explodes, its validation
 //! accuracy falls back to chance, no NaN — and `invar speaker train` reports it as diverged (stdout,
 //! summary.json, results.json) although the restored best epoch still scores well; with the default
-//! clipping the same run keeps learning. And `--clip-grad-norm none` / `0` turn clipping off.
+//! clipping the same run keeps learning. And `--clip-grad-norm none` / `0` turn clipping off;
+//! `--average-from` sets, moves and turns off weight averaging (issue #20).
 //!
 //! The two training runs take ≈ 12 s of CPU each on one thread (30 epochs of the full network; a
 //! smaller network or corpus did not blow up mid-run: at a raised learning rate it dies in its
@@ -200,6 +201,91 @@ fn clip_flag_sets_overrides_and_turns_off() {
             s(&d.join("bad")),
         ]);
         assert!(err.contains("--clip-grad-norm"), "{bad}: {err}");
+    }
+    assert!(!d.join("bad").exists(), "refused before any work");
+}
+
+/// `--average-from EPOCH|none`: the `invariant` preset averages its last 40 of 120 epochs; `--epochs`
+/// moves that window with the epochs, the flag overrides it, `none` turns it off, and an epoch of
+/// 0, a word, or one past `--epochs` is refused before any work. Other presets do not average.
+#[test]
+fn average_from_flag_sets_moves_and_turns_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let corpus = d.join("corpus");
+    invar(&[
+        "synth",
+        "--quick",
+        "--layout",
+        "elsdsr",
+        "--speakers",
+        "2",
+        "--utterances",
+        "3",
+        "--out",
+        s(&corpus),
+    ]);
+    let train_of = |name: &str, flag: &[&str]| -> Value {
+        let out = d.join(name);
+        let mut args = vec![
+            "speaker",
+            "train",
+            "--corpus",
+            s(&corpus),
+            "--layout",
+            "elsdsr",
+        ];
+        args.extend_from_slice(flag);
+        args.extend_from_slice(&["--out", s(&out)]);
+        invar(&args);
+        json(&out.join("config.json"))["train"].clone()
+    };
+    let t = train_of("moved", &["--preset", "invariant", "--epochs", "50"]);
+    assert_eq!(t["average_from"].as_u64(), Some(11), "{t}");
+    let t = train_of(
+        "set",
+        &[
+            "--preset",
+            "invariant",
+            "--epochs",
+            "3",
+            "--average-from",
+            "2",
+        ],
+    );
+    assert_eq!(t["average_from"].as_u64(), Some(2), "{t}");
+    let t = train_of(
+        "off",
+        &[
+            "--preset",
+            "invariant",
+            "--epochs",
+            "2",
+            "--average-from",
+            "none",
+        ],
+    );
+    assert!(t.get("average_from").is_none(), "{t}");
+    let t = train_of("logmel", &["--preset", "logmel", "--epochs", "1"]);
+    assert!(t.get("average_from").is_none(), "{t}");
+    for (bad, needle) in [
+        (vec!["--average-from", "0"], "--average-from"),
+        (vec!["--average-from", "last"], "--average-from"),
+        (vec!["--epochs", "3", "--average-from", "4"], "average_from"),
+    ] {
+        let mut args = vec![
+            "speaker",
+            "train",
+            "--corpus",
+            s(&corpus),
+            "--preset",
+            "invariant",
+        ];
+        args.extend_from_slice(&bad);
+        let bad_out = d.join("bad");
+        args.extend_from_slice(&["--out", s(&bad_out)]);
+        let err = refused(&args);
+        assert!(err.contains(needle), "{bad:?}: {err}");
     }
     assert!(!d.join("bad").exists(), "refused before any work");
 }
