@@ -421,13 +421,21 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         args.resume,
         &data,
     )?;
+    // Which weights the table is of.
+    let weights = match (
+        cfg.train.average_from,
+        cfg.train.restore_best,
+        results.best_epoch,
+    ) {
+        (Some(a), _, _) if results.epochs >= a => {
+            format!("final weights the mean over epochs {a}–{}", results.epochs)
+        }
+        (_, true, Some(best)) => format!("final weights the best epoch's ({best})"),
+        _ => "final weights the last epoch's".to_owned(),
+    };
     println!(
-        "speaker CNN `{}` ({} regulariser, λ = {}): {} epochs (best {:?})",
-        cfg.name,
-        cfg.regularizer.nuisance,
-        cfg.regularizer.lambda,
-        results.epochs,
-        results.best_epoch
+        "speaker CNN `{}` ({} regulariser, λ = {}): {} epochs; {weights}",
+        cfg.name, cfg.regularizer.nuisance, cfg.regularizer.lambda, results.epochs,
     );
     if let Some(d) = &results.diverged {
         // The log warned already; the summary says it too, beside the numbers it qualifies.
