@@ -601,32 +601,27 @@ fn render(
         };
         // A cap that binds at the largest size holds the stage's memory there: past it neither
         // what the cap counts nor what it holds grows, so the 100-hour peak is that size's peak.
-        let cap_at_last = results
+        let caps: Vec<(f64, Value)> = results
             .iter()
-            .rev()
-            .find_map(|r| {
+            .filter_map(|r| {
                 let s = r["stages"]
                     .as_array()?
                     .iter()
                     .find(|s| s["name"] == *name)?;
                 Some((r["hours"].as_f64()?, s["cap"].clone()))
             })
-            .filter(|(_, cap)| cap_binds(cap));
+            .collect();
+        let cap_at_last = caps.last().filter(|(_, cap)| cap_binds(cap)).cloned();
         let rss_100 = match (last, e_rss, &cap_at_last) {
             (Some((_, u)), _, Some(_)) => Some(u.peak_mb),
             (Some((h, u)), Some(e), None) => Some(u.peak_mb * (100.0 / h).powf(e.max(0.0))),
             _ => None,
         };
         if let Some((h, cap)) = &cap_at_last {
-            let first = results
+            let first = caps
                 .iter()
-                .filter_map(|r| {
-                    let s = r["stages"]
-                        .as_array()?
-                        .iter()
-                        .find(|s| s["name"] == *name)?;
-                    cap_binds(&s["cap"]).then(|| r["hours"].as_f64()).flatten()
-                })
+                .filter(|(_, cap)| cap_binds(cap))
+                .map(|(h, _)| *h)
                 .fold(f64::INFINITY, f64::min);
             capped_notes.push(format!(
                 "{name}: its cap (`{}`) binds from {first:.2} h ({} of {} {} offered at {h:.2} h); \

@@ -143,13 +143,9 @@ fn default_clipping_keeps_the_same_run_learning() {
     assert!(last >= 0.3, "3× chance at the last epoch: {acc:?}");
 }
 
-/// `--clip-grad-norm` takes a norm, or `none` / `off` / `0` for no clipping; anything else is
-/// refused before any work. Without the flag the preset's default holds.
-#[test]
-fn clip_flag_sets_overrides_and_turns_off() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let corpus = d.join("corpus");
+/// A two-speaker ELSDSR corpus of three utterances each (`synth --quick`) in `dir/corpus`.
+fn tiny_corpus(dir: &Path) -> PathBuf {
+    let corpus = dir.join("corpus");
     invar(&[
         "synth",
         "--quick",
@@ -162,23 +158,36 @@ fn clip_flag_sets_overrides_and_turns_off() {
         "--out",
         s(&corpus),
     ]);
+    corpus
+}
+
+/// `speaker train` on `corpus` with `flags` into `dir/name`; the `train` section of its config.json.
+fn trained_config(dir: &Path, corpus: &Path, name: &str, flags: &[&str]) -> Value {
+    let out = dir.join(name);
+    let mut args = vec![
+        "speaker",
+        "train",
+        "--corpus",
+        s(corpus),
+        "--layout",
+        "elsdsr",
+    ];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["--out", s(&out)]);
+    invar(&args);
+    json(&out.join("config.json"))["train"].clone()
+}
+
+/// `--clip-grad-norm` takes a norm, or `none` / `off` / `0` for no clipping; anything else is
+/// refused before any work. Without the flag the preset's default holds.
+#[test]
+fn clip_flag_sets_overrides_and_turns_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let corpus = tiny_corpus(d);
     let clip_of = |name: &str, flag: &[&str]| -> Value {
-        let out = d.join(name);
-        let mut args = vec![
-            "speaker",
-            "train",
-            "--corpus",
-            s(&corpus),
-            "--layout",
-            "elsdsr",
-            "--epochs",
-            "1",
-            "--out",
-            s(&out),
-        ];
-        args.extend_from_slice(flag);
-        invar(&args);
-        json(&out.join("config.json"))["train"]["clip_grad_norm"].clone()
+        let flags: Vec<&str> = ["--epochs", "1"].iter().chain(flag).copied().collect();
+        trained_config(d, &corpus, name, &flags)["clip_grad_norm"].clone()
     };
     assert_eq!(
         clip_of("default", &[]).as_f64(),
@@ -212,34 +221,8 @@ fn clip_flag_sets_overrides_and_turns_off() {
 fn average_from_flag_sets_moves_and_turns_off() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let corpus = d.join("corpus");
-    invar(&[
-        "synth",
-        "--quick",
-        "--layout",
-        "elsdsr",
-        "--speakers",
-        "2",
-        "--utterances",
-        "3",
-        "--out",
-        s(&corpus),
-    ]);
-    let train_of = |name: &str, flag: &[&str]| -> Value {
-        let out = d.join(name);
-        let mut args = vec![
-            "speaker",
-            "train",
-            "--corpus",
-            s(&corpus),
-            "--layout",
-            "elsdsr",
-        ];
-        args.extend_from_slice(flag);
-        args.extend_from_slice(&["--out", s(&out)]);
-        invar(&args);
-        json(&out.join("config.json"))["train"].clone()
-    };
+    let corpus = tiny_corpus(d);
+    let train_of = |name: &str, flags: &[&str]| trained_config(d, &corpus, name, flags);
     let t = train_of("moved", &["--preset", "invariant", "--epochs", "50"]);
     assert_eq!(t["average_from"].as_u64(), Some(11), "{t}");
     let t = train_of(
