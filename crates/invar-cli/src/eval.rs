@@ -5,9 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use invar_data::FeatureSet;
-use invar_eval::abx::{
-    self, AbxConfig, AbxDataset, AbxMode, AbxResult, Convention, ItemFrames, ItemTiming,
-};
+use invar_eval::abx::{self, AbxConfig, AbxMode, AbxPlan, Convention, ItemFrames, ItemTiming};
 use invar_eval::{Embeddings, IdentifyReport, PairMetric, Trial, VerifyConfig, VerifyReport};
 use invar_ops::FrameDistance;
 use serde::Serialize;
@@ -97,7 +95,15 @@ pub struct AbxArgs {
     /// The representation's name in the plots' titles [default: the --features folder's name]
     #[arg(long)]
     pub name: Option<String>,
+    /// Megabytes of item frames held at once: the items are scored a group of contexts at a time
+    /// (one context at least), each group's frames read from the feature files and dropped after,
+    /// so memory is bounded by this instead of by the item set (the same results at any value).
+    #[arg(long, default_value_t = DEFAULT_FRAME_MEMORY_MB, value_name = "MB")]
+    pub frame_memory_mb: usize,
 }
+
+/// `eval abx --frame-memory-mb`'s default.
+pub const DEFAULT_FRAME_MEMORY_MB: usize = 8;
 
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
@@ -234,30 +240,30 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
                 dir: set.dir().to_path_buf(),
             })
     };
-    // With --max-size-group, the draw is made from the manifest's shapes and only the frames of
-    // the items kept are read.
+    // The items are planned from the manifest's shapes (with --max-size-group, the draw too), the
+    // kept frames are scanned once a file at a time (non-finite values, the default distance,
+    // the divergences' domain) and then read and scored one context at a time (issue #24).
     let item_timing = ItemTiming {
         timing,
         frames: args.frames,
     };
-    let ds = AbxDataset::build_with_cap(
+    let load_error = |file: &str, e: invar_data::Error| match e {
+        invar_data::Error::File(f) => invar_eval::Error::File(f),
+        other => invar_eval::Error::LoadFeatures {
+            file: file.to_string(),
+            reason: other.to_string(),
+        },
+    };
+    let plan = AbxPlan::new(
         &items,
         item_timing,
         args.max_size_group,
         args.seed,
         |file| find(file).map(|e| (e.frames, e.dims)),
-        |file| {
-            set.load(find(file)?).map_err(|e| match e {
-                invar_data::Error::File(f) => invar_eval::Error::File(f),
-                other => invar_eval::Error::LoadFeatures {
-                    file: file.to_string(),
-                    reason: other.to_string(),
-                },
-            })
-        },
     )?;
     // The parsed .item file is not needed past here (issue #24: held through scoring before).
     drop(items);
+    let ds = plan.dataset();
     if !ds.empty_items.is_empty() {
         tracing::warn!(
             "{} items cover no frame and are left out (first at line {})",
@@ -265,10 +271,18 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
             ds.empty_items[0]
         );
     }
+    tracing::info!(
+        "{} items, {} frames; the largest context {} frames; at most {} MB of frames held at once",
+        ds.items.len(),
+        plan.total_frames(),
+        plan.largest_context_frames(),
+        args.frame_memory_mb
+    );
+    let summary = plan.scan(|file| set.load(find(file)?).map_err(|e| load_error(file, e)))?;
     let distance = match args.distance {
         Some(d) => d,
         None => {
-            let (d, why) = abx::default_distance(&ds);
+            let (d, why) = summary.default_distance();
             tracing::info!("distance {d}: {why} (give --distance to choose)");
             d
         }
@@ -278,9 +292,9 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
         ModeArg::Across => vec![AbxMode::Across],
         ModeArg::Both => vec![AbxMode::Within, AbxMode::Across],
     };
-    let mut results: Vec<AbxResult> = Vec::new();
-    for mode in modes {
-        let config = AbxConfig {
+    let configs: Vec<AbxConfig> = modes
+        .into_iter()
+        .map(|mode| AbxConfig {
             mode,
             convention: args.convention,
             distance,
@@ -288,15 +302,24 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
             max_size_group: args.max_size_group,
             max_x_across: args.max_x_across,
             seed: args.seed,
-        };
-        let progress = ItemProgress::new(abx::work_units(&ds, &config).len() as u64, "ABX units");
-        let r = abx::evaluate(&ds, &config, &|| progress.inc())?;
-        progress.finish();
-        results.push(r);
-    }
-    // The kept frames are not needed past scoring: free them before results and plots are written
-    // (issue #24: the plots' fonts and buffers came on top of them, the run's peak).
-    drop(ds);
+        })
+        .collect();
+    let units: usize = configs.iter().map(|c| abx::work_units(ds, c).len()).sum();
+    let progress = ItemProgress::new(units as u64, "ABX units");
+    let max_frames = (args.frame_memory_mb << 20) / (4 * ds.dim.max(1));
+    let results = abx::evaluate_planned(
+        &plan,
+        &summary,
+        &configs,
+        max_frames,
+        |file, rows| {
+            set.load_rows(find(file)?, rows)
+                .map_err(|e| load_error(file, e))
+        },
+        &|| progress.inc(),
+    )?;
+    progress.finish();
+    drop(plan);
     invar_io::write_json(
         args.out.join("config.json"),
         &serde_json::json!({

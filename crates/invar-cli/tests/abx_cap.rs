@@ -1,6 +1,7 @@
 //! `eval abx --max-size-group N --max-x-across M --seed S` (issue 24): the caps and seed are recorded
 //! in results.json and config.json, they bound the triplets, a seed repeats its draw, caps above every
-//! group give the exhaustive numbers, and a cap too small to score is refused before any work.
+//! group give the exhaustive numbers, scoring a context at a time gives the same bytes, and a cap
+//! too small to score is refused before any work.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
@@ -84,6 +85,17 @@ fn caps_are_recorded_bound_the_triplets_and_repeat_by_seed() {
         (Some(2), Some(1), Some(3))
     );
     assert_eq!(abx(&item, &feats, &d.join("again"), &caps), capped);
+    // Scored one context at a time (--frame-memory-mb 0) or all at once: the same bytes.
+    let one_context = ["--frame-memory-mb", "0"];
+    let _ = abx(&item, &feats, &d.join("full-0"), &one_context);
+    let _ = abx(
+        &item,
+        &feats,
+        &d.join("capped-0"),
+        &[&caps[..], &one_context].concat(),
+    );
+    let bytes = |run: &str| std::fs::read(d.join(run).join("results.json")).unwrap();
+    assert!(bytes("full") == bytes("full-0") && bytes("capped") == bytes("capped-0"));
     // Caps above every group: the exhaustive triplets and error, to the bit.
     let wide = abx(
         &item,

@@ -67,6 +67,43 @@ pub(crate) fn load_matrix(dir: &Path, rel: &Path) -> Result<Matrix> {
     })
 }
 
+/// Rows `rows` of the matrix an entry's path names, with the whole matrix's shape: a `.npy` is read
+/// from those rows only ([`invar_io::NpyRowReader`]); a matrix in a Kaldi archive is read whole and
+/// cut (one utterance). Rows past the matrix's end are an error naming the file.
+pub(crate) fn load_matrix_rows(
+    dir: &Path,
+    rel: &Path,
+    rows: std::ops::Range<usize>,
+) -> Result<(Matrix, (usize, usize))> {
+    if ark_location(rel).is_none() {
+        let mut reader = invar_io::NpyRowReader::open(dir.join(rel))?;
+        let shape = reader.shape();
+        if rows.end > shape.0 || rows.start > rows.end {
+            return Err(rows_past_end(dir.join(rel), &rows, shape));
+        }
+        return Ok((reader.read_rows(rows.start, rows.end)?, shape));
+    }
+    let m = load_matrix(dir, rel)?;
+    let shape = m.shape();
+    if rows.end > shape.0 || rows.start > rows.end {
+        return Err(rows_past_end(dir.join(rel), &rows, shape));
+    }
+    let data = m.data[rows.start * m.cols..rows.end * m.cols].to_vec();
+    Ok((Matrix::new(rows.len(), m.cols, data)?, shape))
+}
+
+fn rows_past_end(path: PathBuf, rows: &std::ops::Range<usize>, shape: (usize, usize)) -> Error {
+    Error::Mismatch {
+        path,
+        what: "row range",
+        expected: format!(
+            "rows within 0..{} of a {}×{} matrix",
+            shape.0, shape.0, shape.1
+        ),
+        found: format!("{}..{}", rows.start, rows.end),
+    }
+}
+
 /// The archive being written for a [`FeatureFormat::Kaldi`] set (or one shard of it).
 #[derive(Debug)]
 pub(crate) struct KaldiOut {

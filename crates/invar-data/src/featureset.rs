@@ -294,6 +294,21 @@ impl FeatureSet {
         Ok(m)
     }
 
+    /// Rows `rows` of one entry's matrix, read without the rest where the format allows (a `.npy`);
+    /// the file's shape is checked against the manifest as [`FeatureSet::load`] does.
+    pub fn load_rows(&self, entry: &FeatureEntry, rows: std::ops::Range<usize>) -> Result<Matrix> {
+        let (m, shape) = crate::backend::load_matrix_rows(&self.dir, &entry.path, rows)?;
+        if shape != (entry.frames, entry.dims) {
+            return Err(Error::Mismatch {
+                path: self.dir.join(&entry.path),
+                what: "matrix shape",
+                expected: format!("{}×{} (from {MANIFEST})", entry.frames, entry.dims),
+                found: format!("{}×{}", shape.0, shape.1),
+            });
+        }
+        Ok(m)
+    }
+
     /// The producing configuration (`config.json`), as JSON.
     pub fn config(&self) -> Result<serde_json::Value> {
         Ok(invar_io::read_json(self.dir.join(CONFIG))?)

@@ -136,7 +136,7 @@ pub struct ItemTiming {
 }
 
 impl ItemTiming {
-    fn range(&self, onset: f64, offset: f64, n_frames: usize) -> Range<usize> {
+    pub(super) fn range(&self, onset: f64, offset: f64, n_frames: usize) -> Range<usize> {
         self.frames.range(&self.timing, onset, offset, n_frames)
     }
 }
@@ -156,7 +156,9 @@ impl From<FrameTiming> for ItemTiming {
     }
 }
 
-fn intern<'a>(values: impl Iterator<Item = &'a str>) -> (Vec<String>, BTreeMap<&'a str, u32>) {
+pub(super) fn intern<'a>(
+    values: impl Iterator<Item = &'a str>,
+) -> (Vec<String>, BTreeMap<&'a str, u32>) {
     let set: BTreeSet<&str> = values.collect();
     let names: Vec<String> = set.iter().map(|s| s.to_string()).collect();
     let index = set.into_iter().zip(0u32..).collect();
@@ -318,158 +320,14 @@ impl AbxDataset {
         timing: ItemTiming,
         max_size_group: usize,
         seed: u64,
-        mut shape: impl FnMut(&str) -> Result<(usize, usize)>,
-        mut load: impl FnMut(&str) -> Result<Matrix>,
+        shape: impl FnMut(&str) -> Result<(usize, usize)>,
+        load: impl FnMut(&str) -> Result<Matrix>,
     ) -> Result<AbxDataset> {
-        super::check_timing(&timing.timing)?;
-        let contexts_of: Vec<String> = items.items.iter().map(ItemFile::context_key).collect();
-        let (phones, phone_ix) = intern(items.items.iter().map(|i| i.phone.as_str()));
-        let (speakers, speaker_ix) = intern(items.items.iter().map(|i| i.speaker.as_str()));
-        let (contexts, context_ix) = intern(contexts_of.iter().map(String::as_str));
-        let mut by_file: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-        for (i, item) in items.items.iter().enumerate() {
-            by_file.entry(item.file.as_str()).or_default().push(i);
-        }
-
-        // Pass 1, shapes only: each item's frame range, the empty ones, one dimension.
-        let mut ranges: Vec<Option<Range<usize>>> = vec![None; items.items.len()];
-        let mut shapes: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
-        let mut dim: Option<usize> = None;
-        let mut empty_items = Vec::new();
-        for (file, indices) in &by_file {
-            let (rows, cols) = shape(file)?;
-            match dim {
-                None => dim = Some(cols),
-                Some(d) if d != cols => {
-                    return Err(Error::DimMismatch {
-                        file: file.to_string(),
-                        expected: d,
-                        found: cols,
-                    })
-                }
-                Some(_) => {}
-            }
-            shapes.insert(file, (rows, cols));
-            for &i in indices {
-                let item: &Item = &items.items[i];
-                let range = timing.range(item.onset, item.offset, rows);
-                if range.is_empty() {
-                    empty_items.push(item.line);
-                } else {
-                    ranges[i] = Some(range);
-                }
-            }
-        }
-        let dim = dim.unwrap_or(0);
-        empty_items.sort_unstable();
-
-        // The items with frames in dataset order, cut into blocks, and the seeded draw per block
-        // (block index and stream exactly as `sample::cap_blocks` on the uncapped dataset).
-        let mut order: Vec<(u32, u32, u32, usize, usize)> = items
-            .items
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| ranges[*i].is_some())
-            .map(|(i, item)| {
-                (
-                    context_ix[contexts_of[i].as_str()],
-                    speaker_ix[item.speaker.as_str()],
-                    phone_ix[item.phone.as_str()],
-                    item.line,
-                    i,
-                )
-            })
-            .collect();
-        order.sort_unstable();
-        let mut kept: Vec<(u32, u32, u32, usize, usize)> = Vec::with_capacity(order.len());
-        let mut block_start = 0;
-        let mut block_index = 0u64;
-        while block_start < order.len() {
-            let key = |o: &(u32, u32, u32, usize, usize)| (o.0, o.1, o.2);
-            let end = order[block_start..]
-                .iter()
-                .position(|o| key(o) != key(&order[block_start]))
-                .map_or(order.len(), |n| block_start + n);
-            let block = &order[block_start..end];
-            for k in super::sample::draw_block(block.len(), max_size_group, seed, block_index) {
-                kept.push(block[k]);
-            }
-            block_start = end;
-            block_index += 1;
-        }
-
-        // Pass 2: read only the files that hold kept items, and copy each kept item's frames
-        // straight to its place in one buffer of the final size (issue #24: not a copy per item
-        // and then a buffer grown by doubling beside them). The places follow from pass 1.
-        let mut out_items = Vec::with_capacity(kept.len());
-        let mut slot: Vec<usize> = vec![usize::MAX; items.items.len()];
-        let mut total = 0usize;
-        for (k, &(context, speaker, phone, line, i)) in kept.iter().enumerate() {
-            // A set of zero-width frames holds no values: such items are empty, as before.
-            let len = if dim == 0 {
-                0
-            } else {
-                ranges[i].as_ref().map_or(0, |r| r.len())
-            };
-            slot[i] = k;
-            out_items.push(AbxItem {
-                line,
-                context,
-                speaker,
-                phone,
-                start: total,
-                len,
-            });
-            total += len;
-        }
-        let mut frames = vec![0f32; total * dim];
-        let mut wanted: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-        for &(.., i) in &kept {
-            wanted
-                .entry(items.items[i].file.as_str())
-                .or_default()
-                .push(i);
-        }
-        for (file, indices) in &wanted {
-            let m = load(file)?;
-            if Some(&m.shape()) != shapes.get(file) {
-                return Err(Error::LoadFeatures {
-                    file: file.to_string(),
-                    reason: format!(
-                        "{}×{} frames read, {}×{} announced before reading",
-                        m.rows,
-                        m.cols,
-                        shapes.get(file).map_or(0, |s| s.0),
-                        shapes.get(file).map_or(0, |s| s.1)
-                    ),
-                });
-            }
-            for &i in indices {
-                let range = ranges[i].clone().unwrap_or(0..0);
-                let rows = &m.data[range.start * m.cols..range.end * m.cols];
-                if let Some(pos) = rows.iter().position(|v| !v.is_finite()) {
-                    return Err(Error::NonFinite {
-                        file: file.to_string(),
-                        frame: range.start + pos / m.cols.max(1),
-                        dim: pos % m.cols.max(1),
-                    });
-                }
-                let item = &out_items[slot[i]];
-                frames[item.start * dim..(item.start + item.len) * dim].copy_from_slice(rows);
-            }
-        }
-        let blocks = blocks_of(&out_items);
-        Ok(AbxDataset {
-            dim,
-            frames,
-            items: out_items,
-            blocks,
-            phones,
-            speakers,
-            contexts,
-            empty_items,
-            item_frames: timing.frames,
-        })
+        // Issue #24: the draw is planned from the shapes, then only the files that hold kept
+        // items are read, each kept item's frames copied straight to its place in one buffer of
+        // the final size (not a copy per item and a buffer grown by doubling beside them).
+        super::plan::AbxPlan::new(items, timing, Some(max_size_group), seed, shape)?
+            .into_dataset(load)
     }
 
     /// The frames of `range` (in frames) as a row-major slice.

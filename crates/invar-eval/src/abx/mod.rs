@@ -5,6 +5,7 @@
 //! averaged in the order of the chosen [`Convention`].
 
 mod dataset;
+mod plan;
 mod sample;
 mod score;
 mod task;
@@ -16,6 +17,7 @@ use invar_ops::FrameDistance;
 use serde::{Deserialize, Serialize};
 
 pub use dataset::{AbxDataset, AbxItem, Block, FrameTiming, ItemFrames, ItemTiming};
+pub use plan::{evaluate_planned, AbxPlan, FrameSummary};
 pub use score::CellScore;
 pub use task::{units, AbxMode, Unit};
 
@@ -141,64 +143,7 @@ pub(crate) fn check_timing(timing: &FrameTiming) -> Result<()> {
 /// frame an item covers is a probability vector (non-negative, summing to 1 within 1e-3: a
 /// posteriorgram, soft or hard), ZeroSpeech's angular distance otherwise (features).
 pub fn default_distance(ds: &AbxDataset) -> (FrameDistance, &'static str) {
-    let dim = ds.dim.max(1);
-    let distribution = |row: &[f32]| {
-        row.iter().all(|&v| v >= 0.0)
-            && (row.iter().map(|&v| f64::from(v)).sum::<f64>() - 1.0).abs() <= 1e-3
-    };
-    let all = ds.items.iter().all(|item| {
-        ds.frames
-            .get(item.start * dim..(item.start + item.len) * dim)
-            .is_some_and(|rows| rows.chunks_exact(dim).all(distribution))
-    });
-    if all && !ds.items.is_empty() {
-        (
-            FrameDistance::SymmetricKl,
-            "every frame is a probability vector (posteriorgrams)",
-        )
-    } else {
-        (
-            FrameDistance::Angular,
-            "the frames are features, not probability vectors",
-        )
-    }
-}
-
-/// Refuses frames outside the distance's domain, which would otherwise score at chance with no
-/// error: plain `kl` is `+inf` wherever the second frame has a 0 (a third of GMM posteriors are
-/// exactly 0), so every comparison ties; the divergences need non-negative frames.
-fn check_domain(ds: &AbxDataset, distance: FrameDistance) -> Result<()> {
-    let bad: fn(f32) -> bool = match distance {
-        FrameDistance::Kl => |v| v <= 0.0,
-        FrameDistance::SymmetricKl | FrameDistance::Js | FrameDistance::SqrtJs => |v| v < 0.0,
-        _ => return Ok(()),
-    };
-    let dim = ds.dim.max(1);
-    for item in &ds.items {
-        let rows = ds
-            .frames
-            .get(item.start * dim..(item.start + item.len) * dim);
-        let Some(found) = rows.and_then(|r| r.iter().position(|&v| bad(v))) else {
-            continue;
-        };
-        let value = ds.frames[item.start * dim + found];
-        let advice = if distance == FrameDistance::Kl {
-            "plain kl is infinite where a frame has a 0 and would score every triplet as a tie; \
-             use symmetric-kl (ABXpy's smoothed KL, ZeroSpeech's choice for posteriorgrams)"
-        } else {
-            "the divergences compare probability vectors; use angular or euclidean for features"
-        };
-        return Err(Error::degenerate(
-            format!("ABX with {distance} distance"),
-            format!(
-                "the item on .item line {} has the value {value} (frame {}, dimension {}): {advice}",
-                item.line,
-                found / dim,
-                found % dim
-            ),
-        ));
-    }
-    Ok(())
+    FrameSummary::of(ds).default_distance()
 }
 
 /// The error of one ordered phone pair (A/X phone, B phone), averaged over contexts and talkers.
@@ -403,13 +348,18 @@ pub fn evaluate(
     on_unit: &(dyn Fn() + Sync),
 ) -> Result<AbxResult> {
     config.validate()?;
-    check_domain(ds, config.distance)?;
+    FrameSummary::of(ds).check_domain(ds, config.distance)?;
     let units = work_units(ds, config);
     let capped = config
         .max_size_group
         .and_then(|n| sample::cap_blocks(ds, n, config.seed));
     let ds = capped.as_ref().unwrap_or(ds);
     let cells = score::score_units(ds, &units, config.distance, config.convention, on_unit)?;
+    result_of(ds, config, cells)
+}
+
+/// The result of `config` from its scored `cells` (in unit order) on `ds` (its items and labels).
+fn result_of(ds: &AbxDataset, config: &AbxConfig, cells: Vec<CellScore>) -> Result<AbxResult> {
     if cells.is_empty() {
         return Err(Error::degenerate(
             format!("ABX {}", config.mode),
