@@ -226,7 +226,7 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
     for note in overrides {
         tracing::warn!("{note}");
     }
-    let items = invar_eval::read_items(&args.item)?;
+    let items = invar_eval::CompactItems::read(&args.item)?;
     tracing::info!(
         "{} items; frames every {} ms, {} ms long",
         items.items.len(),

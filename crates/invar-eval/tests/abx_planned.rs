@@ -14,7 +14,7 @@ use invar_eval::abx::{
     default_distance, evaluate, evaluate_planned, AbxConfig, AbxDataset, AbxMode, AbxPlan,
     Convention, FrameSummary, FrameTiming,
 };
-use invar_eval::{parse_items, ItemFile};
+use invar_eval::{parse_items, CompactItems, ItemFile};
 use invar_io::Matrix;
 use invar_ops::FrameDistance;
 use proptest::prelude::*;
@@ -121,7 +121,7 @@ proptest! {
         let (items, mats) = corpus(data, 12, 3, false);
         let cap = cap.map(|c| c + 1); // the cap is at least 2
         let full = AbxDataset::build(&items, &TIMING, |f| Ok(mats[f].clone())).unwrap();
-        let plan = AbxPlan::new(&items, TIMING, cap, seed, |f| Ok(mats[f].shape())).unwrap();
+        let plan = AbxPlan::new(&CompactItems::of(&items), TIMING, cap, seed, |f| Ok(mats[f].shape())).unwrap();
         let summary = plan.scan(|f| Ok(mats[f].clone())).unwrap();
         let kept = match cap {
             None => full.clone(),
@@ -161,7 +161,10 @@ proptest! {
 #[test]
 fn the_divergences_and_their_domain_agree() {
     let (items, mut mats) = corpus(5, 12, 4, true);
-    let plan = AbxPlan::new(&items, TIMING, None, 0, |f| Ok(mats[f].shape())).unwrap();
+    let plan = AbxPlan::new(&CompactItems::of(&items), TIMING, None, 0, |f| {
+        Ok(mats[f].shape())
+    })
+    .unwrap();
     let full = AbxDataset::build(&items, &TIMING, |f| Ok(mats[f].clone())).unwrap();
     let summary = plan.scan(|f| Ok(mats[f].clone())).unwrap();
     assert_eq!(summary.default_distance().0, FrameDistance::SymmetricKl);
@@ -209,7 +212,10 @@ fn the_divergences_and_their_domain_agree() {
 #[test]
 fn bad_frames_and_a_changed_cap_are_refused() {
     let (items, mut mats) = corpus(9, 6, 2, false);
-    let plan = AbxPlan::new(&items, TIMING, Some(2), 3, |f| Ok(mats[f].shape())).unwrap();
+    let plan = AbxPlan::new(&CompactItems::of(&items), TIMING, Some(2), 3, |f| {
+        Ok(mats[f].shape())
+    })
+    .unwrap();
     let summary = plan.scan(|f| Ok(mats[f].clone())).unwrap();
     let other_cap = [config(
         AbxMode::Within,

@@ -326,7 +326,8 @@ impl AbxDataset {
         // Issue #24: the draw is planned from the shapes, then only the files that hold kept
         // items are read, each kept item's frames copied straight to its place in one buffer of
         // the final size (not a copy per item and a buffer grown by doubling beside them).
-        super::plan::AbxPlan::new(items, timing, Some(max_size_group), seed, shape)?
+        let items = crate::item::CompactItems::of(items);
+        super::plan::AbxPlan::new(&items, timing, Some(max_size_group), seed, shape)?
             .into_dataset(load)
     }
 

@@ -120,11 +120,15 @@ impl AbxConfig {
 /// per A block across speaker. The block cap never removes a block, so this is also the count of
 /// progress steps [`evaluate`] reports.
 pub fn work_units(ds: &AbxDataset, config: &AbxConfig) -> Vec<Unit> {
-    let all = task::units(ds, config.mode);
-    match (config.mode, config.max_x_across) {
-        (AbxMode::Across, Some(m)) => sample::cap_x(all, m, config.seed),
-        _ => all,
-    }
+    let seed = config.seed;
+    let draw = move |n: usize, max: usize, a: usize| sample::draw_x(n, max, seed, a);
+    let cap = match (config.mode, config.max_x_across) {
+        (AbxMode::Across, Some(m)) => {
+            Some((m, &draw as &dyn Fn(usize, usize, usize) -> Vec<usize>))
+        }
+        _ => None,
+    };
+    task::units_capped(ds, config.mode, cap)
 }
 
 /// Checks that hop and window are positive and finite.

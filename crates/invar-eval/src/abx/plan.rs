@@ -23,7 +23,7 @@ use super::dataset::{blocks_of, AbxDataset, AbxItem, Block, ItemTiming};
 use super::score::{score_units, CellScore};
 use super::task::Unit;
 use super::{result_of, work_units, AbxConfig, AbxResult};
-use crate::item::{Item, ItemFile};
+use crate::item::CompactItems;
 use crate::{Error, Result};
 
 /// Where a planned item's frames are: its file (an index into the plan's files) and rows in it.
@@ -177,7 +177,7 @@ impl AbxPlan {
     /// `max_size_group` the seeded draw (the same block index and stream as `evaluate`'s cap on the
     /// whole dataset).
     pub fn new(
-        items: &ItemFile,
+        items: &CompactItems,
         timing: impl Into<ItemTiming>,
         max_size_group: Option<usize>,
         seed: u64,
@@ -185,24 +185,25 @@ impl AbxPlan {
     ) -> Result<AbxPlan> {
         let timing: ItemTiming = timing.into();
         super::check_timing(&timing.timing)?;
-        let contexts_of: Vec<String> = items.items.iter().map(ItemFile::context_key).collect();
-        let (phones, phone_ix) =
-            super::dataset::intern(items.items.iter().map(|i| i.phone.as_str()));
-        let (speakers, speaker_ix) =
-            super::dataset::intern(items.items.iter().map(|i| i.speaker.as_str()));
-        let (contexts, context_ix) = super::dataset::intern(contexts_of.iter().map(String::as_str));
-        let mut by_file: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        // Label numbers in name order, as `AbxDataset::build` numbers them.
+        let (phones, phone_ix) = sorted(&items.phones);
+        let (speakers, speaker_ix) = sorted(&items.speakers);
+        let (contexts, context_ix) = sorted(&items.contexts);
+        let mut by_file: Vec<Vec<usize>> = vec![Vec::new(); items.files.len()];
         for (i, item) in items.items.iter().enumerate() {
-            by_file.entry(item.file.as_str()).or_default().push(i);
+            by_file[item.file as usize].push(i);
         }
+        let mut file_order: Vec<usize> = (0..items.files.len()).collect();
+        file_order.sort_unstable_by(|&a, &b| items.files[a].cmp(&items.files[b]));
 
         // Shapes only: each item's frame range, the empty ones, one dimension.
         let mut ranges: Vec<Option<(usize, Range<usize>)>> = vec![None; items.items.len()];
-        let mut files = Vec::with_capacity(by_file.len());
-        let mut shapes = Vec::with_capacity(by_file.len());
+        let mut files = Vec::with_capacity(file_order.len());
+        let mut shapes = Vec::with_capacity(file_order.len());
         let mut dim: Option<usize> = None;
         let mut empty_items = Vec::new();
-        for (file, indices) in &by_file {
+        for id in file_order {
+            let file = items.files[id].as_str();
             let (rows, cols) = shape(file)?;
             match dim {
                 None => dim = Some(cols),
@@ -218,8 +219,8 @@ impl AbxPlan {
             let f = files.len();
             files.push(file.to_string());
             shapes.push((rows, cols));
-            for &i in indices {
-                let item: &Item = &items.items[i];
+            for &i in &by_file[id] {
+                let item = &items.items[i];
                 let range = timing.range(item.onset, item.offset, rows);
                 if range.is_empty() {
                     empty_items.push(item.line);
@@ -228,6 +229,7 @@ impl AbxPlan {
                 }
             }
         }
+        drop(by_file);
         let dim = dim.unwrap_or(0);
         empty_items.sort_unstable();
 
@@ -239,9 +241,9 @@ impl AbxPlan {
             .filter(|(i, _)| ranges[*i].is_some())
             .map(|(i, item)| {
                 (
-                    context_ix[contexts_of[i].as_str()],
-                    speaker_ix[item.speaker.as_str()],
-                    phone_ix[item.phone.as_str()],
+                    context_ix[item.context as usize],
+                    speaker_ix[item.speaker as usize],
+                    phone_ix[item.phone as usize],
                     item.line,
                     i,
                 )
@@ -456,6 +458,17 @@ impl AbxPlan {
             item_frames: self.ds.item_frames,
         })
     }
+}
+
+/// `names` sorted, and each name's place in the sorted list (by its first-seen number).
+fn sorted(names: &[String]) -> (Vec<String>, Vec<u32>) {
+    let mut order: Vec<usize> = (0..names.len()).collect();
+    order.sort_unstable_by(|&a, &b| names[a].cmp(&names[b]));
+    let mut rank = vec![0u32; names.len()];
+    for (r, &i) in order.iter().enumerate() {
+        rank[i] = r as u32;
+    }
+    (order.into_iter().map(|i| names[i].clone()).collect(), rank)
 }
 
 /// The block ranges of each context, in order.

@@ -13,9 +13,11 @@
 //! The generator is SplitMix64 keyed by (seed, what is drawn, block index): the draw depends on neither
 //! thread count nor unit order, and the same seed gives the same subsets on every machine.
 
+#[cfg(test)]
 use std::collections::BTreeMap;
 
 use super::dataset::{blocks_of, AbxDataset, AbxItem};
+#[cfg(test)]
 use super::task::Unit;
 
 /// SplitMix64 (Steele, Lea & Flood 2014): a small, well-mixed 64-bit generator.
@@ -97,8 +99,15 @@ pub(crate) fn cap_blocks(ds: &AbxDataset, max: usize, seed: u64) -> Option<AbxDa
     })
 }
 
+/// The `max` of A block `a`'s `n` candidate X blocks (positions in unit order) that [`cap_x`] keeps
+/// (`n > max`): the one draw both it and `task::units_capped` make.
+pub(crate) fn draw_x(n: usize, max: usize, seed: u64, a: usize) -> Vec<usize> {
+    choose(n, max, &mut SplitMix64::keyed(seed, 2, a as u64))
+}
+
 /// Keeps, for each A block, the units of at most `max` X blocks (X talkers), drawn by the seed; the
 /// units kept stay in their order. Within speaker (X = A) every unit is kept.
+#[cfg(test)]
 pub(crate) fn cap_x(units: Vec<Unit>, max: usize, seed: u64) -> Vec<Unit> {
     let mut by_a: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for (i, u) in units.iter().enumerate() {
@@ -111,8 +120,7 @@ pub(crate) fn cap_x(units: Vec<Unit>, max: usize, seed: u64) -> Vec<Unit> {
         if indices.len() <= max {
             continue;
         }
-        let mut rng = SplitMix64::keyed(seed, 2, a as u64);
-        let chosen = choose(indices.len(), max, &mut rng);
+        let chosen = draw_x(indices.len(), max, seed, a);
         for &i in &indices {
             keep[i] = false;
         }
@@ -130,6 +138,36 @@ pub(crate) fn cap_x(units: Vec<Unit>, max: usize, seed: u64) -> Vec<Unit> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::abx::{work_units, AbxConfig, AbxMode, FrameTiming};
+    use invar_io::Matrix;
+
+    proptest::proptest! {
+        /// `work_units` draws the X talkers while it lists the units: the units `cap_x` keeps
+        /// from every unit, in the same order, for random item sets (2–6 talkers, 1–3 contexts,
+        /// 2–4 phones), caps 1–4 and any seed.
+        #[test]
+        fn units_drawn_while_listed_equal_listed_then_capped(
+            labels in proptest::collection::vec((0u8..6, 0u8..3, 0u8..4), 1..120),
+            max in 1usize..5,
+            seed in 0u64..1000,
+        ) {
+            let mut text = String::from("#file onset offset #phone prev next speaker\n");
+            for (k, (spk, ctx, ph)) in labels.iter().enumerate() {
+                text += &format!("f 0.{k:03} 0.{:03} p{ph} c{ctx} c{ctx} s{spk}\n", k + 1);
+            }
+            let items = crate::item::parse_items(&text, std::path::Path::new("r.item")).unwrap();
+            let timing = FrameTiming { hop_s: 0.001, win_s: 0.001 };
+            let ds = AbxDataset::build(&items, &timing, |_| Ok(Matrix::new(200, 1, vec![0.0; 200])?)).unwrap();
+            let config = AbxConfig {
+                mode: AbxMode::Across,
+                max_x_across: Some(max),
+                seed,
+                ..AbxConfig::default()
+            };
+            let all = crate::abx::units(&ds, AbxMode::Across);
+            proptest::prop_assert_eq!(work_units(&ds, &config), cap_x(all, max, seed));
+        }
+    }
 
     #[test]
     fn choose_is_a_seeded_uniform_subset() {

@@ -83,6 +83,19 @@ fn groups(ds: &AbxDataset) -> Vec<Range<usize>> {
 
 /// All units of a task, in a deterministic order. Units that would hold no triplet are left out.
 pub fn units(ds: &AbxDataset, mode: AbxMode) -> Vec<Unit> {
+    units_capped(ds, mode, None)
+}
+
+/// [`units`] with, across speaker, at most `max_x.0` X blocks per A block, drawn by
+/// `draw(candidates, max, a)` (positions among A's candidates in unit order): the units
+/// `sample::cap_x` keeps from [`units`], without listing the ones it drops first (issue #24:
+/// across speaker every talker of a context is a candidate X, ≈ 16 MB of units at 3.93 h for the
+/// 0.5 MB kept).
+pub(crate) fn units_capped(
+    ds: &AbxDataset,
+    mode: AbxMode,
+    max_x: Option<(usize, &dyn Fn(usize, usize, usize) -> Vec<usize>)>,
+) -> Vec<Unit> {
     let groups = groups(ds);
     let mut out = Vec::new();
     match mode {
@@ -111,17 +124,41 @@ pub fn units(ds: &AbxDataset, mode: AbxMode) -> Vec<Unit> {
                 while end < groups.len() && ds.blocks[groups[end].start].context == ctx {
                     end += 1;
                 }
+                // The X block of A block `a` in talker group `gt`, if any.
+                let x_of = |a: usize, gt: &Range<usize>| {
+                    let phone = ds.blocks[a].phone;
+                    gt.clone().find(|&x| ds.blocks[x].phone == phone)
+                };
                 for gs in &groups[start..end] {
                     if gs.len() < 2 {
                         continue; // no B for this talker
                     }
-                    for gt in &groups[start..end] {
-                        if gt.start == gs.start {
-                            continue; // X must come from another talker
-                        }
+                    let others = || groups[start..end].iter().filter(|gt| gt.start != gs.start);
+                    // With the X cap: each A block's kept candidates (positions in unit order,
+                    // which for one A is talker-group order), drawn once its candidates are
+                    // counted.
+                    let kept: Vec<Option<Vec<usize>>> = match &max_x {
+                        None => Vec::new(),
+                        Some((max, draw)) => gs
+                            .clone()
+                            .map(|a| {
+                                let n = others().filter(|gt| x_of(a, gt).is_some()).count();
+                                (n > *max).then(|| draw(n, *max, a))
+                            })
+                            .collect(),
+                    };
+                    let mut seen = vec![0usize; gs.len()];
+                    for gt in others() {
                         for a in gs.clone() {
-                            let phone = ds.blocks[a].phone;
-                            if let Some(x) = gt.clone().find(|&x| ds.blocks[x].phone == phone) {
+                            let Some(x) = x_of(a, gt) else { continue };
+                            let k = a - gs.start;
+                            let position = seen[k];
+                            seen[k] += 1;
+                            let keep = match kept.get(k) {
+                                Some(Some(chosen)) => chosen.binary_search(&position).is_ok(),
+                                _ => true,
+                            };
+                            if keep {
                                 out.push(Unit {
                                     a,
                                     x,
