@@ -47,7 +47,9 @@ pub(crate) fn read_timit_with(root: &Path, alignments: bool) -> Result<Corpus> {
         .par_iter()
         .map(|(split, dir)| read_speaker(*split, dir, alignments))
         .collect::<Result<_>>()?;
-    let mut utterances = Vec::new();
+    // Sized once (issue #24: extending by doubling held up to twice the list beside the
+    // per-speaker lists while a large corpus was listed).
+    let mut utterances = Vec::with_capacity(per_speaker.iter().map(|(u, _)| u.len()).sum());
     let mut transcripts = BTreeMap::new();
     for (utts, txts) in per_speaker {
         utterances.extend(utts);
