@@ -120,12 +120,8 @@ impl AbxConfig {
 /// per A block across speaker. The block cap never removes a block, so this is also the count of
 /// progress steps [`evaluate`] reports.
 pub fn work_units(ds: &AbxDataset, config: &AbxConfig) -> Vec<Unit> {
-    let seed = config.seed;
-    let draw = move |n: usize, max: usize, a: usize| sample::draw_x(n, max, seed, a);
     let cap = match (config.mode, config.max_x_across) {
-        (AbxMode::Across, Some(m)) => {
-            Some((m, &draw as &dyn Fn(usize, usize, usize) -> Vec<usize>))
-        }
+        (AbxMode::Across, Some(m)) => Some((m, config.seed)),
         _ => None,
     };
     task::units_capped(ds, config.mode, cap)

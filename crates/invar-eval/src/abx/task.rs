@@ -86,15 +86,15 @@ pub fn units(ds: &AbxDataset, mode: AbxMode) -> Vec<Unit> {
     units_capped(ds, mode, None)
 }
 
-/// [`units`] with, across speaker, at most `max_x.0` X blocks per A block, drawn by
-/// `draw(candidates, max, a)` (positions among A's candidates in unit order): the units
+/// [`units`] with, across speaker, at most `max_x = (max, seed)` X blocks per A block, drawn by
+/// `sample::draw_x` (positions among A's candidates in unit order): the units
 /// `sample::cap_x` keeps from [`units`], without listing the ones it drops first (issue #24:
 /// across speaker every talker of a context is a candidate X, ≈ 16 MB of units at 3.93 h for the
 /// 0.5 MB kept).
 pub(crate) fn units_capped(
     ds: &AbxDataset,
     mode: AbxMode,
-    max_x: Option<(usize, &dyn Fn(usize, usize, usize) -> Vec<usize>)>,
+    max_x: Option<(usize, u64)>,
 ) -> Vec<Unit> {
     let groups = groups(ds);
     let mut out = Vec::new();
@@ -137,13 +137,13 @@ pub(crate) fn units_capped(
                     // With the X cap: each A block's kept candidates (positions in unit order,
                     // which for one A is talker-group order), drawn once its candidates are
                     // counted.
-                    let kept: Vec<Option<Vec<usize>>> = match &max_x {
+                    let kept: Vec<Option<Vec<usize>>> = match max_x {
                         None => Vec::new(),
-                        Some((max, draw)) => gs
+                        Some((max, seed)) => gs
                             .clone()
                             .map(|a| {
                                 let n = others().filter(|gt| x_of(a, gt).is_some()).count();
-                                (n > *max).then(|| draw(n, *max, a))
+                                (n > max).then(|| super::sample::draw_x(n, max, seed, a))
                             })
                             .collect(),
                     };
