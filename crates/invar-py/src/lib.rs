@@ -12,8 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use invar_audio::{Audio, ChannelSelect, FeatureKind, Frontend, FrontendConfig, ReadOptions};
 use invar_data::{FeatureSet, Layout};
 use invar_eval::abx::{
-    self as abx_lib, AbxConfig, AbxDataset, AbxMode, Convention, FrameTiming, ItemFrames,
-    ItemTiming,
+    self as abx_lib, AbxConfig, AbxMode, AbxPlan, Convention, FrameTiming, ItemFrames, ItemTiming,
 };
 use invar_eval::{PairMetric, Trial, VerifyConfig};
 use invar_gmm::{DiagGmm, EmConfig, GmmMeta, MapConfig};
@@ -307,14 +306,22 @@ fn abx(
         };
     let results = py
         .allow_threads(|| -> invar_eval::Result<Vec<abx_lib::AbxResult>> {
-            let items = invar_eval::read_items(&item)?;
+            let items = invar_eval::CompactItems::read(&item)?;
             let missing = |file: &str, dir: &std::path::Path| invar_eval::Error::MissingFeatures {
                 file: file.to_string(),
                 dir: dir.to_path_buf(),
             };
             let dict = std::path::Path::new("<features dict>");
-            // As `invar eval abx`: with max_size_group only the kept items' frames are read.
-            let ds = AbxDataset::build_with_cap(
+            let load_error = |file: &str, e: invar_data::Error| match e {
+                invar_data::Error::File(f) => invar_eval::Error::File(f),
+                other => invar_eval::Error::LoadFeatures {
+                    file: file.to_string(),
+                    reason: other.to_string(),
+                },
+            };
+            // As `invar eval abx`: planned from the shapes (with max_size_group, the draw too),
+            // scanned once a file at a time, then read and scored a group of contexts at a time.
+            let plan = AbxPlan::new(
                 &items,
                 ItemTiming { timing, frames },
                 max_size_group,
@@ -329,27 +336,22 @@ fn abx(
                         .map(|m| m.shape())
                         .ok_or_else(|| missing(file, dict)),
                 },
-                |file| match &source {
-                    AbxSource::Set(set) => {
-                        let entry = set.find(file).ok_or_else(|| missing(file, set.dir()))?;
-                        set.load(entry).map_err(|e| match e {
-                            invar_data::Error::File(f) => invar_eval::Error::File(f),
-                            other => invar_eval::Error::LoadFeatures {
-                                file: file.to_string(),
-                                reason: other.to_string(),
-                            },
-                        })
-                    }
-                    AbxSource::Arrays(arrays) => {
-                        arrays.get(file).cloned().ok_or_else(|| missing(file, dict))
-                    }
-                },
             )?;
+            drop(items);
+            let summary = plan.scan(|file| match &source {
+                AbxSource::Set(set) => {
+                    let entry = set.find(file).ok_or_else(|| missing(file, set.dir()))?;
+                    set.load(entry).map_err(|e| load_error(file, e))
+                }
+                AbxSource::Arrays(arrays) => {
+                    arrays.get(file).cloned().ok_or_else(|| missing(file, dict))
+                }
+            })?;
             // As `invar eval abx` without --distance: chosen from the frames.
-            let distance = distance.unwrap_or_else(|| abx_lib::default_distance(&ds).0);
-            let mut results = Vec::new();
-            for mode in modes {
-                let config = AbxConfig {
+            let distance = distance.unwrap_or_else(|| summary.default_distance().0);
+            let configs: Vec<AbxConfig> = modes
+                .into_iter()
+                .map(|mode| AbxConfig {
                     mode,
                     convention,
                     distance,
@@ -357,21 +359,54 @@ fn abx(
                     max_size_group,
                     max_x_across,
                     seed,
-                };
-                config.validate()?;
-                let total = abx_lib::work_units(&ds, &config).len() as u64;
-                let done = AtomicU64::new(0);
-                let tick = || {
-                    let d = done.fetch_add(1, Ordering::Relaxed) + 1;
-                    if progress && (d % (total / 100).max(1) == 0 || d == total) {
-                        eprint!("\rABX {mode}: {d}/{total} units");
-                        if d == total {
-                            eprintln!();
-                        }
-                    }
-                };
-                results.push(abx_lib::evaluate(&ds, &config, &tick)?);
+                })
+                .collect();
+            for c in &configs {
+                c.validate()?;
             }
+            let ds = plan.dataset();
+            let total: u64 = configs
+                .iter()
+                .map(|c| abx_lib::work_units(ds, c).len() as u64)
+                .sum();
+            let done = AtomicU64::new(0);
+            let tick = || {
+                let d = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if progress && (d % (total / 100).max(1) == 0 || d == total) {
+                    eprint!("\rABX: {d}/{total} units");
+                    if d == total {
+                        eprintln!();
+                    }
+                }
+            };
+            let max_frames = (8usize << 20) / (4 * ds.dim.max(1));
+            let results = abx_lib::evaluate_planned(
+                &plan,
+                &summary,
+                &configs,
+                max_frames,
+                |file, rows| match &source {
+                    AbxSource::Set(set) => {
+                        let entry = set.find(file).ok_or_else(|| missing(file, set.dir()))?;
+                        set.load_rows(entry, rows).map_err(|e| load_error(file, e))
+                    }
+                    AbxSource::Arrays(arrays) => {
+                        let m = arrays.get(file).ok_or_else(|| missing(file, dict))?;
+                        let data = m
+                            .data
+                            .get(rows.start * m.cols..rows.end * m.cols)
+                            .ok_or_else(|| invar_eval::Error::LoadFeatures {
+                                file: file.to_string(),
+                                reason: format!(
+                                    "rows {}..{} of {} frames",
+                                    rows.start, rows.end, m.rows
+                                ),
+                            })?;
+                        Ok(Matrix::new(rows.len(), m.cols, data.to_vec())?)
+                    }
+                },
+                &tick,
+            )?;
             Ok(results)
         })
         .py()?;
