@@ -306,7 +306,7 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
         .collect();
     let units: usize = configs.iter().map(|c| abx::work_units(ds, c).len()).sum();
     let progress = ItemProgress::new(units as u64, "ABX units");
-    let max_frames = (args.frame_memory_mb << 20) / (4 * ds.dim.max(1));
+    let max_frames = args.frame_memory_mb.saturating_mul(1 << 20) / (4 * ds.dim.max(1));
     let results = abx::evaluate_planned(
         &plan,
         &summary,
