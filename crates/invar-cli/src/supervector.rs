@@ -308,11 +308,7 @@ pub fn run(args: SupervectorArgs) -> anyhow::Result<()> {
 }
 
 /// Codes plus the ids and speakers of their rows: the vector folder `codes.npy`.
-fn write_codes(
-    out: &Path,
-    codes: &invar_io::Matrix,
-    set: &LoadedRows,
-) -> anyhow::Result<()> {
+fn write_codes(out: &Path, codes: &invar_io::Matrix, set: &LoadedRows) -> anyhow::Result<()> {
     let speakers: Vec<&str> = set
         .labels
         .iter()
@@ -564,6 +560,7 @@ mod tests {
                 max_target_trials: None,
                 max_nontarget_trials: None,
             },
+            row_memory_mb: invar_supervector::DEFAULT_ROW_MEMORY_MB,
             all_rows: false,
             resume: false,
             force: false,
@@ -586,6 +583,7 @@ mod tests {
             model: run.clone(),
             input: input(&sv),
             out: out.clone(),
+            row_memory_mb: invar_supervector::DEFAULT_ROW_MEMORY_MB,
             force: false,
             device: "cpu".into(),
             json: None,
@@ -599,6 +597,103 @@ mod tests {
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
         assert!(worst < 1e-5, "embed reproduces train's codes ({worst})");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// `train` (with its evaluation) and `embed` with the rows read from the file on demand
+    /// (`--row-memory-mb 0`) write the bytes they write with the matrix held: the model, the
+    /// codes and the results table. The different-speaker term and input noise are on, so every
+    /// row reader (normaliser, pair and other-speaker batches, codes, raw-supervector trials) is
+    /// used.
+    #[test]
+    fn streamed_rows_write_the_held_bytes() {
+        let root = scratch("stream");
+        let sv = root.join("sv");
+        std::fs::create_dir_all(&sv).unwrap();
+        let set = synthetic_supervectors(&SyntheticConfig {
+            speakers: 10,
+            utterances: 8,
+            dim: 20,
+            ..SyntheticConfig::default()
+        })
+        .unwrap();
+        set.save(&sv.join("supervectors.npy"), &sv.join("speakers.txt"))
+            .unwrap();
+        let ids: Vec<String> = (0..set.vectors.rows).map(|i| format!("u{i}")).collect();
+        invar_io::write_text(sv.join("ids.txt"), &(ids.join("\n") + "\n")).unwrap();
+        let ivectors = root.join("iv.npy");
+        invar_io::write_npy(&ivectors, &set.vectors).unwrap();
+
+        let bytes =
+            |p: PathBuf| std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let mut outputs = Vec::new();
+        for (tag, mb) in [("held", usize::MAX), ("streamed", 0)] {
+            // The setting decides: the 6.4 kB matrix is over 0 MB and under usize::MAX MB.
+            let loaded = input(&sv).load_rows(mb).unwrap();
+            assert_eq!(loaded.rows.held().is_some(), tag == "held");
+            assert_eq!(loaded.ids, ids);
+            let run = root.join(format!("run-{tag}"));
+            train(TrainArgs {
+                input: input(&sv),
+                ivectors: Some(ivectors.clone()),
+                out: run.clone(),
+                autoencoder: AutoencoderFlags {
+                    config: None,
+                    sizes: Some(vec![0, 12, 6, 4]),
+                    activation: None,
+                    epochs: Some(2),
+                    lr: Some(0.004),
+                    batch_size: Some(16),
+                    max_pairs_per_speaker: Some(6),
+                    noise: Some(0.05),
+                    different_weight: Some(0.1),
+                    seed: Some(3),
+                    max_target_trials: None,
+                    max_nontarget_trials: Some(60),
+                },
+                row_memory_mb: mb,
+                all_rows: false,
+                resume: false,
+                force: false,
+                device: "cpu".into(),
+                json: None,
+            })
+            .unwrap();
+            let codes = root.join(format!("codes-{tag}"));
+            embed(EmbedArgs {
+                model: run.clone(),
+                input: input(&sv),
+                out: codes.clone(),
+                row_memory_mb: mb,
+                force: false,
+                device: "cpu".into(),
+                json: None,
+            })
+            .unwrap();
+            outputs.push([
+                bytes(run.join("model.safetensors")),
+                bytes(run.join("codes.npy")),
+                bytes(run.join("results.json")),
+                bytes(codes.join("codes.npy")),
+            ]);
+        }
+        let names = [
+            "model.safetensors",
+            "codes.npy",
+            "results.json",
+            "embed codes.npy",
+        ];
+        for (k, name) in names.iter().enumerate() {
+            assert!(
+                outputs[0][k] == outputs[1][k],
+                "{name} differs between held and streamed rows"
+            );
+        }
+        // The results are a real comparison: the non-target trials were sampled (cap 60).
+        let results: serde_json::Value = serde_json::from_slice(&outputs[1][2]).unwrap();
+        let table = results["table"].as_array().unwrap();
+        assert_eq!(table.len(), 12);
+        assert!(table.iter().any(|r| r.get("sampled_from").is_some()));
         let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -164,7 +164,11 @@ pub fn compare_rows(
         ));
     }
     if let Some(&r) = rows.iter().find(|&&r| r >= n) {
-        return Err(Error::shape(format!("{name}: test row"), format!("< {n}"), r));
+        return Err(Error::shape(
+            format!("{name}: test row"),
+            format!("< {n}"),
+            r,
+        ));
     }
     let sub = embeddings.held().map(|m| {
         let mut sub = Matrix::zeros(rows.len(), m.cols);

@@ -248,11 +248,7 @@ impl<'a> PairBatches<'a> {
             ));
         }
         if let Some(&r) = rows.iter().find(|&&r| r >= matrix_rows) {
-            return Err(Error::shape(
-                "training row",
-                format!("< {matrix_rows}"),
-                r,
-            ));
+            return Err(Error::shape("training row", format!("< {matrix_rows}"), r));
         }
         let sampler = PairSampler::new(rows, labels, max_per_speaker)?;
         let (rows, labels_of_row) = if different {

@@ -178,7 +178,9 @@ pub fn streamed_trial_distances(
     let load = |b: usize, out: &mut Vec<f32>| -> Result<()> {
         out.clear();
         let end = ((b + 1) * block).min(rows.len());
-        src.visit_rows(&rows[b * block..end], &mut |_, row| out.extend_from_slice(row))
+        src.visit_rows(&rows[b * block..end], &mut |_, row| {
+            out.extend_from_slice(row)
+        })
     };
     let mut distances = vec![0f32; trials.len()];
     let (mut a_buf, mut b_buf) = (Vec::new(), Vec::new());

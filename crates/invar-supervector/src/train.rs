@@ -282,9 +282,7 @@ impl Trained {
             x.clear();
             x.resize(block.len() * d, 0f32);
             matrix.visit_rows(&block, &mut |k, row| {
-                self.meta
-                    .normalizer
-                    .apply(row, &mut x[k * d..(k + 1) * d]);
+                self.meta.normalizer.apply(row, &mut x[k * d..(k + 1) * d]);
             })?;
             let xt = Tensor::from_slice(&x, (end - start, d), &self.device)?;
             let z = self.model.encode(&xt)?.detach();
