@@ -71,9 +71,10 @@ pub enum SupervectorRows {
 
 impl SupervectorRows {
     /// Opens the `.npy` matrix at `path`: held (read whole, as [`invar_io::read_npy`] reads it)
-    /// when its `f32` values take at most `memory_mb` megabytes (MiB), else streamed.
+    /// when its `f32` values take at most `memory_mb` megabytes (MiB), else streamed (after one
+    /// pass that checks every value is finite).
     pub fn open_npy(path: &Path, memory_mb: usize) -> Result<Self> {
-        let reader = NpyRowReader::open(path)?;
+        let mut reader = NpyRowReader::open(path)?;
         let (rows, cols) = reader.shape();
         let bytes = rows.saturating_mul(cols).saturating_mul(4);
         if bytes <= memory_mb.saturating_mul(1 << 20) {
@@ -88,6 +89,13 @@ impl SupervectorRows {
             "supervector rows over the row memory setting: read from {} on demand",
             path.display()
         );
+        // One pass over the file, a block at a time: a NaN or infinite value is refused here,
+        // naming its row and column, as the held path refuses it, before anything is trained.
+        let mut buf = Vec::with_capacity(STREAM_BLOCK_ROWS.min(rows) * cols);
+        for start in (0..rows).step_by(STREAM_BLOCK_ROWS) {
+            buf.clear();
+            reader.read_rows_into(start, (start + STREAM_BLOCK_ROWS).min(rows), &mut buf)?;
+        }
         Ok(Self::Streamed {
             reader: Mutex::new(reader),
             rows,
