@@ -275,17 +275,15 @@ impl Trained {
         let mut out = Vec::with_capacity(rows * code);
         let batch = batch.max(1);
         let mut start = 0;
-        let mut x = Vec::new();
         while start < rows {
             let end = (start + batch).min(rows);
             let block: Vec<usize> = (start..end).collect();
-            x.clear();
-            x.resize(block.len() * d, 0f32);
+            let mut x = vec![0f32; block.len() * d];
             matrix.visit_rows(&block, &mut |k, row| {
                 self.meta.normalizer.apply(row, &mut x[k * d..(k + 1) * d]);
             })?;
-            let xt = Tensor::from_slice(&x, (end - start, d), &self.device)?;
-            let z = self.model.encode(&xt)?.detach();
+            let x = Tensor::from_vec(x, (end - start, d), &self.device)?;
+            let z = self.model.encode(&x)?.detach();
             out.extend(z.flatten_all()?.to_vec1::<f32>()?);
             start = end;
         }
