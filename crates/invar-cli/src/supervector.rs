@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use crate::out_dir::opt;
 use clap::{Args, Subcommand};
 use invar_data::SupervectorSet;
-use invar_supervector::{format_table, Activation, SupervectorConfig, Trained};
+use invar_supervector::{
+    format_table, Activation, RowAccess as _, SupervectorConfig, SupervectorRows, Trained,
+};
 use serde::Serialize;
 
 /// Method 002: the tied supervector autoencoder.
@@ -70,6 +72,82 @@ impl InputArgs {
         };
         Ok((set, ids))
     }
+
+    /// The `.npy` file the supervector rows come from, when they come from one (a folder's
+    /// `supervectors.npy`, or a `--matrix` that starts with the `.npy` magic).
+    fn npy_path(&self) -> anyhow::Result<Option<PathBuf>> {
+        if let Some(dir) = &self.supervectors {
+            return Ok(Some(dir.join("supervectors.npy")));
+        }
+        let Some(m) = &self.matrix else {
+            return Ok(None);
+        };
+        let mut magic = Vec::with_capacity(6);
+        std::fs::File::open(m)
+            .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 6), &mut magic))
+            .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", m.display()))?;
+        Ok((magic == b"\x93NUMPY").then(|| m.clone()))
+    }
+
+    /// The rows, held in memory when the matrix takes at most `memory_mb` megabytes (read as
+    /// [`InputArgs::load`] reads them), else read on demand from its `.npy` (a safetensors matrix
+    /// is always held); with the speakers and ids.
+    pub(crate) fn load_rows(&self, memory_mb: usize) -> anyhow::Result<LoadedRows> {
+        let streamed = match self.npy_path()? {
+            Some(p) => {
+                let (r, c) = invar_io::npy_shape(&p)?;
+                r.saturating_mul(c).saturating_mul(4) > memory_mb.saturating_mul(1 << 20)
+            }
+            None => false,
+        };
+        if !streamed {
+            let (set, ids) = self.load()?;
+            return Ok(LoadedRows {
+                rows: SupervectorRows::Held(set.vectors),
+                labels: set.labels,
+                speakers: set.speakers,
+                ids,
+            });
+        }
+        let (npy, labels_path) = match (&self.supervectors, &self.matrix, &self.labels) {
+            (Some(dir), _, _) => (
+                dir.join("supervectors.npy"),
+                dir.join(invar_data::SPEAKERS_FILE),
+            ),
+            (None, Some(m), Some(l)) => (m.clone(), l.clone()),
+            _ => anyhow::bail!("give --supervectors DIR, or --matrix FILE with --labels FILE"),
+        };
+        let rows = SupervectorRows::open_npy(&npy, memory_mb)?;
+        let n = rows.shape().0;
+        // The labels' checks and numbering of `SupervectorSet::from_names`, on a matrix of no
+        // columns (the rows stay on disk).
+        let names = invar_data::read_labels(&labels_path)?;
+        let set = SupervectorSet::from_names(invar_io::Matrix::zeros(n, 0), &names, &labels_path)?;
+        let folder_ids = self
+            .supervectors
+            .as_ref()
+            .map(|d| d.join(invar_data::IDS_FILE))
+            .filter(|p| p.is_file());
+        let ids = match self.ids.clone().or(folder_ids) {
+            Some(p) => invar_data::read_ids(&p, n)?,
+            None => (0..n).map(|i| i.to_string()).collect(),
+        };
+        Ok(LoadedRows {
+            rows,
+            labels: set.labels,
+            speakers: set.speakers,
+            ids,
+        })
+    }
+}
+
+/// Supervector rows (held or streamed) with their speakers and ids.
+pub(crate) struct LoadedRows {
+    pub rows: SupervectorRows,
+    /// Speaker index of each row, into `speakers`.
+    pub labels: Vec<usize>,
+    pub speakers: Vec<String>,
+    pub ids: Vec<String>,
 }
 
 /// The autoencoder's settings as flags, shared by `train` and `eval`; each overrides `--config`.
@@ -171,6 +249,11 @@ pub struct TrainArgs {
     pub out: PathBuf,
     #[command(flatten)]
     pub autoencoder: AutoencoderFlags,
+    /// Megabytes of supervector rows held in memory; a larger `.npy` matrix is read from its
+    /// file on demand, a block of rows at a time (normaliser, batches, codes, raw-supervector
+    /// trials): the same results, a memory bounded by this instead of by the corpus.
+    #[arg(long, default_value_t = invar_supervector::DEFAULT_ROW_MEMORY_MB, value_name = "MB")]
+    pub row_memory_mb: usize,
     /// Train on every row and skip the evaluation (a final model).
     #[arg(long)]
     pub all_rows: bool,
@@ -199,6 +282,12 @@ pub struct EmbedArgs {
     /// Output folder: codes.npy, ids.txt, speakers.txt, results.json.
     #[arg(long)]
     pub out: PathBuf,
+    /// Megabytes of supervector rows held in memory; a larger `.npy` matrix is read from its
+    /// file on demand, a block of rows at a time (normaliser, batches, codes, raw-supervector
+    /// trials): the same results, a memory bounded by this instead of by the corpus.
+    #[arg(long, default_value_t = invar_supervector::DEFAULT_ROW_MEMORY_MB, value_name = "MB")]
+    pub row_memory_mb: usize,
+
     /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
     #[arg(long)]
     pub force: bool,
@@ -219,17 +308,13 @@ pub fn run(args: SupervectorArgs) -> anyhow::Result<()> {
 }
 
 /// Codes plus the ids and speakers of their rows: the vector folder `codes.npy`.
-fn write_codes(
-    out: &Path,
-    codes: &invar_io::Matrix,
-    ids: &[String],
-    set: &SupervectorSet,
-) -> anyhow::Result<()> {
+fn write_codes(out: &Path, codes: &invar_io::Matrix, set: &LoadedRows) -> anyhow::Result<()> {
     let speakers: Vec<&str> = set
         .labels
         .iter()
         .map(|&l| set.speakers[l].as_str())
         .collect();
+    let ids = &set.ids;
     invar_data::write_vector_folder(out, "codes", codes, &speakers, ids)?;
     Ok(())
 }
@@ -252,8 +337,9 @@ struct TrainResults<'a> {
 
 fn train(args: TrainArgs) -> anyhow::Result<()> {
     let mut config = args.autoencoder.config()?;
-    let (set, ids) = args.input.load()?;
-    invar_supervector::resolve_sizes(&mut config, set.vectors.cols)?;
+    let set = args.input.load_rows(args.row_memory_mb)?;
+    let (n_rows, dim) = set.rows.shape();
+    invar_supervector::resolve_sizes(&mut config, dim)?;
     config.validate()?;
     let device = invar_ops::device(&args.device)?;
     let _out = crate::out_dir::claim(
@@ -264,9 +350,10 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         &[args.input.paths(), opt(&args.ivectors)].concat(),
     )?;
     tracing::info!(
-        rows = set.vectors.rows,
-        dim = set.vectors.cols,
+        rows = n_rows,
+        dim,
         speakers = set.speakers.len(),
+        held = set.rows.held().is_some(),
         "supervectors loaded"
     );
     let json = args
@@ -274,9 +361,9 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| args.out.join("results.json"));
     if args.all_rows {
-        let rows: Vec<usize> = (0..set.vectors.rows).collect();
+        let rows: Vec<usize> = (0..n_rows).collect();
         let trained = invar_supervector::train(
-            &set.vectors,
+            &set.rows,
             &rows,
             &set.labels,
             &config,
@@ -284,13 +371,13 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
             &device,
             args.resume,
         )?;
-        let codes = trained.embed(&set.vectors, 256)?;
-        write_codes(&args.out, &codes, &ids, &set)?;
+        let codes = trained.embed(&set.rows, 256)?;
+        write_codes(&args.out, &codes, &set)?;
         let summary = trained.summary.as_ref();
         let results = TrainResults {
             stage: "supervector train",
-            rows: set.vectors.rows,
-            dim: set.vectors.cols,
+            rows: n_rows,
+            dim,
             speakers: set.speakers.len(),
             params: trained.model.num_params(),
             epochs: summary.map_or(0, |s| s.epochs),
@@ -317,20 +404,21 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         Some(p) => Some(invar_io::read_npy(p)?),
         None => None,
     };
-    let report = invar_supervector::run(
-        &set,
+    let report = invar_supervector::run_rows(
+        &set.rows,
+        &set.labels,
         ivectors.as_ref(),
         &config,
         &args.out,
         &device,
         args.resume,
     )?;
-    write_codes(&args.out, &report.codes, &ids, &set)?;
+    write_codes(&args.out, &report.codes, &set)?;
     let summary = report.model.summary.as_ref();
     let results = TrainResults {
         stage: "supervector train",
-        rows: set.vectors.rows,
-        dim: set.vectors.cols,
+        rows: n_rows,
+        dim,
         speakers: set.speakers.len(),
         params: report.model.model.num_params(),
         epochs: summary.map_or(0, |s| s.epochs),
@@ -382,8 +470,8 @@ struct EmbedResults {
 fn embed(args: EmbedArgs) -> anyhow::Result<()> {
     let device = invar_ops::device(&args.device)?;
     let model = Trained::load(&args.model, &device)?;
-    let (set, ids) = args.input.load()?;
-    let codes = model.embed(&set.vectors, 256)?;
+    let set = args.input.load_rows(args.row_memory_mb)?;
+    let codes = model.embed(&set.rows, 256)?;
     let _out = crate::out_dir::claim(
         &args.out,
         "supervector embed",
@@ -391,12 +479,12 @@ fn embed(args: EmbedArgs) -> anyhow::Result<()> {
         false,
         &[args.input.paths(), vec![args.model.as_path()]].concat(),
     )?;
-    write_codes(&args.out, &codes, &ids, &set)?;
+    write_codes(&args.out, &codes, &set)?;
     let results = EmbedResults {
         stage: "supervector embed",
         model: args.model.clone(),
         rows: codes.rows,
-        input_dim: set.vectors.cols,
+        input_dim: set.rows.shape().1,
         code_dim: codes.cols,
         codes: args.out.join("codes.npy"),
     };
@@ -472,6 +560,7 @@ mod tests {
                 max_target_trials: None,
                 max_nontarget_trials: None,
             },
+            row_memory_mb: invar_supervector::DEFAULT_ROW_MEMORY_MB,
             all_rows: false,
             resume: false,
             force: false,
@@ -494,6 +583,7 @@ mod tests {
             model: run.clone(),
             input: input(&sv),
             out: out.clone(),
+            row_memory_mb: invar_supervector::DEFAULT_ROW_MEMORY_MB,
             force: false,
             device: "cpu".into(),
             json: None,
@@ -507,6 +597,103 @@ mod tests {
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
         assert!(worst < 1e-5, "embed reproduces train's codes ({worst})");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// `train` (with its evaluation) and `embed` with the rows read from the file on demand
+    /// (`--row-memory-mb 0`) write the bytes they write with the matrix held: the model, the
+    /// codes and the results table. The different-speaker term and input noise are on, so every
+    /// row reader (normaliser, pair and other-speaker batches, codes, raw-supervector trials) is
+    /// used.
+    #[test]
+    fn streamed_rows_write_the_held_bytes() {
+        let root = scratch("stream");
+        let sv = root.join("sv");
+        std::fs::create_dir_all(&sv).unwrap();
+        let set = synthetic_supervectors(&SyntheticConfig {
+            speakers: 10,
+            utterances: 8,
+            dim: 20,
+            ..SyntheticConfig::default()
+        })
+        .unwrap();
+        set.save(&sv.join("supervectors.npy"), &sv.join("speakers.txt"))
+            .unwrap();
+        let ids: Vec<String> = (0..set.vectors.rows).map(|i| format!("u{i}")).collect();
+        invar_io::write_text(sv.join("ids.txt"), &(ids.join("\n") + "\n")).unwrap();
+        let ivectors = root.join("iv.npy");
+        invar_io::write_npy(&ivectors, &set.vectors).unwrap();
+
+        let bytes =
+            |p: PathBuf| std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let mut outputs = Vec::new();
+        for (tag, mb) in [("held", usize::MAX), ("streamed", 0)] {
+            // The setting decides: the 6.4 kB matrix is over 0 MB and under usize::MAX MB.
+            let loaded = input(&sv).load_rows(mb).unwrap();
+            assert_eq!(loaded.rows.held().is_some(), tag == "held");
+            assert_eq!(loaded.ids, ids);
+            let run = root.join(format!("run-{tag}"));
+            train(TrainArgs {
+                input: input(&sv),
+                ivectors: Some(ivectors.clone()),
+                out: run.clone(),
+                autoencoder: AutoencoderFlags {
+                    config: None,
+                    sizes: Some(vec![0, 12, 6, 4]),
+                    activation: None,
+                    epochs: Some(2),
+                    lr: Some(0.004),
+                    batch_size: Some(16),
+                    max_pairs_per_speaker: Some(6),
+                    noise: Some(0.05),
+                    different_weight: Some(0.1),
+                    seed: Some(3),
+                    max_target_trials: None,
+                    max_nontarget_trials: Some(60),
+                },
+                row_memory_mb: mb,
+                all_rows: false,
+                resume: false,
+                force: false,
+                device: "cpu".into(),
+                json: None,
+            })
+            .unwrap();
+            let codes = root.join(format!("codes-{tag}"));
+            embed(EmbedArgs {
+                model: run.clone(),
+                input: input(&sv),
+                out: codes.clone(),
+                row_memory_mb: mb,
+                force: false,
+                device: "cpu".into(),
+                json: None,
+            })
+            .unwrap();
+            outputs.push([
+                bytes(run.join("model.safetensors")),
+                bytes(run.join("codes.npy")),
+                bytes(run.join("results.json")),
+                bytes(codes.join("codes.npy")),
+            ]);
+        }
+        let names = [
+            "model.safetensors",
+            "codes.npy",
+            "results.json",
+            "embed codes.npy",
+        ];
+        for (k, name) in names.iter().enumerate() {
+            assert!(
+                outputs[0][k] == outputs[1][k],
+                "{name} differs between held and streamed rows"
+            );
+        }
+        // The results are a real comparison: the non-target trials were sampled (cap 60).
+        let results: serde_json::Value = serde_json::from_slice(&outputs[1][2]).unwrap();
+        let table = results["table"].as_array().unwrap();
+        assert_eq!(table.len(), 12);
+        assert!(table.iter().any(|r| r.get("sampled_from").is_some()));
         let _ = std::fs::remove_dir_all(&root);
     }
 }

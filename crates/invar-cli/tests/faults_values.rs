@@ -226,24 +226,29 @@ fn nan_supervector_is_refused_by_supervector_train() {
     let labels = d.join("speakers.txt");
     let names: Vec<String> = (0..rows).map(|i| format!("s{}", i % 4)).collect();
     std::fs::write(&labels, names.join("\n") + "\n").unwrap();
-    let out = d.join("ae");
-    let err = fails(&[
-        "supervector",
-        "train",
-        "--matrix",
-        s(&sv),
-        "--labels",
-        s(&labels),
-        "--out",
-        s(&out),
-        "--epochs",
-        "1",
-    ]);
-    assert!(
-        err.contains("sv.npy") && err.contains("row 7, column 2"),
-        "{err}"
-    );
-    assert!(!out.join("model.safetensors").exists());
+    // Held (the default) and read from the file on demand (issue #24): refused before training.
+    for mb in ["256", "0"] {
+        let out = d.join(format!("ae{mb}"));
+        let err = fails(&[
+            "supervector",
+            "train",
+            "--matrix",
+            s(&sv),
+            "--labels",
+            s(&labels),
+            "--out",
+            s(&out),
+            "--epochs",
+            "1",
+            "--row-memory-mb",
+            mb,
+        ]);
+        assert!(
+            err.contains("sv.npy") && err.contains("row 7, column 2"),
+            "--row-memory-mb {mb}: {err}"
+        );
+        assert!(!out.join("model.safetensors").exists());
+    }
 }
 
 /// Synthesises a tiny TIMIT-layout corpus and its MFCC feature set under `d`; returns the set.

@@ -10,6 +10,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::rows::RowAccess;
 use crate::{Error, ProtocolConfig, Result};
 
 /// Which evaluation protocol a row of the table belongs to.
@@ -140,36 +141,42 @@ pub fn trial_caps(config: &ProtocolConfig, seed: u64) -> TrialCaps {
 /// Verification metrics of `rows` of `embeddings` (speakers `labels[row]`) under each metric:
 /// every pair a trial while there are at most `caps`' pairs of each kind, else a seeded uniform
 /// sample of that many (the same trials for every representation, as they depend only on the
-/// labels, the rows and the caps).
+/// labels, the rows and the caps). Held embeddings have their test rows copied out; streamed ones
+/// ([`crate::SupervectorRows`] over its memory setting) are read a block of test rows at a time
+/// ([`crate::streamed_trial_distances`]), with the same distances bit for bit.
 #[allow(clippy::too_many_arguments)]
 pub fn compare_rows(
     protocol: Protocol,
     name: &str,
-    embeddings: &Matrix,
+    embeddings: &dyn RowAccess,
     labels: &[usize],
     rows: &[usize],
     metrics: &[PairMetric],
     p_targets: &[f64],
     caps: &TrialCaps,
 ) -> Result<Vec<ComparisonRow>> {
-    if labels.len() != embeddings.rows {
+    let (n, cols) = embeddings.shape();
+    if labels.len() != n {
         return Err(Error::shape(
             format!("{name}: speaker labels (one per embedding row)"),
-            embeddings.rows,
+            n,
             labels.len(),
         ));
     }
-    if let Some(&r) = rows.iter().find(|&&r| r >= embeddings.rows) {
+    if let Some(&r) = rows.iter().find(|&&r| r >= n) {
         return Err(Error::shape(
             format!("{name}: test row"),
-            format!("< {}", embeddings.rows),
+            format!("< {n}"),
             r,
         ));
     }
-    let mut sub = Matrix::zeros(rows.len(), embeddings.cols);
-    for (k, &r) in rows.iter().enumerate() {
-        sub.row_mut(k).copy_from_slice(embeddings.row(r));
-    }
+    let sub = embeddings.held().map(|m| {
+        let mut sub = Matrix::zeros(rows.len(), m.cols);
+        for (k, &r) in rows.iter().enumerate() {
+            sub.row_mut(k).copy_from_slice(m.row(r));
+        }
+        sub
+    });
     let speakers: Vec<String> = rows.iter().map(|&r| labels[r].to_string()).collect();
     let list = invar_eval::bounded_pairs(&speakers, caps)?;
     drop(speakers);
@@ -180,7 +187,10 @@ pub fn compare_rows(
     let trials = list.trials;
     let mut out = Vec::with_capacity(metrics.len());
     for &metric in metrics {
-        let distances = invar_eval::trial_distances(&sub, &trials, metric)?;
+        let distances = match &sub {
+            Some(sub) => invar_eval::trial_distances(sub, &trials, metric)?,
+            None => crate::rows::streamed_trial_distances(embeddings, rows, &trials, metric)?,
+        };
         let cfg = VerifyConfig {
             metric,
             p_targets: p_targets.to_vec(),
@@ -191,7 +201,7 @@ pub fn compare_rows(
             protocol,
             representation: name.to_string(),
             metric,
-            dim: embeddings.cols,
+            dim: cols,
             target_trials: r.target_trials,
             nontarget_trials: r.nontarget_trials,
             threshold: r.threshold_count.threshold,

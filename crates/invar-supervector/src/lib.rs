@@ -13,6 +13,7 @@ mod model;
 mod pairs;
 mod pipeline;
 mod protocol;
+mod rows;
 mod synthetic;
 mod train;
 
@@ -24,10 +25,13 @@ pub use evaluate::{
 };
 pub use model::TiedAutoencoder;
 pub use pairs::{Normalizer, PairBatch, PairBatches, PairSampler};
-pub use pipeline::{run, Report, SplitCounts, METRICS};
+pub use pipeline::{run, run_rows, Report, SplitCounts, METRICS};
 pub use protocol::{
     format_summary, make_splits, run_protocol, score_split, summarize, EvalConfig, MeanSd,
     ProtocolReport, SplitInfo, SplitPlan, SplitResult, SummaryRow,
+};
+pub use rows::{
+    streamed_trial_distances, RowAccess, SupervectorRows, DEFAULT_ROW_MEMORY_MB, STREAM_BLOCK_ROWS,
 };
 pub use synthetic::{synthetic_supervectors, SyntheticConfig};
 pub use train::{resolve_sizes, train, ModelMeta, PairStep, Trained, MODEL_META};

@@ -10,6 +10,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::rows::RowAccess;
 use crate::{Error, Result};
 
 /// Centring and one global scale, fitted on the training rows and applied to every row the model
@@ -30,31 +31,32 @@ impl Normalizer {
         }
     }
 
-    /// Mean of `rows` of `m`, and the RMS of their centred values (in f64).
-    pub fn fit(m: &Matrix, rows: &[usize]) -> Result<Self> {
+    /// Mean of `rows` of `m`, and the RMS of their centred values (in f64). `m` may be held or
+    /// streamed ([`RowAccess`]): two passes over the rows in the same order, so the statistics are
+    /// bit-identical either way.
+    pub fn fit(m: &(impl RowAccess + ?Sized), rows: &[usize]) -> Result<Self> {
         if rows.is_empty() {
             return Err(Error::NotEnoughData(
                 "no rows to fit the normaliser on".into(),
             ));
         }
-        let d = m.cols;
+        let d = m.shape().1;
         let mut mean = vec![0f64; d];
-        for &r in rows {
-            for (a, &v) in mean.iter_mut().zip(m.row(r)) {
+        m.visit_rows(rows, &mut |_, row| {
+            for (a, &v) in mean.iter_mut().zip(row) {
                 *a += f64::from(v);
             }
-        }
+        })?;
         let n = rows.len() as f64;
         mean.iter_mut().for_each(|a| *a /= n);
         let mut ss = 0f64;
-        for &r in rows {
-            ss += m
-                .row(r)
+        m.visit_rows(rows, &mut |_, row| {
+            ss += row
                 .iter()
                 .zip(&mean)
                 .map(|(&v, &mu)| (f64::from(v) - mu).powi(2))
                 .sum::<f64>();
-        }
+        })?;
         let rms = (ss / (n * d.max(1) as f64)).sqrt();
         Ok(Self {
             mean: mean.into_iter().map(|v| v as f32).collect(),
@@ -212,7 +214,7 @@ pub struct PairBatch {
 /// The [`invar_train::BatchSource`] of method 002: gathers rows of the one matrix by index.
 #[derive(Debug)]
 pub struct PairBatches<'a> {
-    matrix: &'a Matrix,
+    matrix: &'a dyn RowAccess,
     normalizer: &'a Normalizer,
     sampler: PairSampler,
     batch_size: usize,
@@ -225,9 +227,10 @@ pub struct PairBatches<'a> {
 }
 
 impl<'a> PairBatches<'a> {
-    /// Batches over `rows` of `matrix` (with speakers `labels`), normalised by `normalizer`.
+    /// Batches over `rows` of `matrix` (with speakers `labels`), normalised by `normalizer`. Each
+    /// batch reads its pairs' rows from `matrix`, held or streamed.
     pub fn new(
-        matrix: &'a Matrix,
+        matrix: &'a dyn RowAccess,
         normalizer: &'a Normalizer,
         rows: &[usize],
         labels: &[usize],
@@ -236,23 +239,20 @@ impl<'a> PairBatches<'a> {
         different: bool,
         device: Device,
     ) -> Result<Self> {
-        if normalizer.mean.len() != matrix.cols {
+        let (matrix_rows, matrix_cols) = matrix.shape();
+        if normalizer.mean.len() != matrix_cols {
             return Err(Error::shape(
                 "normaliser width",
-                matrix.cols,
+                matrix_cols,
                 normalizer.mean.len(),
             ));
         }
-        if let Some(&r) = rows.iter().find(|&&r| r >= matrix.rows) {
-            return Err(Error::shape(
-                "training row",
-                format!("< {}", matrix.rows),
-                r,
-            ));
+        if let Some(&r) = rows.iter().find(|&&r| r >= matrix_rows) {
+            return Err(Error::shape("training row", format!("< {matrix_rows}"), r));
         }
         let sampler = PairSampler::new(rows, labels, max_per_speaker)?;
         let (rows, labels_of_row) = if different {
-            let mut by_row = vec![usize::MAX; matrix.rows];
+            let mut by_row = vec![usize::MAX; matrix_rows];
             for (&r, &l) in rows.iter().zip(labels) {
                 by_row[r] = l;
             }
@@ -302,20 +302,29 @@ impl invar_train::BatchSource for PairBatches<'_> {
                 format!("batch {index} is past the end of the epoch"),
             ));
         }
-        let (b, d) = (end - start, self.matrix.cols);
-        let mut x = vec![0f32; b * d];
-        let mut y = vec![0f32; b * d];
+        let (b, d) = (end - start, self.matrix.shape().1);
         let mut inputs = Vec::with_capacity(b);
-        for (slot, k) in (start..end).enumerate() {
+        let mut targets = Vec::with_capacity(b);
+        for k in start..end {
             let (i, j) = self.sampler.directed(k).ok_or_else(|| {
                 invar_train::Error::method("supervector pairs", format!("pair {k} missing"))
             })?;
-            self.normalizer
-                .apply(self.matrix.row(i), &mut x[slot * d..(slot + 1) * d]);
-            self.normalizer
-                .apply(self.matrix.row(j), &mut y[slot * d..(slot + 1) * d]);
             inputs.push(i);
+            targets.push(j);
         }
+        let method = |e: Error| invar_train::Error::method("supervector rows", e);
+        let normalizer = self.normalizer;
+        let gather = |rows: &[usize]| -> invar_train::Result<Vec<f32>> {
+            let mut out = vec![0f32; rows.len() * d];
+            self.matrix
+                .visit_rows(rows, &mut |slot, row| {
+                    normalizer.apply(row, &mut out[slot * d..(slot + 1) * d]);
+                })
+                .map_err(method)?;
+            Ok(out)
+        };
+        let x = gather(&inputs)?;
+        let y = gather(&targets)?;
         let other = if self.rows.is_empty() {
             None
         } else {
@@ -323,8 +332,8 @@ impl invar_train::BatchSource for PairBatches<'_> {
             let mut rng = ChaCha8Rng::seed_from_u64(
                 self.epoch_seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
             );
-            let mut o = vec![0f32; b * d];
-            for (slot, &i) in inputs.iter().enumerate() {
+            let mut others = Vec::with_capacity(b);
+            for &i in &inputs {
                 let own = self.labels_of_row[i];
                 let r = loop {
                     let r = self.rows[rng.random_range(0..self.rows.len())];
@@ -332,10 +341,9 @@ impl invar_train::BatchSource for PairBatches<'_> {
                         break r;
                     }
                 };
-                self.normalizer
-                    .apply(self.matrix.row(r), &mut o[slot * d..(slot + 1) * d]);
+                others.push(r);
             }
-            Some(Tensor::from_vec(o, (b, d), &self.device)?)
+            Some(Tensor::from_vec(gather(&others)?, (b, d), &self.device)?)
         };
         Ok(PairBatch {
             x: Tensor::from_vec(x, (b, d), &self.device)?,

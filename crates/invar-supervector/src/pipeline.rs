@@ -10,6 +10,7 @@ use invar_io::Matrix;
 use serde::{Deserialize, Serialize};
 
 use crate::evaluate::{compare_rows, trial_caps, ComparisonRow, Protocol, ProtocolSplit};
+use crate::rows::RowAccess;
 use crate::train::{train, Trained};
 use crate::{Error, Result, SupervectorConfig};
 
@@ -47,19 +48,49 @@ pub fn run(
     device: &Device,
     resume: bool,
 ) -> Result<Report> {
+    run_rows(
+        &set.vectors,
+        &set.labels,
+        ivectors,
+        config,
+        run_dir,
+        device,
+        resume,
+    )
+}
+
+/// [`run`] on supervector rows held or streamed ([`crate::SupervectorRows`]) with speaker
+/// `labels` (one per row): the same results either way.
+pub fn run_rows(
+    vectors: &dyn RowAccess,
+    labels: &[usize],
+    ivectors: Option<&Matrix>,
+    config: &SupervectorConfig,
+    run_dir: &Path,
+    device: &Device,
+    resume: bool,
+) -> Result<Report> {
     config.validate()?;
+    let n = vectors.shape().0;
+    if labels.len() != n {
+        return Err(Error::shape(
+            "speaker labels (one per supervector)",
+            n,
+            labels.len(),
+        ));
+    }
     if let Some(iv) = ivectors {
-        if iv.rows != set.vectors.rows {
+        if iv.rows != n {
             return Err(Error::shape(
                 "i-vector rows (one per supervector)",
-                set.vectors.rows,
+                n,
                 iv.rows,
             ));
         }
     }
-    let split = ProtocolSplit::new(&set.labels, &config.protocol, config.seed)?;
+    let split = ProtocolSplit::new(labels, &config.protocol, config.seed)?;
     let distinct = |rows: &[usize]| {
-        let mut s: Vec<usize> = rows.iter().map(|&r| set.labels[r]).collect();
+        let mut s: Vec<usize> = rows.iter().map(|&r| labels[r]).collect();
         s.sort_unstable();
         s.dedup();
         s.len()
@@ -72,9 +103,9 @@ pub fn run(
         open_speakers: distinct(&split.open_test),
     };
     tracing::info!(?counts, "protocol split");
-    let train_labels: Vec<usize> = split.train.iter().map(|&r| set.labels[r]).collect();
+    let train_labels: Vec<usize> = split.train.iter().map(|&r| labels[r]).collect();
     let trained = train(
-        &set.vectors,
+        vectors,
         &split.train,
         &train_labels,
         config,
@@ -82,8 +113,8 @@ pub fn run(
         device,
         resume,
     )?;
-    let codes = trained.embed(&set.vectors, 256)?;
-    let mut reps: Vec<(&str, &Matrix)> = vec![("raw", &set.vectors)];
+    let codes = trained.embed(vectors, 256)?;
+    let mut reps: Vec<(&str, &dyn RowAccess)> = vec![("raw", vectors)];
     if let Some(iv) = ivectors {
         reps.push(("ivector", iv));
     }
@@ -102,8 +133,8 @@ pub fn run(
             table.extend(compare_rows(
                 protocol,
                 name,
-                m,
-                &set.labels,
+                *m,
+                labels,
                 rows,
                 &METRICS,
                 &config.protocol.p_targets,

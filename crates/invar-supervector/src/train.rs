@@ -13,6 +13,7 @@ use rand_distr::{Distribution, Normal};
 use serde::{Deserialize, Serialize};
 
 use crate::pairs::{Normalizer, PairBatch, PairBatches};
+use crate::rows::RowAccess;
 use crate::{Error, ModelConfig, Result, SupervectorConfig, TiedAutoencoder};
 
 /// The file beside `model.safetensors` that says how to rebuild and feed the model.
@@ -162,7 +163,7 @@ pub fn resolve_sizes(config: &mut SupervectorConfig, dim: usize) -> Result<()> {
 /// entry of `rows`), writing the run into `run_dir` (`model.safetensors`, `supervector.json`, the
 /// loop's files). `resume` continues from its newest checkpoint.
 pub fn train(
-    matrix: &Matrix,
+    matrix: &dyn RowAccess,
     rows: &[usize],
     labels: &[usize],
     config: &SupervectorConfig,
@@ -171,12 +172,13 @@ pub fn train(
     resume: bool,
 ) -> Result<Trained> {
     let mut config = config.clone();
-    resolve_sizes(&mut config, matrix.cols)?;
+    let cols = matrix.shape().1;
+    resolve_sizes(&mut config, cols)?;
     config.validate()?;
     let normalizer = if config.pairs.normalize {
         Normalizer::fit(matrix, rows)?
     } else {
-        Normalizer::identity(matrix.cols)
+        Normalizer::identity(cols)
     };
     let (model, varmap) = TiedAutoencoder::seeded(&config.model, config.seed, device)?;
     tracing::info!(
@@ -261,26 +263,31 @@ impl Trained {
         })
     }
 
-    /// The codes of every row of `matrix` (`rows × d_L`), in batches of `batch` rows.
-    pub fn embed(&self, matrix: &Matrix, batch: usize) -> Result<Matrix> {
+    /// The codes of every row of `matrix` (`rows × d_L`), in batches of `batch` rows, read from
+    /// `matrix` a batch at a time when it is streamed.
+    pub fn embed(&self, matrix: &dyn RowAccess, batch: usize) -> Result<Matrix> {
         let d = self.model.input_dim();
-        if matrix.cols != d {
-            return Err(Error::shape("supervector dimension", d, matrix.cols));
+        let (rows, cols) = matrix.shape();
+        if cols != d {
+            return Err(Error::shape("supervector dimension", d, cols));
         }
         let code = self.model.code_dim();
-        let mut out = Vec::with_capacity(matrix.rows * code);
+        let mut out = Vec::with_capacity(rows * code);
         let batch = batch.max(1);
         let mut start = 0;
-        while start < matrix.rows {
-            let end = (start + batch).min(matrix.rows);
-            let rows: Vec<usize> = (start..end).collect();
-            let x = self.meta.normalizer.apply_rows(matrix, &rows);
+        while start < rows {
+            let end = (start + batch).min(rows);
+            let block: Vec<usize> = (start..end).collect();
+            let mut x = vec![0f32; block.len() * d];
+            matrix.visit_rows(&block, &mut |k, row| {
+                self.meta.normalizer.apply(row, &mut x[k * d..(k + 1) * d]);
+            })?;
             let x = Tensor::from_vec(x, (end - start, d), &self.device)?;
             let z = self.model.encode(&x)?.detach();
             out.extend(z.flatten_all()?.to_vec1::<f32>()?);
             start = end;
         }
-        Ok(Matrix::new(matrix.rows, code, out)?)
+        Ok(Matrix::new(rows, code, out)?)
     }
 }
 
