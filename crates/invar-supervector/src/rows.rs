@@ -13,7 +13,7 @@ use invar_io::{Matrix, NpyRowReader};
 use crate::{Error, Result};
 
 /// The row memory setting's default, in megabytes: below it the matrix is held in memory.
-pub const DEFAULT_ROW_MEMORY_MB: usize = 256;
+pub const DEFAULT_ROW_MEMORY_MB: usize = 64;
 
 /// Rows read per block when streaming (a block's `f32` values are the only rows held).
 pub const STREAM_BLOCK_ROWS: usize = 256;
