@@ -283,11 +283,10 @@ pub struct EmbedArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// Megabytes of supervector rows held in memory; a larger `.npy` matrix is read from its
-    /// file on demand, a block of rows at a time (normaliser, batches, codes, raw-supervector
-    /// trials): the same results, a memory bounded by this instead of by the corpus.
+    /// file a block of rows at a time: the same codes, a memory bounded by this instead of by
+    /// the corpus.
     #[arg(long, default_value_t = invar_supervector::DEFAULT_ROW_MEMORY_MB, value_name = "MB")]
     pub row_memory_mb: usize,
-
     /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
     #[arg(long)]
     pub force: bool,
