@@ -521,24 +521,39 @@ mod tests {
         }
     }
 
-    #[test]
-    fn train_then_embed_end_to_end() {
-        let root = scratch("e2e");
+    /// A supervector folder under `root/sv` (synthetic set, ids `{prefix}N`) and the same matrix
+    /// as an i-vector file `root/iv.npy`: (folder, i-vector file, ids).
+    fn sv_folder(
+        root: &Path,
+        speakers: usize,
+        utterances: usize,
+        dim: usize,
+        prefix: &str,
+    ) -> (PathBuf, PathBuf, Vec<String>) {
         let sv = root.join("sv");
         std::fs::create_dir_all(&sv).unwrap();
         let set = synthetic_supervectors(&SyntheticConfig {
-            speakers: 12,
-            utterances: 6,
-            dim: 24,
+            speakers,
+            utterances,
+            dim,
             ..SyntheticConfig::default()
         })
         .unwrap();
         set.save(&sv.join("supervectors.npy"), &sv.join("speakers.txt"))
             .unwrap();
-        let ids: Vec<String> = (0..set.vectors.rows).map(|i| format!("utt{i}")).collect();
+        let ids: Vec<String> = (0..set.vectors.rows)
+            .map(|i| format!("{prefix}{i}"))
+            .collect();
         invar_io::write_text(sv.join("ids.txt"), &(ids.join("\n") + "\n")).unwrap();
         let ivectors = root.join("iv.npy");
         invar_io::write_npy(&ivectors, &set.vectors).unwrap();
+        (sv, ivectors, ids)
+    }
+
+    #[test]
+    fn train_then_embed_end_to_end() {
+        let root = scratch("e2e");
+        let (sv, ivectors, _) = sv_folder(&root, 12, 6, 24, "utt");
 
         let run = root.join("run");
         train(TrainArgs {
@@ -607,21 +622,7 @@ mod tests {
     #[test]
     fn streamed_rows_write_the_held_bytes() {
         let root = scratch("stream");
-        let sv = root.join("sv");
-        std::fs::create_dir_all(&sv).unwrap();
-        let set = synthetic_supervectors(&SyntheticConfig {
-            speakers: 10,
-            utterances: 8,
-            dim: 20,
-            ..SyntheticConfig::default()
-        })
-        .unwrap();
-        set.save(&sv.join("supervectors.npy"), &sv.join("speakers.txt"))
-            .unwrap();
-        let ids: Vec<String> = (0..set.vectors.rows).map(|i| format!("u{i}")).collect();
-        invar_io::write_text(sv.join("ids.txt"), &(ids.join("\n") + "\n")).unwrap();
-        let ivectors = root.join("iv.npy");
-        invar_io::write_npy(&ivectors, &set.vectors).unwrap();
+        let (sv, ivectors, ids) = sv_folder(&root, 10, 8, 20, "u");
 
         let bytes =
             |p: PathBuf| std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));

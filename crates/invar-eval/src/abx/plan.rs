@@ -552,20 +552,23 @@ pub fn evaluate_planned(
             continue;
         }
         let window = plan.window(run.clone(), &mut read)?;
+        // Wrapping: a block before the group (never made by `work_units`) lands far past the
+        // window's blocks and is refused below instead of panicking.
         let shift = |u: &Unit| Unit {
-            a: u.a - run.start,
-            x: u.x - run.start,
-            b_group: u.b_group.start - run.start..u.b_group.end - run.start,
+            a: u.a.wrapping_sub(run.start),
+            x: u.x.wrapping_sub(run.start),
+            b_group: u.b_group.start.wrapping_sub(run.start)..u.b_group.end.wrapping_sub(run.start),
         };
         for (k, span) in spans.into_iter().enumerate() {
             if span.is_empty() {
                 continue;
             }
             let local: Vec<Unit> = units[k][span.clone()].iter().map(shift).collect();
-            if local
-                .iter()
-                .any(|u| u.x >= window.blocks.len() || u.b_group.end > window.blocks.len())
-            {
+            if local.iter().any(|u| {
+                u.x >= window.blocks.len()
+                    || u.b_group.start > u.b_group.end
+                    || u.b_group.end > window.blocks.len()
+            }) {
                 return Err(Error::degenerate(
                     "ABX by context",
                     "a unit of work reaches outside its context (invar's bug: please report it)",
