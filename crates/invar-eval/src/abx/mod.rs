@@ -354,7 +354,15 @@ pub fn evaluate(
         .max_size_group
         .and_then(|n| sample::cap_blocks(ds, n, config.seed));
     let ds = capped.as_ref().unwrap_or(ds);
-    let cells = score::score_units(ds, &units, config.distance, config.convention, on_unit)?;
+    let mut cells = Vec::new();
+    score::score_units(
+        ds,
+        &units,
+        config.distance,
+        config.convention,
+        on_unit,
+        &mut cells,
+    )?;
     result_of(ds, config, cells)
 }
 

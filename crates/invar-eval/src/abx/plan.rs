@@ -575,13 +575,14 @@ pub fn evaluate_planned(
                 ));
             }
             let c = &configs[k];
-            cells[k].extend(score_units(
+            score_units(
                 &window,
                 &local,
                 c.distance,
                 c.convention,
                 on_unit,
-            )?);
+                &mut cells[k],
+            )?;
             next[k] = span.end;
         }
     }

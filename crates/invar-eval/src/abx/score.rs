@@ -184,14 +184,17 @@ fn score_unit(
     Ok(cells)
 }
 
-/// Scores every unit in parallel; `on_unit` is called once per finished unit (for progress).
+/// Scores every unit in parallel and appends their cells to `out`, in unit order; `on_unit` is
+/// called once per finished unit (for progress). Each unit's cells go straight into `out` (issue
+/// #24: a flattened copy of every unit's cells per call used to sit beside the growing list).
 pub(crate) fn score_units(
     ds: &AbxDataset,
     units: &[Unit],
     distance: FrameDistance,
     convention: Convention,
     on_unit: &(dyn Fn() + Sync),
-) -> Result<Vec<CellScore>> {
+    out: &mut Vec<CellScore>,
+) -> Result<()> {
     let normalise = convention == Convention::Fastabx;
     let per_unit: Vec<Vec<CellScore>> = units
         .par_iter()
@@ -201,7 +204,11 @@ pub(crate) fn score_units(
             cells
         })
         .collect::<Result<_>>()?;
-    Ok(per_unit.into_iter().flatten().collect())
+    out.reserve(per_unit.iter().map(Vec::len).sum());
+    for cells in per_unit {
+        out.extend(cells);
+    }
+    Ok(())
 }
 
 /// The mean error of each ordered phone pair after the convention's first two averaging levels.
