@@ -304,7 +304,7 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
             seed: args.seed,
         })
         .collect();
-    let units: usize = configs.iter().map(|c| abx::work_units(ds, c).len()).sum();
+    let units: usize = configs.iter().map(|c| abx::work_unit_count(ds, c)).sum();
     let progress = ItemProgress::new(units as u64, "ABX units");
     let max_frames = args.frame_memory_mb.saturating_mul(1 << 20) / (4 * ds.dim.max(1));
     let results = abx::evaluate_planned(

@@ -367,7 +367,7 @@ fn abx(
             let ds = plan.dataset();
             let total: u64 = configs
                 .iter()
-                .map(|c| abx_lib::work_units(ds, c).len() as u64)
+                .map(|c| abx_lib::work_unit_count(ds, c) as u64)
                 .sum();
             let done = AtomicU64::new(0);
             let tick = || {

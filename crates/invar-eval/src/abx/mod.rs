@@ -120,11 +120,20 @@ impl AbxConfig {
 /// per A block across speaker. The block cap never removes a block, so this is also the count of
 /// progress steps [`evaluate`] reports.
 pub fn work_units(ds: &AbxDataset, config: &AbxConfig) -> Vec<Unit> {
-    let cap = match (config.mode, config.max_x_across) {
+    task::units_capped(ds, config.mode, x_cap(config))
+}
+
+/// `work_units(ds, config).len()` without listing them (a progress bar's length).
+pub fn work_unit_count(ds: &AbxDataset, config: &AbxConfig) -> usize {
+    task::count_units(ds, config.mode, x_cap(config))
+}
+
+/// The across-speaker X cap of `config` as `task` takes it: `(max_x_across, seed)`.
+fn x_cap(config: &AbxConfig) -> Option<(usize, u64)> {
+    match (config.mode, config.max_x_across) {
         (AbxMode::Across, Some(m)) => Some((m, config.seed)),
         _ => None,
-    };
-    task::units_capped(ds, config.mode, cap)
+    }
 }
 
 /// Checks that hop and window are positive and finite.

@@ -22,7 +22,7 @@ use invar_ops::FrameDistance;
 use super::dataset::{blocks_of, AbxDataset, AbxItem, Block, ItemTiming};
 use super::score::{score_units, CellScore};
 use super::task::Unit;
-use super::{result_of, work_units, AbxConfig, AbxResult};
+use super::{result_of, AbxConfig, AbxResult};
 use crate::item::CompactItems;
 use crate::{Error, Result};
 
@@ -535,37 +535,42 @@ pub fn evaluate_planned(
         summary.check_domain(&plan.ds, c.distance)?;
     }
     let blocks = &plan.ds.blocks;
-    let units: Vec<Vec<Unit>> = configs.iter().map(|c| work_units(&plan.ds, c)).collect();
+    // Units are listed a group of contexts at a time, not for the whole plan (issue #24).
+    let groups = super::task::groups(&plan.ds);
     let mut cells: Vec<Vec<CellScore>> = vec![Vec::new(); configs.len()];
-    let mut next = vec![0usize; configs.len()];
     for run in context_groups(blocks, max_frames) {
-        let in_run = |u: &Unit| run.contains(&u.a);
-        let spans: Vec<Range<usize>> = units
+        let first = groups.partition_point(|g| g.start < run.start);
+        let last = groups.partition_point(|g| g.start < run.end);
+        let units: Vec<Vec<Unit>> = configs
             .iter()
-            .zip(&next)
-            .map(|(us, &from)| {
-                let n = us[from..].iter().take_while(|u| in_run(u)).count();
-                from..from + n
+            .map(|c| {
+                super::task::units_of_groups(
+                    &plan.ds,
+                    c.mode,
+                    super::x_cap(c),
+                    &groups[first..last],
+                )
             })
             .collect();
-        if spans.iter().all(Range::is_empty) {
+        if units.iter().all(Vec::is_empty) {
             continue;
         }
         let window = plan.window(run.clone(), &mut read)?;
-        // Wrapping: a block before the group (never made by `work_units`) lands far past the
-        // window's blocks and is refused below instead of panicking.
+        // Wrapping: a block before the group (never made by `units_of_groups`) lands far past
+        // the window's blocks and is refused below instead of panicking.
         let shift = |u: &Unit| Unit {
             a: u.a.wrapping_sub(run.start),
             x: u.x.wrapping_sub(run.start),
             b_group: u.b_group.start.wrapping_sub(run.start)..u.b_group.end.wrapping_sub(run.start),
         };
-        for (k, span) in spans.into_iter().enumerate() {
-            if span.is_empty() {
+        for (k, units) in units.iter().enumerate() {
+            if units.is_empty() {
                 continue;
             }
-            let local: Vec<Unit> = units[k][span.clone()].iter().map(shift).collect();
+            let local: Vec<Unit> = units.iter().map(shift).collect();
             if local.iter().any(|u| {
-                u.x >= window.blocks.len()
+                u.a >= window.blocks.len()
+                    || u.x >= window.blocks.len()
                     || u.b_group.start > u.b_group.end
                     || u.b_group.end > window.blocks.len()
             }) {
@@ -583,14 +588,7 @@ pub fn evaluate_planned(
                 on_unit,
                 &mut cells[k],
             )?;
-            next[k] = span.end;
         }
-    }
-    if next.iter().zip(&units).any(|(&n, us)| n != us.len()) {
-        return Err(Error::degenerate(
-            "ABX by context",
-            "the units of work are not in context order (invar's bug: please report it)",
-        ));
     }
     configs
         .iter()

@@ -65,7 +65,7 @@ impl Unit {
 }
 
 /// Runs of blocks sharing (context, speaker).
-fn groups(ds: &AbxDataset) -> Vec<Range<usize>> {
+pub(crate) fn groups(ds: &AbxDataset) -> Vec<Range<usize>> {
     let mut out: Vec<Range<usize>> = Vec::new();
     for (i, b) in ds.blocks.iter().enumerate() {
         match out.last_mut() {
@@ -96,17 +96,47 @@ pub(crate) fn units_capped(
     mode: AbxMode,
     max_x: Option<(usize, u64)>,
 ) -> Vec<Unit> {
-    let groups = groups(ds);
+    units_of_groups(ds, mode, max_x, &groups(ds))
+}
+
+/// How many units [`units_capped`] lists, without holding them.
+pub(crate) fn count_units(ds: &AbxDataset, mode: AbxMode, max_x: Option<(usize, u64)>) -> usize {
+    let mut n = 0;
+    visit_units(ds, mode, max_x, &groups(ds), &mut |_| n += 1);
+    n
+}
+
+/// The units of [`units_capped`] whose A block lies in `groups`, a run of [`groups`] made of
+/// whole contexts: every unit's blocks are in A's context, and each A block's X draw is seeded
+/// by the block alone, so these are exactly the units of the whole list that fall in that run,
+/// in the same order (issue #24: `evaluate_planned` lists one group of contexts at a time).
+pub(crate) fn units_of_groups(
+    ds: &AbxDataset,
+    mode: AbxMode,
+    max_x: Option<(usize, u64)>,
+    groups: &[Range<usize>],
+) -> Vec<Unit> {
     let mut out = Vec::new();
+    visit_units(ds, mode, max_x, groups, &mut |u| out.push(u));
+    out
+}
+
+fn visit_units(
+    ds: &AbxDataset,
+    mode: AbxMode,
+    max_x: Option<(usize, u64)>,
+    groups: &[Range<usize>],
+    out: &mut dyn FnMut(Unit),
+) {
     match mode {
         AbxMode::Within => {
-            for g in &groups {
+            for g in groups {
                 if g.len() < 2 {
                     continue;
                 }
                 for a in g.clone() {
                     if ds.blocks[a].items.len() >= 2 {
-                        out.push(Unit {
+                        out(Unit {
                             a,
                             x: a,
                             b_group: g.clone(),
@@ -159,7 +189,7 @@ pub(crate) fn units_capped(
                                 _ => true,
                             };
                             if keep {
-                                out.push(Unit {
+                                out(Unit {
                                     a,
                                     x,
                                     b_group: gs.clone(),
@@ -172,5 +202,59 @@ pub(crate) fn units_capped(
             }
         }
     }
-    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abx::FrameTiming;
+    use invar_io::Matrix;
+
+    proptest::proptest! {
+        /// Listing the units one run of whole contexts at a time (what `evaluate_planned` does)
+        /// gives the whole list, in order, for any cut into runs, both modes, with and without the
+        /// X cap; `count_units` is its length. Random item sets: 2–6 talkers, 1–4 contexts, 2–4
+        /// phones.
+        #[test]
+        fn units_listed_by_runs_of_contexts_equal_the_whole_list(
+            labels in proptest::collection::vec((0u8..6, 0u8..4, 0u8..4), 1..120),
+            cuts in proptest::collection::vec(proptest::bool::ANY, 4),
+            max in proptest::option::of(1usize..4),
+            seed in 0u64..1000,
+        ) {
+            let mut text = String::from("#file onset offset #phone prev next speaker\n");
+            for (k, (spk, ctx, ph)) in labels.iter().enumerate() {
+                text += &format!("f 0.{k:03} 0.{:03} p{ph} c{ctx} c{ctx} s{spk}\n", k + 1);
+            }
+            let items = crate::item::parse_items(&text, std::path::Path::new("r.item")).unwrap();
+            let timing = FrameTiming { hop_s: 0.001, win_s: 0.001 };
+            let ds = AbxDataset::build(&items, &timing, |_| Ok(Matrix::new(200, 1, vec![0.0; 200])?)).unwrap();
+            let groups = groups(&ds);
+            // Cut the groups into runs at some context boundaries (`cuts[i]`: cut before the
+            // i-th new context).
+            let mut runs: Vec<Range<usize>> = Vec::new();
+            let mut new_context = 0;
+            for (i, g) in groups.iter().enumerate() {
+                let starts_context = i == 0
+                    || ds.blocks[g.start].context != ds.blocks[groups[i - 1].start].context;
+                if starts_context {
+                    new_context += 1;
+                }
+                match runs.last_mut() {
+                    Some(r) if !(starts_context && cuts[new_context % cuts.len()]) => r.end = i + 1,
+                    _ => runs.push(i..i + 1),
+                }
+            }
+            for mode in [AbxMode::Within, AbxMode::Across] {
+                let cap = if mode == AbxMode::Across { max.map(|m| (m, seed)) } else { None };
+                let whole = units_capped(&ds, mode, cap);
+                let by_runs: Vec<Unit> = runs
+                    .iter()
+                    .flat_map(|r| units_of_groups(&ds, mode, cap, &groups[r.clone()]))
+                    .collect();
+                proptest::prop_assert_eq!(&by_runs, &whole);
+                proptest::prop_assert_eq!(count_units(&ds, mode, cap), whole.len());
+            }
+        }
+    }
 }
