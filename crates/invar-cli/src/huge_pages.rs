@@ -1,30 +1,58 @@
-//! Transparent huge pages for this process: off unless `--huge-pages` (issue #24).
+//! Transparent huge pages for this process (`--huge-pages auto|on|off`, issue #24).
 //!
 //! mimalloc, the binary's allocator, asks the kernel for transparent huge pages on its arenas
-//! (`madvise(MADV_HUGEPAGE)`), so resident memory grows in 2 MiB steps whatever the stage touches.
-//! On the Scale corpora (BENCHMARKS.md) that was most of what several stages held: release build,
+//! (`madvise(MADV_HUGEPAGE)`), so resident memory grows in 2 MiB steps whatever a stage touches.
+//! On the Scale corpora (BENCHMARKS.md) that was most of what the data stages held: release build,
 //! 3.93 h, `--threads 2`, peak RSS with / without huge pages: `features` 52 / 20 MB, `gmm
-//! posteriors` 49 / 17 MB, `gmm supervectors` 43 / 17 MB, `eval abx` 69 / 47 MB, `speaker train` 225
-//! / 184 MB, with the same CPU time within run-to-run noise (the crate README has the table). So
-//! every command turns them off for itself with `prctl(PR_SET_THP_DISABLE)`, which the kernel
-//! applies to the whole process, the arenas mimalloc already reserved included, and which child
-//! processes (`invar demo`'s stages) inherit.
+//! posteriors` 49 / 17 MB, `gmm supervectors` 43 / 17 MB, `eval abx` 69 / 47 MB, the same CPU time
+//! within run-to-run noise. The network training steps are another matter: the 001 CNN step
+//! (`step_time_speaker_cnn --threads 1`, 300 steps, three interleaved rounds) took 2.82–3.13 s of
+//! CPU with huge pages against 3.01–3.16 s without (its tensors are megabytes, walked every step:
+//! fewer TLB misses). So `auto`, the default, turns them off with `prctl(PR_SET_THP_DISABLE)` for
+//! every command but those that train a network. The kernel applies the flag to the whole
+//! process, the arenas mimalloc already reserved included, and child processes inherit it.
 
-/// Turns transparent huge pages off for this process, first thing in `main` (before the argument
-/// parser and the log set-up allocate), unless the user set `MIMALLOC_ALLOW_THP` (mimalloc has
-/// applied it at start-up). A kernel that refuses is only logged: huge pages change how much
-/// memory a run holds, never what it computes.
-pub fn turn_off() {
+/// What `--huge-pages` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum HugePages {
+    /// On for the commands that train a network (`speaker train|cv|robustness`, `partition
+    /// train`, `supervector train|eval`), off for the others.
+    #[default]
+    Auto,
+    /// On for this command and the processes it starts (`invar demo`'s stages).
+    On,
+    /// Off for this command and the processes it starts.
+    Off,
+}
+
+/// First thing in `main`, before the argument parser and the log set-up allocate: off, unless the
+/// user set `MIMALLOC_ALLOW_THP` (mimalloc has applied it at start-up; `--huge-pages on|off` set it
+/// for the processes they start).
+pub fn turn_off_early() {
     if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
         set(false);
     }
 }
 
-/// Allows them again (`--huge-pages`), also where a parent process turned them off, and for the
-/// child processes this one starts (`invar demo`'s stages): they find `MIMALLOC_ALLOW_THP=1`.
-pub fn allow() {
-    std::env::set_var("MIMALLOC_ALLOW_THP", "1");
-    set(true);
+/// Applies the parsed setting; `trains` says whether the command trains a network. `on` and `off`
+/// also set `MIMALLOC_ALLOW_THP` for the child processes, so `invar demo --huge-pages on` reaches
+/// its stages; `auto` leaves each child to decide by its own command.
+pub fn apply(setting: HugePages, trains: bool) {
+    match setting {
+        HugePages::On => {
+            std::env::set_var("MIMALLOC_ALLOW_THP", "1");
+            set(true);
+        }
+        HugePages::Off => {
+            std::env::set_var("MIMALLOC_ALLOW_THP", "0");
+            set(false);
+        }
+        HugePages::Auto => {
+            if trains && std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
+                set(true);
+            }
+        }
+    }
 }
 
 /// Logs (at debug level, `RUST_LOG=debug`) what the kernel holds for this process now.
@@ -36,6 +64,8 @@ pub fn log_state() {
     }
 }
 
+/// A kernel that refuses is only logged: huge pages change how much memory a run holds, never
+/// what it computes.
 fn set(allowed: bool) {
     if let Err(e) = set_disabled(!allowed) {
         tracing::warn!("transparent huge pages left as they were: {e}");
@@ -64,8 +94,8 @@ fn disabled() -> Result<bool, String> {
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
-    /// The kernel's per-process flag follows `turn_off` and `allow` (read back with
-    /// `PR_GET_THP_DISABLE`, not from invar's own state).
+    /// The kernel's per-process flag follows `set` (read back with `PR_GET_THP_DISABLE`, not
+    /// from invar's own state).
     #[test]
     fn the_kernel_flag_follows_both_ways() {
         super::set(false);
