@@ -138,8 +138,7 @@ pub(crate) fn cap_x(units: Vec<Unit>, max: usize, seed: u64) -> Vec<Unit> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abx::{work_units, AbxConfig, AbxMode, FrameTiming};
-    use invar_io::Matrix;
+    use crate::abx::{work_units, AbxConfig, AbxMode};
 
     proptest::proptest! {
         /// `work_units` draws the X talkers while it lists the units: the units `cap_x` keeps
@@ -151,13 +150,7 @@ mod tests {
             max in 1usize..5,
             seed in 0u64..1000,
         ) {
-            let mut text = String::from("#file onset offset #phone prev next speaker\n");
-            for (k, (spk, ctx, ph)) in labels.iter().enumerate() {
-                text += &format!("f 0.{k:03} 0.{:03} p{ph} c{ctx} c{ctx} s{spk}\n", k + 1);
-            }
-            let items = crate::item::parse_items(&text, std::path::Path::new("r.item")).unwrap();
-            let timing = FrameTiming { hop_s: 0.001, win_s: 0.001 };
-            let ds = AbxDataset::build(&items, &timing, |_| Ok(Matrix::new(200, 1, vec![0.0; 200])?)).unwrap();
+            let ds = crate::abx::task::labelled_dataset(&labels);
             let config = AbxConfig {
                 mode: AbxMode::Across,
                 max_x_across: Some(max),

@@ -204,11 +204,29 @@ fn visit_units(
     }
 }
 
+/// A dataset of one-frame items, one per `(talker, context, phone)` label, all in one file of
+/// zero frames (for tests of which units and cells a label layout makes).
+#[cfg(test)]
+pub(crate) fn labelled_dataset(labels: &[(u8, u8, u8)]) -> AbxDataset {
+    let mut text = String::from("#file onset offset #phone prev next speaker\n");
+    for (k, (spk, ctx, ph)) in labels.iter().enumerate() {
+        text += &format!("f 0.{k:03} 0.{:03} p{ph} c{ctx} c{ctx} s{spk}\n", k + 1);
+    }
+    let items = crate::item::parse_items(&text, std::path::Path::new("r.item"))
+        .expect("generated item lines parse");
+    let timing = super::FrameTiming {
+        hop_s: 0.001,
+        win_s: 0.001,
+    };
+    AbxDataset::build(&items, &timing, |_| {
+        Ok(invar_io::Matrix::new(200, 1, vec![0.0; 200])?)
+    })
+    .expect("generated items fit the frames")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abx::FrameTiming;
-    use invar_io::Matrix;
 
     proptest::proptest! {
         /// Listing the units one run of whole contexts at a time (what `evaluate_planned` does)
@@ -222,13 +240,7 @@ mod tests {
             max in proptest::option::of(1usize..4),
             seed in 0u64..1000,
         ) {
-            let mut text = String::from("#file onset offset #phone prev next speaker\n");
-            for (k, (spk, ctx, ph)) in labels.iter().enumerate() {
-                text += &format!("f 0.{k:03} 0.{:03} p{ph} c{ctx} c{ctx} s{spk}\n", k + 1);
-            }
-            let items = crate::item::parse_items(&text, std::path::Path::new("r.item")).unwrap();
-            let timing = FrameTiming { hop_s: 0.001, win_s: 0.001 };
-            let ds = AbxDataset::build(&items, &timing, |_| Ok(Matrix::new(200, 1, vec![0.0; 200])?)).unwrap();
+            let ds = labelled_dataset(&labels);
             let groups = groups(&ds);
             // Cut the groups into runs at some context boundaries (`cuts[i]`: cut before the
             // i-th new context).
