@@ -137,20 +137,20 @@ impl SyncSet {
                 .into_iter()
                 .try_for_each(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
         })?;
-        let mut dirs: Vec<PathBuf> = paths.iter().map(|p| parent_of(p)).collect();
-        dirs.sort();
-        dirs.dedup();
-        for dir in &dirs {
+        // Each folder once, borrowed from the paths (no copy per file: a run writes one file per
+        // utterance into a handful of folders).
+        let dirs: std::collections::BTreeSet<&Path> = paths.iter().map(|p| parent_of(p)).collect();
+        for dir in dirs {
             sync_dir(dir)?;
         }
         Ok(paths.len())
     }
 }
 
-fn parent_of(path: &Path) -> PathBuf {
+fn parent_of(path: &Path) -> &Path {
     match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
     }
 }
 
