@@ -223,31 +223,26 @@ fn conv_forward<T: CpuElem>(
 /// `dW [F, C, K] = Σ_blocks`, per tap, `dW_k [F, C] = dYᵀᵀ · xt[:, k .. k + m]ᵀ`, rayon over
 /// blocks: the block's input transposed as in the forward pass and `dY` laid out as `dYᵀ [m, F]`
 /// with zeros at the dropped steps (both in this thread's scratch), K GEMMs over the shifted
-/// views written straight into `dW`'s layout; the partial sums are added in block order.
+/// views, each writing its `dW_k` column-major into the block's partial sum `[K, C, F]` (the
+/// layout `gemm`'s kernels store to directly, so no per-tap scatter); the partial sums are added
+/// in block order, then transposed once into `dW`'s `[F, C, K]`.
 fn conv_grad_kernel<T: CpuElem>(x: &[T], dy: &[T], d: ConvDims) -> candle_core::Result<Vec<T>> {
     let out = d.out();
     let ck = d.c * d.k;
+    let cf = d.c * d.f;
     let partial = x
         .par_chunks(BLOCK_ITEMS * d.c * d.t)
         .zip(dy.par_chunks(BLOCK_ITEMS * d.f * out))
         .map(|(xg, dyg)| -> candle_core::Result<Vec<T>> {
-            let s = Shifted::new(xg.len() / (d.c * d.t), d);
+            let items = xg.len() / (d.c * d.t);
+            let s = Shifted::new(items, d);
             T::with_scratch(|buf| {
-                buf.resize(d.c * s.l + s.m * d.f + d.c * d.f, T::ZERO);
-                let (xt, rest) = buf.split_at_mut(d.c * s.l);
-                let (dyt, dwk) = rest.split_at_mut(s.m * d.f);
+                buf.resize(d.c * s.l + s.m * d.f, T::ZERO);
+                let (xt, dyt) = buf.split_at_mut(d.c * s.l);
                 transpose_block(xg, d, s, xt);
-                // dYᵀ[n, f] at dyt[n·F + f]: item n / T, step n % T, zero for steps ≥ T'
-                dyt.fill(T::ZERO);
-                for (i, dyb) in dyg.chunks_exact(d.f * out).enumerate() {
-                    for (f, row) in dyb.chunks_exact(out).enumerate() {
-                        for (t, &v) in row.iter().enumerate() {
-                            dyt[(i * d.t + t) * d.f + f] = v;
-                        }
-                    }
-                }
-                let mut acc = vec![T::ZERO; d.f * ck];
-                for k in 0..d.k {
+                layout_dy_block(dyg, d, s, items, dyt);
+                let mut acc = vec![T::ZERO; d.k * cf];
+                for (k, dwk) in acc.chunks_exact_mut(cf).enumerate() {
                     // dY[f, n] = dyt[n·F + f]
                     let a = Mat {
                         data: &dyt[..],
@@ -264,29 +259,58 @@ fn conv_grad_kernel<T: CpuElem>(x: &[T], dy: &[T], d: ConvDims) -> candle_core::
                     // kernels store to directly (written into dW's [F, C, K] strides, it would
                     // transpose the whole product and pack the shifted input like an im2col).
                     crate::gemm::gemm((d.f, d.c, s.m), a, b, dwk, (1, d.f), false, false)?;
-                    for (c, col) in dwk.chunks_exact(d.f).enumerate() {
-                        for (f, &v) in col.iter().enumerate() {
-                            acc[f * ck + c * d.k + k] = v;
-                        }
-                    }
                 }
                 Ok(acc)
             })
         })
         .collect::<candle_core::Result<Vec<_>>>()?;
-    // Each element summed over the blocks in block order (first block, then += the others).
+    // Each element summed over the blocks in block order (the first block, then += the others),
+    // in the partial sums' [K, C, F] order, then transposed into dW's [F, C, K].
     let mut dw = vec![T::ZERO; d.f * ck];
     if let Some((first, rest)) = partial.split_first() {
-        par_rows(&mut dw, 1, partial.len(), |j0, chunk| {
-            chunk.copy_from_slice(&first[j0..j0 + chunk.len()]);
+        let mut sum = first.clone();
+        par_rows(&mut sum, 1, partial.len(), |j0, chunk| {
             for g in rest {
                 for (a, &v) in chunk.iter_mut().zip(&g[j0..]) {
                     *a += v;
                 }
             }
         });
+        for (k, dwk) in sum.chunks_exact(cf).enumerate() {
+            for (c, col) in dwk.chunks_exact(d.f).enumerate() {
+                for (f, &v) in col.iter().enumerate() {
+                    dw[f * ck + c * d.k + k] = v;
+                }
+            }
+        }
     }
     Ok(dw)
+}
+
+/// Steps of `dY` transposed per tile (a tile's `[STEP_TILE, F]` rows of `dYᵀ` stay in L1).
+const STEP_TILE: usize = 16;
+
+/// Lays one block's `dY [items, F, T']` out as `dYᵀ [m, F]`, `dyt[(i·T + t)·F + f] = dY[i, f, t]`,
+/// zero at the dropped steps `t ≥ T'` of each item and past `items·T`; transposed in tiles of
+/// [`STEP_TILE`] steps.
+fn layout_dy_block<T: CpuElem>(dyg: &[T], d: ConvDims, s: Shifted, items: usize, dyt: &mut [T]) {
+    let out = d.out();
+    for (i, dyb) in dyg.chunks_exact(d.f * out).enumerate() {
+        let base = i * d.t;
+        for t0 in (0..out).step_by(STEP_TILE) {
+            let t1 = (t0 + STEP_TILE).min(out);
+            for (f, row) in dyb.chunks_exact(out).enumerate() {
+                for (t, &v) in row[t0..t1].iter().enumerate() {
+                    dyt[(base + t0 + t) * d.f + f] = v;
+                }
+            }
+        }
+        // the item's dropped steps t = T' .. T
+        dyt[(base + out) * d.f..(base + d.t).min(s.m) * d.f].fill(T::ZERO);
+    }
+    if items * d.t < s.m {
+        dyt[items * d.t * d.f..s.m * d.f].fill(T::ZERO);
+    }
 }
 
 /// `db [F] = Σ_{b,t} dY[b, f, t]`, in a fixed order.
