@@ -220,52 +220,80 @@ fn conv_forward<T: CpuElem>(
     Ok(y)
 }
 
-/// `dW [F, C, K] = Σ_blocks`, per tap, `dW_k [F, C] = dYᵀᵀ · xt[:, k .. k + m]ᵀ`, rayon over
-/// blocks: the block's input transposed as in the forward pass and `dY` laid out as `dYᵀ [m, F]`
-/// with zeros at the dropped steps (both in this thread's scratch), K GEMMs over the shifted
-/// views, each writing its `dW_k` column-major into the block's partial sum `[K, C, F]` (the
-/// layout `gemm`'s kernels store to directly, so no per-tap scatter); the partial sums are added
-/// in block order, then transposed once into `dW`'s `[F, C, K]`.
+/// Taps whose weight gradients one GEMM computes: the GEMM's rows are the group's `J` shifted
+/// copies of `dY` (`J·F` rows, 128 for the 001 network's F = 32), where one GEMM per tap had `F`
+/// rows, too few for `gemm`'s widest micro-kernels.
+const TAP_GROUP: usize = 4;
+
+/// `dW [F, C, K] = Σ_blocks` of each block's weight gradient, rayon over blocks. Per block, the
+/// input transposed as in the forward pass (`xt [C, L]`), `dY` laid out as `dYᵀ [m, F]` with zeros
+/// at the dropped steps, and then as `J` shifted copies, `A [J·F, m + J − 1]` column-major,
+/// `A[j·F + f, n] = dY[f, n − j]` (zero outside `0..m`), so that for taps `k0 .. k0 + J` one GEMM
+/// over the shifted view `xt[:, k0 ..]` gives them all: `dW_{k0+j}[f, c] = Σ_n A[j·F + f, n] ·
+/// xt[c, n + k0]`. Each group's product goes column-major (the layout `gemm`'s kernels store to
+/// directly) into the block's partial sum, `[C, J·F]` per group; the partial sums are added in
+/// block order, then transposed once into `dW`'s `[F, C, K]`.
 fn conv_grad_kernel<T: CpuElem>(x: &[T], dy: &[T], d: ConvDims) -> candle_core::Result<Vec<T>> {
     let out = d.out();
     let ck = d.c * d.k;
     let cf = d.c * d.f;
+    let group = TAP_GROUP.min(d.k);
+    let jf = group * d.f;
     let partial = x
         .par_chunks(BLOCK_ITEMS * d.c * d.t)
         .zip(dy.par_chunks(BLOCK_ITEMS * d.f * out))
         .map(|(xg, dyg)| -> candle_core::Result<Vec<T>> {
             let items = xg.len() / (d.c * d.t);
             let s = Shifted::new(items, d);
+            let rows = s.m + group - 1;
             T::with_scratch(|buf| {
-                buf.resize(d.c * s.l + s.m * d.f, T::ZERO);
-                let (xt, dyt) = buf.split_at_mut(d.c * s.l);
+                buf.resize(d.c * s.l + s.m * d.f + rows * jf, T::ZERO);
+                let (xt, rest) = buf.split_at_mut(d.c * s.l);
+                let (dyt, shifted) = rest.split_at_mut(s.m * d.f);
                 transpose_block(xg, d, s, xt);
                 layout_dy_block(dyg, d, s, items, dyt);
+                // A[j·F + f, n] at shifted[n·J·F + j·F + f] = dyt[(n − j)·F + f]
+                for (n, col) in shifted.chunks_exact_mut(jf).enumerate() {
+                    for (j, dst) in col.chunks_exact_mut(d.f).enumerate() {
+                        match n.checked_sub(j).filter(|&src| src < s.m) {
+                            Some(src) => dst.copy_from_slice(&dyt[src * d.f..(src + 1) * d.f]),
+                            None => dst.fill(T::ZERO),
+                        }
+                    }
+                }
                 let mut acc = vec![T::ZERO; d.k * cf];
-                for (k, dwk) in acc.chunks_exact_mut(cf).enumerate() {
-                    // dY[f, n] = dyt[n·F + f]
+                for (g, dwg) in acc.chunks_mut(group * cf).enumerate() {
+                    let (k0, taps) = (g * group, dwg.len() / cf);
                     let a = Mat {
-                        data: &dyt[..],
+                        data: &shifted[..],
                         rs: 1,
-                        cs: d.f,
+                        cs: jf,
                     };
-                    // xt shifted, transposed: [n, c] at xt[c·L + n + k]
+                    // xt shifted, transposed: [n, c] at xt[c·L + n + k0]
                     let b = Mat {
-                        data: &xt[k..],
+                        data: &xt[k0..],
                         rs: 1,
                         cs: s.l,
                     };
-                    // dW_k[f, c] at dwk[c·F + f]: column-major, the destination layout `gemm`'s
-                    // kernels store to directly (written into dW's [F, C, K] strides, it would
-                    // transpose the whole product and pack the shifted input like an im2col).
-                    crate::gemm::gemm((d.f, d.c, s.m), a, b, dwk, (1, d.f), false, false)?;
+                    // [taps·F, C] at dwg[c·taps·F + j·F + f]: column-major (written into dW's
+                    // [F, C, K] strides, `gemm` would transpose the whole product and pack the
+                    // shifted input like an im2col)
+                    crate::gemm::gemm(
+                        (taps * d.f, d.c, s.m + taps - 1),
+                        a,
+                        b,
+                        dwg,
+                        (1, taps * d.f),
+                        false,
+                        false,
+                    )?;
                 }
                 Ok(acc)
             })
         })
         .collect::<candle_core::Result<Vec<_>>>()?;
     // Each element summed over the blocks in block order (the first block, then += the others),
-    // in the partial sums' [K, C, F] order, then transposed into dW's [F, C, K].
+    // in the partial sums' layout, then transposed into dW's [F, C, K].
     let mut dw = vec![T::ZERO; d.f * ck];
     if let Some((first, rest)) = partial.split_first() {
         let mut sum = first.clone();
@@ -276,10 +304,13 @@ fn conv_grad_kernel<T: CpuElem>(x: &[T], dy: &[T], d: ConvDims) -> candle_core::
                 }
             }
         });
-        for (k, dwk) in sum.chunks_exact(cf).enumerate() {
-            for (c, col) in dwk.chunks_exact(d.f).enumerate() {
-                for (f, &v) in col.iter().enumerate() {
-                    dw[f * ck + c * d.k + k] = v;
+        for (g, dwg) in sum.chunks(group * cf).enumerate() {
+            let taps = dwg.len() / cf;
+            for (c, col) in dwg.chunks_exact(taps * d.f).enumerate() {
+                for (j, tap) in col.chunks_exact(d.f).enumerate() {
+                    for (f, &v) in tap.iter().enumerate() {
+                        dw[f * ck + c * d.k + g * group + j] = v;
+                    }
                 }
             }
         }
