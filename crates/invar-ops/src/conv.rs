@@ -220,73 +220,128 @@ fn conv_forward<T: CpuElem>(
     Ok(y)
 }
 
-/// `dW [F, C, K] = Σ_blocks`, per tap, `dW_k [F, C] = dYᵀᵀ · xt[:, k .. k + m]ᵀ`, rayon over
-/// blocks: the block's input transposed as in the forward pass and `dY` laid out as `dYᵀ [m, F]`
-/// with zeros at the dropped steps (both in this thread's scratch), K GEMMs over the shifted
-/// views written straight into `dW`'s layout; the partial sums are added in block order.
+/// Taps whose weight gradients one GEMM computes: the GEMM's rows are the group's `J` shifted
+/// copies of `dY` (`J·F` rows, 128 for the 001 network's F = 32), where one GEMM per tap had `F`
+/// rows, too few for `gemm`'s widest micro-kernels.
+const TAP_GROUP: usize = 4;
+
+/// `dW [F, C, K] = Σ_blocks` of each block's weight gradient, rayon over blocks. Per block, the
+/// input transposed as in the forward pass (`xt [C, L]`), `dY` laid out as `dYᵀ [m, F]` with zeros
+/// at the dropped steps, and then as `J` shifted copies, `A [J·F, m + J − 1]` column-major,
+/// `A[j·F + f, n] = dY[f, n − j]` (zero outside `0..m`), so that for taps `k0 .. k0 + J` one GEMM
+/// over the shifted view `xt[:, k0 ..]` gives them all: `dW_{k0+j}[f, c] = Σ_n A[j·F + f, n] ·
+/// xt[c, n + k0]`. Each group's product goes column-major (the layout `gemm`'s kernels store to
+/// directly) into the block's partial sum, `[C, J·F]` per group; the partial sums are added in
+/// block order, then transposed once into `dW`'s `[F, C, K]`.
 fn conv_grad_kernel<T: CpuElem>(x: &[T], dy: &[T], d: ConvDims) -> candle_core::Result<Vec<T>> {
     let out = d.out();
     let ck = d.c * d.k;
+    let cf = d.c * d.f;
+    let group = TAP_GROUP.min(d.k);
+    let jf = group * d.f;
     let partial = x
         .par_chunks(BLOCK_ITEMS * d.c * d.t)
         .zip(dy.par_chunks(BLOCK_ITEMS * d.f * out))
         .map(|(xg, dyg)| -> candle_core::Result<Vec<T>> {
-            let s = Shifted::new(xg.len() / (d.c * d.t), d);
+            let items = xg.len() / (d.c * d.t);
+            let s = Shifted::new(items, d);
+            let rows = s.m + group - 1;
             T::with_scratch(|buf| {
-                buf.resize(d.c * s.l + s.m * d.f + d.c * d.f, T::ZERO);
+                buf.resize(d.c * s.l + s.m * d.f + rows * jf, T::ZERO);
                 let (xt, rest) = buf.split_at_mut(d.c * s.l);
-                let (dyt, dwk) = rest.split_at_mut(s.m * d.f);
+                let (dyt, shifted) = rest.split_at_mut(s.m * d.f);
                 transpose_block(xg, d, s, xt);
-                // dYᵀ[n, f] at dyt[n·F + f]: item n / T, step n % T, zero for steps ≥ T'
-                dyt.fill(T::ZERO);
-                for (i, dyb) in dyg.chunks_exact(d.f * out).enumerate() {
-                    for (f, row) in dyb.chunks_exact(out).enumerate() {
-                        for (t, &v) in row.iter().enumerate() {
-                            dyt[(i * d.t + t) * d.f + f] = v;
+                layout_dy_block(dyg, d, s, items, dyt);
+                // A[j·F + f, n] at shifted[n·J·F + j·F + f] = dyt[(n − j)·F + f]
+                for (n, col) in shifted.chunks_exact_mut(jf).enumerate() {
+                    for (j, dst) in col.chunks_exact_mut(d.f).enumerate() {
+                        match n.checked_sub(j).filter(|&src| src < s.m) {
+                            Some(src) => dst.copy_from_slice(&dyt[src * d.f..(src + 1) * d.f]),
+                            None => dst.fill(T::ZERO),
                         }
                     }
                 }
-                let mut acc = vec![T::ZERO; d.f * ck];
-                for k in 0..d.k {
-                    // dY[f, n] = dyt[n·F + f]
+                let mut acc = vec![T::ZERO; d.k * cf];
+                for (g, dwg) in acc.chunks_mut(group * cf).enumerate() {
+                    let (k0, taps) = (g * group, dwg.len() / cf);
                     let a = Mat {
-                        data: &dyt[..],
+                        data: &shifted[..],
                         rs: 1,
-                        cs: d.f,
+                        cs: jf,
                     };
-                    // xt shifted, transposed: [n, c] at xt[c·L + n + k]
+                    // xt shifted, transposed: [n, c] at xt[c·L + n + k0]
                     let b = Mat {
-                        data: &xt[k..],
+                        data: &xt[k0..],
                         rs: 1,
                         cs: s.l,
                     };
-                    // dW_k[f, c] at dwk[c·F + f]: column-major, the destination layout `gemm`'s
-                    // kernels store to directly (written into dW's [F, C, K] strides, it would
-                    // transpose the whole product and pack the shifted input like an im2col).
-                    crate::gemm::gemm((d.f, d.c, s.m), a, b, dwk, (1, d.f), false, false)?;
-                    for (c, col) in dwk.chunks_exact(d.f).enumerate() {
-                        for (f, &v) in col.iter().enumerate() {
-                            acc[f * ck + c * d.k + k] = v;
-                        }
-                    }
+                    // [taps·F, C] at dwg[c·taps·F + j·F + f]: column-major (written into dW's
+                    // [F, C, K] strides, `gemm` would transpose the whole product and pack the
+                    // shifted input like an im2col)
+                    crate::gemm::gemm(
+                        (taps * d.f, d.c, s.m + taps - 1),
+                        a,
+                        b,
+                        dwg,
+                        (1, taps * d.f),
+                        false,
+                        false,
+                    )?;
                 }
                 Ok(acc)
             })
         })
         .collect::<candle_core::Result<Vec<_>>>()?;
-    // Each element summed over the blocks in block order (first block, then += the others).
+    // Each element summed over the blocks in block order (the first block, then += the others),
+    // in the partial sums' layout, then transposed into dW's [F, C, K].
     let mut dw = vec![T::ZERO; d.f * ck];
     if let Some((first, rest)) = partial.split_first() {
-        par_rows(&mut dw, 1, partial.len(), |j0, chunk| {
-            chunk.copy_from_slice(&first[j0..j0 + chunk.len()]);
+        let mut sum = first.clone();
+        par_rows(&mut sum, 1, partial.len(), |j0, chunk| {
             for g in rest {
                 for (a, &v) in chunk.iter_mut().zip(&g[j0..]) {
                     *a += v;
                 }
             }
         });
+        for (g, dwg) in sum.chunks(group * cf).enumerate() {
+            let taps = dwg.len() / cf;
+            for (c, col) in dwg.chunks_exact(taps * d.f).enumerate() {
+                for (j, tap) in col.chunks_exact(d.f).enumerate() {
+                    for (f, &v) in tap.iter().enumerate() {
+                        dw[f * ck + c * d.k + g * group + j] = v;
+                    }
+                }
+            }
+        }
     }
     Ok(dw)
+}
+
+/// Steps of `dY` transposed per tile (a tile's `[STEP_TILE, F]` rows of `dYᵀ` stay in L1).
+const STEP_TILE: usize = 16;
+
+/// Lays one block's `dY [items, F, T']` out as `dYᵀ [m, F]`, `dyt[(i·T + t)·F + f] = dY[i, f, t]`,
+/// zero at the dropped steps `t ≥ T'` of each item and past `items·T`; transposed in tiles of
+/// [`STEP_TILE`] steps.
+fn layout_dy_block<T: CpuElem>(dyg: &[T], d: ConvDims, s: Shifted, items: usize, dyt: &mut [T]) {
+    let out = d.out();
+    for (i, dyb) in dyg.chunks_exact(d.f * out).enumerate() {
+        let base = i * d.t;
+        for t0 in (0..out).step_by(STEP_TILE) {
+            let t1 = (t0 + STEP_TILE).min(out);
+            for (f, row) in dyb.chunks_exact(out).enumerate() {
+                for (t, &v) in row[t0..t1].iter().enumerate() {
+                    dyt[(base + t0 + t) * d.f + f] = v;
+                }
+            }
+        }
+        // the item's dropped steps t = T' .. T
+        dyt[(base + out) * d.f..(base + d.t).min(s.m) * d.f].fill(T::ZERO);
+    }
+    if items * d.t < s.m {
+        dyt[items * d.t * d.f..s.m * d.f].fill(T::ZERO);
+    }
 }
 
 /// `db [F] = Σ_{b,t} dY[b, f, t]`, in a fixed order.

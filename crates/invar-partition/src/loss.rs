@@ -4,6 +4,7 @@
 //! `L_H = 1/(2|B|) Σ_B (Ĥ(x̂) + Ĥ(ŷ))`. A batch without same (or different) pairs drops that term.
 
 use std::f64::consts::LN_2;
+use std::sync::Mutex;
 
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Storage, Tensor};
@@ -82,7 +83,13 @@ pub fn pair_terms(xh: &Tensor, yh: &Tensor, eps: f64) -> Result<Tensor> {
         && matches!(xh.dtype(), DType::F32 | DType::F64)
         && yh.dtype() == xh.dtype();
     if fused {
-        return Ok(xh.apply_op2(yh, PairTerms { eps })?);
+        return Ok(xh.apply_op2(
+            yh,
+            PairTerms {
+                eps,
+                logs: Mutex::new(Vec::new()),
+            },
+        )?);
     }
     pair_terms_composite(xh, yh, eps)
 }
@@ -97,23 +104,74 @@ pub fn pair_terms_composite(xh: &Tensor, yh: &Tensor, eps: f64) -> Result<Tensor
 }
 
 /// `√(JS + eps)`, `Ĥ(x̂)`, `Ĥ(ŷ)` per pair with the same `x ln(x + 1e-12)` terms as invar-ops'.
+///
+/// The forward pass keeps its logarithms, `ln(p + ε)`, `ln(q + ε)`, `ln(m + ε)` of every pair
+/// (`[B, 3, D]` f64, in a buffer reused across steps), and the backward pass reads them instead of
+/// taking them again: the logarithms were ≈ 11 % of the partition step's CPU time, half of it in the
+/// backward pass (issue #25). Same values either way (the backward pass recomputes them when the
+/// forward pass's are missing).
 struct PairTerms {
     eps: f64,
+    /// The forward pass's logarithms, `[B, 3, D]`, taken (emptied) by the backward pass.
+    logs: Mutex<Vec<f64>>,
+}
+
+/// Log buffers handed back by finished backward passes, reused by the next forward pass (a fresh
+/// 1.5 MB buffer a step would be zero-filled and page-faulted in again).
+static LOG_POOL: Mutex<Vec<Vec<f64>>> = Mutex::new(Vec::new());
+
+/// A log buffer of `len` elements (contents unspecified), from the pool when it has one.
+fn log_buffer(len: usize) -> Vec<f64> {
+    let mut v = LOG_POOL
+        .lock()
+        .ok()
+        .and_then(|mut pool| pool.pop())
+        .unwrap_or_default();
+    v.resize(len, 0.0);
+    v
+}
+
+/// Hands a log buffer back to the pool (at most two kept: one pair-terms op is live a step).
+fn recycle_logs(v: Vec<f64>) {
+    if v.capacity() == 0 {
+        return;
+    }
+    if let Ok(mut pool) = LOG_POOL.lock() {
+        if pool.len() < 2 {
+            pool.push(v);
+        }
+    }
+}
+
+impl Drop for PairTerms {
+    fn drop(&mut self) {
+        if let Ok(logs) = self.logs.get_mut() {
+            recycle_logs(std::mem::take(logs));
+        }
+    }
 }
 
 /// Pairs per rayon task.
 const ROWS_PER_TASK: usize = 64;
 
-/// One pair's sums: `Σ x ln(x+ε)`, `Σ y ln(y+ε)`, `Σ m ln(m+ε)`.
+/// One pair's sums: `Σ x ln(x+ε)`, `Σ y ln(y+ε)`, `Σ m ln(m+ε)`, and its logarithms
+/// `ln(x+ε)`, `ln(y+ε)`, `ln(m+ε)` written to `logs` (`[3, D]`). The backward pass's sums are
+/// these, in this order, whether it reads the logarithms from here or takes them again.
 #[inline]
-fn xlnx_sums<T: CpuElem>(x: &[T], y: &[T]) -> (f64, f64, f64) {
+fn xlnx_sums<T: CpuElem>(x: &[T], y: &[T], logs: &mut [f64]) -> (f64, f64, f64) {
+    let d = x.len();
+    let (lx, rest) = logs.split_at_mut(d);
+    let (ly, lmid) = rest.split_at_mut(d);
     let (mut sx, mut sy, mut sm) = (0.0, 0.0, 0.0);
-    for (&p, &q) in x.iter().zip(y) {
-        let (p, q) = (p.get(), q.get());
+    for j in 0..d {
+        let (p, q) = (x[j].get(), y[j].get());
         let m = 0.5 * (p + q);
-        sx += p * (p + XLNX_EPS).ln();
-        sy += q * (q + XLNX_EPS).ln();
-        sm += m * (m + XLNX_EPS).ln();
+        lx[j] = (p + XLNX_EPS).ln();
+        ly[j] = (q + XLNX_EPS).ln();
+        lmid[j] = (m + XLNX_EPS).ln();
+        sx += p * lx[j];
+        sy += q * ly[j];
+        sm += m * lmid[j];
     }
     (sx, sy, sm)
 }
@@ -140,20 +198,30 @@ impl PairTerms {
         let (js, h) = out.split_at_mut(b);
         let (hx, hy) = h.split_at_mut(b);
         if d > 0 {
+            let mut logs = log_buffer(3 * b * d);
             js.par_chunks_mut(ROWS_PER_TASK)
                 .zip(hx.par_chunks_mut(ROWS_PER_TASK))
                 .zip(hy.par_chunks_mut(ROWS_PER_TASK))
                 .zip(xs.par_chunks(ROWS_PER_TASK * d))
                 .zip(ys.par_chunks(ROWS_PER_TASK * d))
-                .for_each(|((((js, hx), hy), xr), yr)| {
-                    for (i, (x, y)) in xr.chunks_exact(d).zip(yr.chunks_exact(d)).enumerate() {
-                        let (sx, sy, sm) = xlnx_sums(x, y);
+                .zip(logs.par_chunks_mut(ROWS_PER_TASK * 3 * d))
+                .for_each(|(((((js, hx), hy), xr), yr), lr)| {
+                    for (i, ((x, y), l)) in xr
+                        .chunks_exact(d)
+                        .zip(yr.chunks_exact(d))
+                        .zip(lr.chunks_exact_mut(3 * d))
+                        .enumerate()
+                    {
+                        let (sx, sy, sm) = xlnx_sums(x, y, l);
                         let raw = (0.5 * (sx + sy) - sm) / LN_2;
                         js[i] = T::put((raw.max(0.0) + self.eps).sqrt());
                         hx[i] = T::put(-sx * ch);
                         hy[i] = T::put(-sy * ch);
                     }
                 });
+            if let Ok(mut kept) = self.logs.lock() {
+                recycle_logs(std::mem::replace(&mut *kept, logs));
+            }
         }
         Ok((T::storage(out), Shape::from((3, b))))
     }
@@ -177,15 +245,20 @@ impl PairTerms {
         if d > 0 {
             let (g_js, g_h) = gs.split_at(b);
             let (g_hx, g_hy) = g_h.split_at(b);
+            // The forward pass's logarithms when it left them (the same inputs: candle hands the
+            // backward pass the forward pass's own tensors), else taken again per task.
+            let cached = self
+                .logs
+                .lock()
+                .ok()
+                .map(|mut l| std::mem::take(&mut *l))
+                .filter(|l| l.len() == 3 * b * d);
             dx.par_chunks_mut(ROWS_PER_TASK * d)
                 .zip(dy.par_chunks_mut(ROWS_PER_TASK * d))
                 .enumerate()
                 .for_each(|(task, (dxr, dyr))| {
                     let first = task * ROWS_PER_TASK;
-                    // ln(p + ε), ln(q + ε), ln(m + ε) of one pair, computed once and used for both
-                    // the JS value (the same sums, in the same order, as the forward pass) and
-                    // the derivatives.
-                    let mut logs = vec![0f64; 3 * d];
+                    let mut own = Vec::new();
                     for (k, (dxi, dyi)) in dxr
                         .chunks_exact_mut(d)
                         .zip(dyr.chunks_exact_mut(d))
@@ -193,19 +266,32 @@ impl PairTerms {
                     {
                         let i = first + k;
                         let (x, y) = (&xs[i * d..(i + 1) * d], &ys[i * d..(i + 1) * d]);
-                        let (lx, rest) = logs.split_at_mut(d);
-                        let (ly, lmid) = rest.split_at_mut(d);
-                        let (mut sx, mut sy, mut sm) = (0.0, 0.0, 0.0);
-                        for j in 0..d {
-                            let (p, q) = (x[j].get(), y[j].get());
-                            let m = 0.5 * (p + q);
-                            lx[j] = (p + XLNX_EPS).ln();
-                            ly[j] = (q + XLNX_EPS).ln();
-                            lmid[j] = (m + XLNX_EPS).ln();
-                            sx += p * lx[j];
-                            sy += q * ly[j];
-                            sm += m * lmid[j];
-                        }
+                        // ln(p + ε), ln(q + ε), ln(m + ε) of one pair, used for both the JS value
+                        // (the same sums, in the same order, as the forward pass) and the
+                        // derivatives.
+                        let (sx, sy, sm, logs) = match &cached {
+                            Some(all) => {
+                                let logs = &all[3 * i * d..3 * (i + 1) * d];
+                                let (lx, rest) = logs.split_at(d);
+                                let (ly, lmid) = rest.split_at(d);
+                                let (mut sx, mut sy, mut sm) = (0.0, 0.0, 0.0);
+                                for j in 0..d {
+                                    let (p, q) = (x[j].get(), y[j].get());
+                                    let m = 0.5 * (p + q);
+                                    sx += p * lx[j];
+                                    sy += q * ly[j];
+                                    sm += m * lmid[j];
+                                }
+                                (sx, sy, sm, logs)
+                            }
+                            None => {
+                                own.resize(3 * d, 0.0);
+                                let (sx, sy, sm) = xlnx_sums(x, y, &mut own);
+                                (sx, sy, sm, &own[..])
+                            }
+                        };
+                        let (lx, rest) = logs.split_at(d);
+                        let (ly, lmid) = rest.split_at(d);
                         let raw = (0.5 * (sx + sy) - sm) / LN_2;
                         // ∂√(JS+ε)/∂JS = 1/(2√(JS+ε)); JS = relu(raw) takes slope 1 at 0 (candle's).
                         let mask = if raw >= 0.0 { 1.0 } else { 0.0 };
@@ -225,6 +311,9 @@ impl PairTerms {
                         }
                     }
                 });
+            if let Some(logs) = cached {
+                recycle_logs(logs);
+            }
         }
         Ok((T::storage(dx), T::storage(dy)))
     }
@@ -347,6 +436,42 @@ mod tests {
             let rel = max_diff(a.expect("fused gradient"), e) / max_diff(e, &e.zeros_like()?);
             // The two sum the same terms in a different order: relative rounding ~1e-13.
             assert!(rel < 1e-9, "relative gradient difference {rel}");
+        }
+        Ok(())
+    }
+
+    /// The backward pass reads the forward pass's logarithms; a second backward pass over the
+    /// same graph finds them taken and computes them again: both must give the same bits (the
+    /// kept logarithms are exactly the ones it would take), in f64 and f32, over several tasks.
+    #[test]
+    fn kept_logarithms_give_the_bits_of_recomputed_ones() -> anyhow::Result<()> {
+        let (b, d) = (150, 7);
+        let (x, y) = rows(b, d, 5);
+        let dev = Device::Cpu;
+        for dtype in [DType::F64, DType::F32] {
+            let xv =
+                Var::from_tensor(&Tensor::from_vec(x.clone(), (b, d), &dev)?.to_dtype(dtype)?)?;
+            let yv =
+                Var::from_tensor(&Tensor::from_vec(y.clone(), (b, d), &dev)?.to_dtype(dtype)?)?;
+            let wts: Vec<f64> = (0..3 * b).map(|i| (i as f64 * 0.29).sin()).collect();
+            let wts = Tensor::from_vec(wts, (3, b), &dev)?.to_dtype(dtype)?;
+            let loss = (pair_terms(xv.as_tensor(), yv.as_tensor(), 1e-8)? * &wts)?.sum_all()?;
+            let kept = loss.backward()?;
+            let again = loss.backward()?;
+            for v in [&xv, &yv] {
+                let bits = |g: &candle_core::backprop::GradStore| -> anyhow::Result<Vec<u64>> {
+                    let t = g.get(v.as_tensor()).expect("gradient");
+                    Ok(t.to_dtype(DType::F64)?
+                        .flatten_all()?
+                        .to_vec1::<f64>()?
+                        .iter()
+                        .map(|x| x.to_bits())
+                        .collect())
+                };
+                let first = bits(&kept)?;
+                assert!(first.iter().any(|&u| f64::from_bits(u) != 0.0));
+                assert_eq!(first, bits(&again)?, "{dtype:?}");
+            }
         }
         Ok(())
     }

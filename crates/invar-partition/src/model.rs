@@ -10,6 +10,8 @@ use invar_ops::gemm::Operand;
 use invar_ops::CpuElem;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
+use std::any::Any;
+use std::sync::Mutex;
 
 use crate::{Error, Result};
 
@@ -192,6 +194,7 @@ pub fn project_rows(frames: &Tensor, idx: &Tensor, w: &Tensor) -> Result<Tensor>
         let op = ProjectRows {
             frames: frames.contiguous()?,
             idx: idx.contiguous()?,
+            kept: Mutex::new(None),
         };
         return Ok(w.apply_op1(op)?);
     }
@@ -205,15 +208,81 @@ const GATHER_ROWS: usize = 128;
 const GATHER_COLS: usize = 128;
 
 /// The fused `frames[idx]·W`; `frames` and `idx` are contiguous CPU tensors.
+///
+/// The forward pass gathers the `[B, M]` rows into one buffer (row stride [`gathered_stride`]) and
+/// keeps it for the backward pass, which reads its column blocks in place instead of gathering them
+/// again from the frames (random rows of a matrix far larger than the caches): the two gathers
+/// were ≈ 16 % of the partition step's CPU time, the backward one the larger part (issue #25). The
+/// buffer (4 MB at B = 1000, M = 1024 in f32) comes from a small pool, so steps reuse it instead of
+/// faulting in fresh pages.
 struct ProjectRows {
     frames: Tensor,
     idx: Tensor,
+    /// The forward pass's gathered rows (a `Vec<T>`), taken by the backward pass.
+    kept: Mutex<Option<Gathered>>,
 }
 
-/// The backward kernel of [`ProjectRows`] on `∂L/∂y` `[B, D]`: `∂L/∂W = frames[idx]ᵀ·∂L/∂y`.
+/// A `Vec<T>` of gathered rows, `T` the op's element type.
+type Gathered = Box<dyn Any + Send>;
+
+/// Gathered-row buffers handed back by finished ops, reused by the next forward pass.
+static GATHER_POOL: Mutex<Vec<Gathered>> = Mutex::new(Vec::new());
+
+/// Pooled buffers kept at most: a step has two live projections (a pair's two sides).
+const GATHER_POOL_MAX: usize = 2;
+
+/// A buffer of `len` elements of `T` (contents unspecified), from the pool when it has one of `T`.
+fn gather_buffer<T: CpuElem>(len: usize) -> Vec<T> {
+    let reused = GATHER_POOL.lock().ok().and_then(|mut pool| {
+        let at = pool.iter().position(|b| b.is::<Vec<T>>())?;
+        pool.swap_remove(at).downcast::<Vec<T>>().ok()
+    });
+    let mut v = reused.map(|b| *b).unwrap_or_default();
+    v.resize(len, T::put(0.0));
+    v
+}
+
+/// Hands a gathered-row buffer back to the pool.
+fn recycle_gathered(b: Gathered) {
+    if let Ok(mut pool) = GATHER_POOL.lock() {
+        if pool.len() < GATHER_POOL_MAX {
+            pool.push(b);
+        }
+    }
+}
+
+/// Row stride of the kept gathered rows: `M`, plus 16 elements when a row is a multiple of 4 KB
+/// (the backward pass reads down columns, and a 4 KB stride maps every row to the same L1 set).
+fn gathered_stride<T>(m: usize) -> usize {
+    if (m * std::mem::size_of::<T>()) % 4096 == 0 {
+        m + 16
+    } else {
+        m
+    }
+}
+
+impl Drop for ProjectRows {
+    fn drop(&mut self) {
+        if let Some(b) = self.kept.get_mut().ok().and_then(Option::take) {
+            recycle_gathered(b);
+        }
+    }
+}
+
+/// The backward kernel of [`ProjectRows`] on `∂L/∂y` `[B, D]`: `∂L/∂W = frames[idx]ᵀ·∂L/∂y`,
+/// from the forward pass's gathered rows when it kept them, else gathered again.
 struct ProjectRowsGrad {
     frames: Tensor,
     idx: Tensor,
+    kept: Mutex<Option<Gathered>>,
+}
+
+impl Drop for ProjectRowsGrad {
+    fn drop(&mut self) {
+        if let Some(b) = self.kept.get_mut().ok().and_then(Option::take) {
+            recycle_gathered(b);
+        }
+    }
 }
 
 fn gather_err(msg: String) -> candle_core::Error {
@@ -266,36 +335,44 @@ impl ProjectRows {
             }
             let mut y = vec![T::put(0.0); ids.len() * d];
             if d > 0 && m > 0 {
+                let ld = gathered_stride::<T>(m);
+                let mut rows = gather_buffer::<T>(ids.len() * ld);
                 y.par_chunks_mut(GATHER_ROWS * d)
                     .zip(ids.par_chunks(GATHER_ROWS))
-                    .try_for_each(|(yb, ib)| {
-                        T::with_scratch(|x| {
-                            x.clear();
-                            for &i in ib {
-                                let at = i as usize * m;
-                                x.extend_from_slice(&frames[at..at + m]);
-                            }
-                            // [rows, M]·[M, D] → this block's rows of y
-                            invar_ops::gemm::gemm(
-                                (ib.len(), d, m),
-                                Operand {
-                                    data: &x[..],
-                                    rs: m,
-                                    cs: 1,
-                                },
-                                Operand {
-                                    data: w,
-                                    rs: d,
-                                    cs: 1,
-                                },
-                                yb,
-                                (d, 1),
-                                false,
-                                false,
-                            )
-                            .map_err(candle_core::Error::from)
-                        })
+                    .zip(rows.par_chunks_mut(GATHER_ROWS * ld))
+                    .try_for_each(|((yb, ib), x)| {
+                        for (&i, row) in ib.iter().zip(x.chunks_mut(ld)) {
+                            let at = i as usize * m;
+                            row[..m].copy_from_slice(&frames[at..at + m]);
+                        }
+                        // [rows, M]·[M, D] → this block's rows of y
+                        invar_ops::gemm::gemm(
+                            (ib.len(), d, m),
+                            Operand {
+                                data: &x[..],
+                                rs: ld,
+                                cs: 1,
+                            },
+                            Operand {
+                                data: w,
+                                rs: d,
+                                cs: 1,
+                            },
+                            yb,
+                            (d, 1),
+                            false,
+                            false,
+                        )
+                        .map_err(candle_core::Error::from)
                     })?;
+                let old = self
+                    .kept
+                    .lock()
+                    .ok()
+                    .and_then(|mut k| k.replace(Box::new(rows)));
+                if let Some(old) = old {
+                    recycle_gathered(old);
+                }
             }
             Ok((T::storage(y), Shape::from((ids.len(), d))))
         })
@@ -323,6 +400,7 @@ impl CustomOp1 for ProjectRows {
         let op = ProjectRowsGrad {
             frames: self.frames.clone(),
             idx: self.idx.clone(),
+            kept: Mutex::new(self.kept.lock().ok().and_then(|mut k| k.take())),
         };
         Ok(Some(grad.contiguous()?.apply_op1_no_bwd(&op)?))
     }
@@ -342,23 +420,25 @@ impl ProjectRowsGrad {
             }
             let mut dw = vec![T::put(0.0); m * d];
             if d > 0 && m > 0 {
+                let ld = gathered_stride::<T>(m);
+                let kept = self.kept.lock().ok();
+                let kept = kept
+                    .as_ref()
+                    .and_then(|k| k.as_ref())
+                    .and_then(|b| b.downcast_ref::<Vec<T>>())
+                    .filter(|v| v.len() == b * ld);
                 dw.par_chunks_mut(GATHER_COLS * d)
                     .enumerate()
                     .try_for_each(|(block, dwb)| {
                         let (c0, cols) = (block * GATHER_COLS, dwb.len() / d);
-                        T::with_scratch(|x| {
-                            x.clear();
-                            for &i in ids {
-                                let at = i as usize * m + c0;
-                                x.extend_from_slice(&frames[at..at + cols]);
-                            }
-                            // ∂L/∂W[c0..c0 + cols] = x[B, cols]ᵀ · g[B, D]
+                        // ∂L/∂W[c0..c0 + cols] = x[B, cols]ᵀ · g[B, D]
+                        let mut product = |x: &[T], ld: usize| {
                             invar_ops::gemm::gemm(
                                 (cols, d, b),
                                 Operand {
-                                    data: &x[..],
+                                    data: x,
                                     rs: 1,
-                                    cs: cols,
+                                    cs: ld,
                                 },
                                 Operand {
                                     data: g,
@@ -371,7 +451,19 @@ impl ProjectRowsGrad {
                                 false,
                             )
                             .map_err(candle_core::Error::from)
-                        })
+                        };
+                        match kept {
+                            // the forward pass's rows: column block c0.. read in place
+                            Some(rows) => product(&rows[c0..], ld),
+                            None => T::with_scratch(|x| {
+                                x.clear();
+                                for &i in ids {
+                                    let at = i as usize * m + c0;
+                                    x.extend_from_slice(&frames[at..at + cols]);
+                                }
+                                product(&x[..], cols)
+                            }),
+                        }
                     })?;
             }
             Ok((T::storage(dw), Shape::from((m, d))))
@@ -625,6 +717,38 @@ mod tests {
         let fused = project_rows(&f32f, &idx, &f32w)?.to_dtype(DType::F64)?;
         let composite = project(&f32f.index_select(&idx, 0)?, &f32w)?.to_dtype(DType::F64)?;
         assert!(max_abs(&fused, &composite)? < 1e-4);
+        Ok(())
+    }
+
+    /// The backward pass reads the rows the forward pass gathered; a second backward pass over the
+    /// same graph finds them taken and gathers again: the same bits either way, in f64 (M = 512:
+    /// 4 KB rows, so the kept rows' stride is padded) and f32 (2 KB rows, unpadded), with B cutting
+    /// the row blocks short and M spanning several column blocks.
+    #[test]
+    fn kept_gathered_rows_give_the_bits_of_gathering_again() -> anyhow::Result<()> {
+        let (frames, w, idx, g) = gather_case(400, 512, 5, 300)?;
+        assert_eq!(gathered_stride::<f64>(512), 528);
+        assert_eq!(gathered_stride::<f32>(512), 512);
+        for dtype in [DType::F64, DType::F32] {
+            let (frames, g) = (frames.to_dtype(dtype)?, g.to_dtype(dtype)?);
+            let w = Var::from_tensor(&w.as_tensor().to_dtype(dtype)?)?;
+            let loss = (project_rows(&frames, &idx, w.as_tensor())? * &g)?.sum_all()?;
+            let bits = |grads: &candle_core::backprop::GradStore| -> anyhow::Result<Vec<u64>> {
+                Ok(grads
+                    .get(w.as_tensor())
+                    .expect("gradient")
+                    .to_dtype(DType::F64)?
+                    .flatten_all()?
+                    .to_vec1::<f64>()?
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect())
+            };
+            let kept = bits(&loss.backward()?)?;
+            let again = bits(&loss.backward()?)?;
+            assert!(kept.iter().any(|&u| f64::from_bits(u) != 0.0));
+            assert_eq!(kept, again, "{dtype:?}");
+        }
         Ok(())
     }
 
