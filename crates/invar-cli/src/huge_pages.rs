@@ -5,18 +5,21 @@
 //! On the Scale corpora (BENCHMARKS.md) that was most of what the data stages held: release build,
 //! 3.93 h, `--threads 2`, peak RSS with / without huge pages: `features` 52 / 20 MB, `gmm
 //! posteriors` 49 / 17 MB, `gmm supervectors` 43 / 17 MB, `eval abx` 69 / 47 MB, the same CPU time
-//! within run-to-run noise. The network training steps are another matter: the 001 CNN step
-//! (`step_time_speaker_cnn --threads 1`, 300 steps, three interleaved rounds) took 2.82–3.13 s of
-//! CPU with huge pages against 3.01–3.16 s without (its tensors are megabytes, walked every step:
-//! fewer TLB misses). So `auto`, the default, turns them off with `prctl(PR_SET_THP_DISABLE)` for
-//! every command but those that train a network. The kernel applies the flag to the whole
-//! process, the arenas mimalloc already reserved included, and child processes inherit it.
+//! within run-to-run noise. The training steps, timed on a quiet machine (2026-11-28 14:04 UTC,
+//! release examples, `--threads 2`, `MIMALLOC_ALLOW_THP` 1 / 0 interleaved): the 001 CNN step
+//! 4.07 / 3.77 / 3.81 ms with against 4.07 / 3.61 / 3.58 ms without (400 steps after 100
+//! warm-up, three rounds), the 000 partition step 5.54 / 5.96 against 5.07 / 5.07 ms; only the 002
+//! autoencoder, whose 94.7 M weights and Adam moments (≈ 1.1 GB) are walked every step, ran faster
+//! with them: 326 / 299 against 333 / 347 ms (fewer TLB misses). So `auto`, the default, turns
+//! them off with `prctl(PR_SET_THP_DISABLE)` for every command but `supervector train|eval`. The
+//! kernel applies the flag to the whole process, the arenas mimalloc already reserved included,
+//! and child processes inherit it.
 
 /// What `--huge-pages` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum HugePages {
-    /// On for the commands that train a network (`speaker train|cv|robustness`, `partition
-    /// train`, `supervector train|eval`), off for the others.
+    /// On for the commands that train the 002 autoencoder (`supervector train|eval`), off for
+    /// the others.
     #[default]
     Auto,
     /// On for this command and the processes it starts (`invar demo`'s stages).
@@ -34,10 +37,10 @@ pub fn turn_off_early() {
     }
 }
 
-/// Applies the parsed setting; `trains` says whether the command trains a network. `on` and `off`
+/// Applies the parsed setting; `wanted` says whether the command gains from huge pages. `on` and `off`
 /// also set `MIMALLOC_ALLOW_THP` for the child processes, so `invar demo --huge-pages on` reaches
 /// its stages; `auto` leaves each child to decide by its own command.
-pub fn apply(setting: HugePages, trains: bool) {
+pub fn apply(setting: HugePages, wanted: bool) {
     match setting {
         HugePages::On => {
             std::env::set_var("MIMALLOC_ALLOW_THP", "1");
@@ -48,7 +51,7 @@ pub fn apply(setting: HugePages, trains: bool) {
             set(false);
         }
         HugePages::Auto => {
-            if trains && std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
+            if wanted && std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
                 set(true);
             }
         }

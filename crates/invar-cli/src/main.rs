@@ -32,9 +32,9 @@ struct Cli {
     #[arg(long, global = true, default_value_t = 0)]
     threads: usize,
     /// Transparent huge pages (2 MiB) for the allocator, before or after the subcommand: `auto`
-    /// allows them only for commands that train a network (fewer TLB misses per step), `off`
-    /// keeps resident memory in 4 KiB steps (a data stage's peak was up to 2.5x with them), `on`
-    /// always; `on`/`off` reach the stages `invar demo` runs.
+    /// allows them only for `supervector train|eval` (the autoencoder's ~1 GB of weights, walked
+    /// every step), `off` keeps resident memory in 4 KiB steps (a data stage's peak was up to 2.5x
+    /// with them), `on` always; `on`/`off` reach the stages `invar demo` runs.
     #[arg(long, global = true, value_enum, default_value_t = huge_pages::HugePages::Auto)]
     huge_pages: huge_pages::HugePages,
     #[command(subcommand)]
@@ -80,7 +80,7 @@ fn main() -> anyhow::Result<()> {
     huge_pages::turn_off_early();
     init_tracing();
     let cli = Cli::parse();
-    huge_pages::apply(cli.huge_pages, trains_a_network(cli.command.as_ref()));
+    huge_pages::apply(cli.huge_pages, wants_huge_pages(cli.command.as_ref()));
     huge_pages::log_state();
     if cli.threads > 0 {
         invar_ops::set_cpu_threads(cli.threads)?;
@@ -113,19 +113,12 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-/// Whether `command` trains a network (what `--huge-pages auto` allows huge pages for).
-fn trains_a_network(command: Option<&Command>) -> bool {
-    use partition::PartitionCommand as P;
-    use speaker::SpeakerCommand as S;
+/// Whether `command` gains from huge pages (what `--huge-pages auto` allows them for): the 002
+/// autoencoder's training, whose weights and optimiser moments are walked every step
+/// (`huge_pages.rs` has the measurements).
+fn wants_huge_pages(command: Option<&Command>) -> bool {
     use supervector::SupervectorCommand as V;
-    match command {
-        Some(Command::Speaker(a)) => {
-            matches!(a.command, S::Train(_) | S::Cv(_) | S::Robustness(_))
-        }
-        Some(Command::Partition(a)) => matches!(a.command, P::Train(_)),
-        Some(Command::Supervector(a)) => matches!(a.command, V::Train(_) | V::Eval(_)),
-        _ => false,
-    }
+    matches!(command, Some(Command::Supervector(a)) if matches!(a.command, V::Train(_) | V::Eval(_)))
 }
 
 /// Logs go to stderr through `tracing`; `RUST_LOG` overrides the default `info` level. Colour codes
