@@ -538,9 +538,20 @@ pub fn evaluate_planned(
     // Units are listed a group of contexts at a time, not for the whole plan (issue #24).
     let groups = super::task::groups(&plan.ds);
     let mut cells: Vec<Vec<CellScore>> = vec![Vec::new(); configs.len()];
+    let split = || {
+        Error::degenerate(
+            "ABX by context",
+            "a group of contexts splits a (context, talker) group (invar's bug: please report it)",
+        )
+    };
+    let mut covered = 0;
     for run in context_groups(blocks, max_frames) {
         let first = groups.partition_point(|g| g.start < run.start);
         let last = groups.partition_point(|g| g.start < run.end);
+        if first != covered || groups[first..last].last().is_some_and(|g| g.end > run.end) {
+            return Err(split());
+        }
+        covered = last;
         let units: Vec<Vec<Unit>> = configs
             .iter()
             .map(|c| {
@@ -589,6 +600,9 @@ pub fn evaluate_planned(
                 &mut cells[k],
             )?;
         }
+    }
+    if covered != groups.len() {
+        return Err(split());
     }
     configs
         .iter()
