@@ -7,7 +7,9 @@ use anyhow::{bail, Context};
 
 use crate::out_dir::{opt, paths};
 use clap::{Args, Subcommand};
-use invar_data::{FeatureFormat, FeatureSet, MapSummary, Shard, Split, SupervectorSet};
+use invar_data::{
+    FeatureFormat, FeatureSet, FeatureStream, MapSummary, Shard, Split, SupervectorSet,
+};
 use invar_gmm::{DiagGmm, EmConfig, FrameSource, GmmMeta, InitMethod, MapConfig};
 use invar_io::Matrix;
 use invar_train::ItemProgress;
@@ -532,7 +534,7 @@ impl StageSummary {
 /// Runs `f` on every utterance of `shard` in parallel through `invar_data::map_feature_set` into
 /// `out` (see there), with a progress bar.
 pub(crate) fn per_utterance(
-    set: &FeatureSet,
+    set: &FeatureStream,
     out: &Path,
     config: &serde_json::Value,
     shard: Shard,
@@ -544,7 +546,7 @@ pub(crate) fn per_utterance(
 
 /// As [`per_utterance`], writing the output set in `format`.
 pub(crate) fn per_utterance_as(
-    set: &FeatureSet,
+    set: &FeatureStream,
     out: &Path,
     config: &serde_json::Value,
     shard: Shard,
@@ -552,9 +554,7 @@ pub(crate) fn per_utterance_as(
     what: &'static str,
     f: &(dyn Fn(&Matrix) -> anyhow::Result<Matrix> + Sync),
 ) -> anyhow::Result<MapSummary> {
-    let mine = (0..set.entries().len())
-        .filter(|&i| shard.contains(i))
-        .count();
+    let mine = (0..set.len()).filter(|&i| shard.contains(i)).count();
     let progress = ItemProgress::new(mine as u64, what);
     let done = invar_data::map_feature_set(
         set,
@@ -571,7 +571,7 @@ pub(crate) fn per_utterance_as(
 
 fn posteriors(args: PosteriorsArgs) -> anyhow::Result<()> {
     let ubm = load_ubm(&args.ubm)?;
-    let set = FeatureSet::open(&args.features)?;
+    let set = FeatureStream::open(&args.features)?;
     let shard = Shard::parse_or_all(args.shard.as_deref())?;
     let config = serde_json::json!({
         "stage": "gmm posteriors",
@@ -607,7 +607,7 @@ fn supervectors(args: SupervectorsArgs) -> anyhow::Result<()> {
     };
     map.validate()?;
     let ubm = load_ubm(&args.ubm)?;
-    let set = FeatureSet::open(&args.features)?;
+    let set = FeatureStream::open(&args.features)?;
     let shard = Shard::parse_or_all(args.shard.as_deref())?;
     let config = serde_json::json!({
         "stage": "gmm supervectors",

@@ -474,7 +474,7 @@ fn update(args: UpdateArgs) -> anyhow::Result<()> {
 
 fn extract(args: ExtractArgs) -> anyhow::Result<()> {
     let (ubm, model) = load_models(&args.ubm, &args.extractor)?;
-    let set = FeatureSet::open(&args.features)?;
+    let set = invar_data::FeatureStream::open(&args.features)?;
     let shard = invar_data::Shard::parse_or_all(args.shard.as_deref())?;
     let length_norm = !args.no_length_norm;
     let config = serde_json::json!({

@@ -288,7 +288,7 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     if let Some(seed) = a.random_control {
         partition = Partition::random_hard(partition.inputs(), partition.outputs(), seed);
     }
-    let set = FeatureSet::open(&a.posteriors)?;
+    let set = invar_data::FeatureStream::open(&a.posteriors)?;
     let _out = crate::out_dir::claim(
         &a.out,
         "partition apply",
@@ -296,8 +296,8 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
         false,
         &[a.model.as_path(), a.posteriors.as_path()],
     )?;
-    let entries = apply_featureset(&partition, &set, &a.out, a.hard)?;
-    let frames: usize = entries.iter().map(|e| e.frames).sum();
+    let written = apply_featureset(&partition, &set, &a.out, a.hard)?;
+    let frames = written.frames;
     let mapping = partition.mapping();
     let summary = serde_json::json!({
         "model": a.model,
@@ -305,7 +305,7 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
         "out": a.out,
         "hard": a.hard,
         "random_control": a.random_control,
-        "utterances": entries.len(),
+        "utterances": written.entries,
         "frames": frames,
         "inputs": mapping.inputs,
         "outputs": mapping.outputs,
@@ -319,8 +319,7 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     println!("partition apply ({kind})");
     println!(
         "  utterances / frames         {} / {}",
-        entries.len(),
-        frames
+        written.entries, frames
     );
     println!(
         "  inputs M / outputs D        {} / {}",

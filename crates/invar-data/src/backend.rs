@@ -145,18 +145,41 @@ fn absolute(p: &Path) -> Result<PathBuf> {
     std::path::absolute(p).map_err(|e| Error::io(p, "make the path absolute", e))
 }
 
-/// Writes `feats.scp` for a merged sharded set from its entries (absolute archive paths).
-pub(crate) fn write_merged_scp(dir: &Path, entries: &[FeatureEntry]) -> Result<()> {
-    let mut text = String::new();
-    for e in entries {
+/// Writes `feats.scp` for a merged sharded set from its manifest, read line by line (absolute
+/// archive paths); an `.npy` set gets none.
+pub(crate) fn write_merged_scp(dir: &Path, manifest: &Path) -> Result<()> {
+    let mut scp: Option<std::io::BufWriter<std::fs::File>> = None;
+    let tmp = dir.join(format!(".{KALDI_SCP}.tmp-{}", std::process::id()));
+    let streamed = crate::featureset::for_each_entry(manifest, |e| {
         let Some((file, offset)) = ark_location(&e.path) else {
             return Ok(()); // an .npy set has no scp
         };
         let abs = absolute(&dir.join(file))?;
-        text.push_str(&format!("{} {}:{offset}\n", e.id, abs.display()));
+        let w = match &mut scp {
+            Some(w) => w,
+            None => {
+                let f = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, "create", e))?;
+                scp.insert(std::io::BufWriter::new(f))
+            }
+        };
+        use std::io::Write;
+        writeln!(w, "{} {}:{offset}", e.id, abs.display()).map_err(|e| Error::io(&tmp, "write", e))
+    });
+    let finished = streamed.and_then(|()| match scp.take() {
+        None => Ok(()),
+        Some(w) => {
+            let f = w
+                .into_inner()
+                .map_err(|e| Error::io(&tmp, "write", e.into_error()))?;
+            f.sync_all().map_err(|e| Error::io(&tmp, "sync", e))?;
+            std::fs::rename(&tmp, dir.join(KALDI_SCP))
+                .map_err(|e| Error::io(dir.join(KALDI_SCP), "rename into place", e))
+        }
+    });
+    if finished.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
-    invar_io::write_text(dir.join(KALDI_SCP), &text)?;
-    Ok(())
+    finished
 }
 
 /// Opens a set that has no invar manifest: a Kaldi `scp` file, a folder with `feats.scp` and no

@@ -116,7 +116,7 @@ pub fn extract_features(
         on_done(u);
         Ok(())
     })?;
-    let entries = writer.finish()?;
+    let written = writer.finish()?;
     let complete = if shard.count == 1 {
         true
     } else {
@@ -124,10 +124,10 @@ pub fn extract_features(
     };
     let resumed = resumed.into_inner();
     Ok(ExtractSummary {
-        utterances: entries.len(),
-        computed: entries.len() - resumed,
+        utterances: written.entries,
+        computed: written.entries - resumed,
         resumed,
-        frames: entries.iter().map(|e| e.frames as u64).sum(),
+        frames: written.frames,
         dims: frontend.dims(),
         complete,
     })

@@ -332,7 +332,8 @@ pub struct FeatureSetWriter {
     dir: PathBuf,
     shard: Shard,
     origin: SetOrigin,
-    entries: Mutex<Vec<FeatureEntry>>,
+    /// The entries, sorted in runs of bounded size spilled beside the manifest (issue #24).
+    entries: Mutex<EntrySorter>,
     /// The `.npy` matrices written so far, synced by `finish` before the manifest.
     unsynced: invar_io::SyncSet,
     kaldi: Option<crate::backend::KaldiOut>,
@@ -379,11 +380,12 @@ impl FeatureSetWriter {
                 (shard.count > 1).then(|| format!("{}-of-{}", shard.index + 1, shard.count)),
             )?),
         };
+        let sorter = EntrySorter::new(&dir, shard, EntrySorter::DEFAULT_RUN);
         Ok(FeatureSetWriter {
             dir,
             shard,
             origin: origin.clone(),
-            entries: Mutex::new(Vec::new()),
+            entries: Mutex::new(sorter),
             unsynced: invar_io::SyncSet::new(),
             kaldi,
         })
@@ -418,50 +420,507 @@ impl FeatureSetWriter {
         self.entries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(entry.clone());
+            .push(entry.clone())?;
         Ok(entry)
+    }
+
+    /// As [`FeatureSetWriter::create_as`], keeping at most `run` entries in memory before a sorted
+    /// run is spilled to disk (tests use a small run to exercise the merge).
+    #[doc(hidden)]
+    pub fn with_run_size(mut self, run: usize) -> Self {
+        let sorter = self.entries.get_mut().unwrap_or_else(|p| p.into_inner());
+        sorter.run = run.max(1);
+        self
     }
 
     /// Sorts the entries by id, refuses duplicates, syncs every matrix written (data, then the
     /// folder: a file that vanished or will not sync is an error naming it, and no manifest is
     /// written) and writes the manifest atomically; a whole (unsharded) set is then sealed (see
-    /// [`crate::meta`]).
-    pub fn finish(self) -> Result<Vec<FeatureEntry>> {
-        let mut entries = self.entries.into_inner().unwrap_or_else(|p| p.into_inner());
-        entries.sort_by(|a, b| a.id.cmp(&b.id));
-        check_unique(&entries, &self.dir)?;
-        let dims = common_dims(&entries, &self.dir)?;
-        self.unsynced.sync()?;
-        if let Some(k) = self.kaldi {
-            k.finish(&self.dir)?;
-        }
-        write_manifest(&self.dir.join(self.shard.manifest_name()), &entries)?;
+    /// [`crate::meta`]). Memory does not grow with the set: entries beyond one run were spilled
+    /// in sorted runs and are merged from disk here.
+    pub fn finish(self) -> Result<WrittenSet> {
+        let sorter = self.entries.into_inner().unwrap_or_else(|p| p.into_inner());
+        let manifest = self.dir.join(self.shard.manifest_name());
+        let (runs, mut buffer) = sorter.into_parts();
+        let written = if runs.paths.is_empty() {
+            buffer.sort_by(|a, b| a.id.cmp(&b.id));
+            check_unique(&buffer, &self.dir)?;
+            let dims = common_dims(&buffer, &self.dir)?;
+            self.unsynced.sync()?;
+            if let Some(k) = self.kaldi {
+                k.finish(&self.dir)?;
+            }
+            write_manifest(&manifest, &buffer)?;
+            WrittenSet {
+                entries: buffer.len(),
+                frames: buffer.iter().map(|e| e.frames as u64).sum(),
+                dims,
+            }
+        } else {
+            let mut runs = runs;
+            if !buffer.is_empty() {
+                runs.spill(&mut buffer)?;
+            }
+            self.unsynced.sync()?;
+            if let Some(k) = self.kaldi {
+                k.finish(&self.dir)?;
+            }
+            let written = merge_sorted_manifests(&runs.paths, &manifest, &self.dir);
+            runs.remove();
+            written?
+        };
         if self.shard.count == 1 {
-            crate::meta::seal(&self.dir, Some(&self.origin), dims, entries.len())?;
+            crate::meta::seal(&self.dir, Some(&self.origin), written.dims, written.entries)?;
         }
-        Ok(entries)
+        Ok(written)
     }
 }
 
-/// Joins the `count` shard manifests in `dir` into `manifest.tsv`. Returns `Ok(None)` (and writes
-/// nothing) while some shard has not finished, so every shard can call it when it ends.
-pub fn merge_shards(dir: impl AsRef<Path>, count: usize) -> Result<Option<Vec<FeatureEntry>>> {
+/// What a [`FeatureSetWriter`] (or a shard merge) committed to its manifest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WrittenSet {
+    /// Entries in the manifest.
+    pub entries: usize,
+    /// Their frames, summed.
+    pub frames: u64,
+    /// Columns of every matrix (0 for an empty set).
+    pub dims: usize,
+}
+
+/// A writer's entries in bounded memory: up to `run` in a buffer, then sorted by id and spilled as
+/// a manifest-format run file (`.manifest[.K-of-N].run-I.tmp-PID`) beside the manifest, merged by
+/// [`merge_sorted_manifests`] at the end (Kaldi's `sort` of an scp, or a database's external sort,
+/// in small).
+#[derive(Debug)]
+struct EntrySorter {
+    run: usize,
+    buffer: Vec<FeatureEntry>,
+    runs: SpilledRuns,
+}
+
+#[derive(Debug)]
+struct SpilledRuns {
+    dir: PathBuf,
+    stem: String,
+    paths: Vec<PathBuf>,
+}
+
+impl EntrySorter {
+    /// Entries held at most before a run is spilled: 16 384 (a few MB), so a set of up to that
+    /// many utterances never touches the disk for its manifest.
+    const DEFAULT_RUN: usize = 16_384;
+
+    fn new(dir: &Path, shard: Shard, run: usize) -> EntrySorter {
+        EntrySorter {
+            run,
+            buffer: Vec::new(),
+            runs: SpilledRuns {
+                dir: dir.to_path_buf(),
+                stem: format!(".{}", shard.manifest_name()),
+                paths: Vec::new(),
+            },
+        }
+    }
+
+    fn push(&mut self, entry: FeatureEntry) -> Result<()> {
+        self.buffer.push(entry);
+        if self.buffer.len() >= self.run {
+            self.runs.spill(&mut self.buffer)?;
+        }
+        Ok(())
+    }
+
+    fn into_parts(self) -> (SpilledRuns, Vec<FeatureEntry>) {
+        (self.runs, self.buffer)
+    }
+}
+
+impl SpilledRuns {
+    /// Sorts `buffer` by id, writes it as the next run (unsynced: a run is scratch, merged into the
+    /// manifest that is synced) and empties it.
+    fn spill(&mut self, buffer: &mut Vec<FeatureEntry>) -> Result<()> {
+        buffer.sort_by(|a, b| a.id.cmp(&b.id));
+        let path = self.dir.join(format!(
+            "{}.run-{}.tmp-{}",
+            self.stem,
+            self.paths.len(),
+            std::process::id()
+        ));
+        let file = std::fs::File::create(&path)
+            .map_err(|e| Error::io(&path, "create a sorted run of the manifest", e))?;
+        let mut w = std::io::BufWriter::new(file);
+        let written = writeln!(w, "{HEADER}")
+            .and_then(|()| write_entries(&mut w, buffer))
+            .and_then(|()| w.flush());
+        self.paths.push(path.clone());
+        written.map_err(|e| Error::io(&path, "write a sorted run of the manifest", e))?;
+        buffer.clear();
+        Ok(())
+    }
+
+    fn remove(&self) {
+        for p in &self.paths {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+impl Drop for SpilledRuns {
+    /// A writer dropped without `finish` (an error elsewhere) leaves no run files behind.
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// One sorted manifest (or run) read line by line: the header, then entries, each checked to sort
+/// strictly after the one before it. Every byte read passes through an FNV-1a hash, so a reader
+/// that reached the end can check the set's seal without holding the text.
+struct ManifestLines {
+    path: PathBuf,
+    reader: std::io::BufReader<Hashing<std::fs::File>>,
+    line: String,
+    n: usize,
+    rows: usize,
+    last: Option<String>,
+}
+
+/// A reader that hashes (FNV-1a) what it reads.
+struct Hashing<R> {
+    inner: R,
+    hash: u64,
+}
+
+impl<R: std::io::Read> std::io::Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hash = crate::meta::fnv1a_more(self.hash, &buf[..n]);
+        Ok(n)
+    }
+}
+
+impl ManifestLines {
+    fn open(path: &Path) -> Result<ManifestLines> {
+        let file = std::fs::File::open(path).map_err(|e| Error::io(path, "read", e))?;
+        let mut lines = ManifestLines {
+            path: path.to_path_buf(),
+            reader: std::io::BufReader::new(Hashing {
+                inner: file,
+                hash: crate::meta::fnv1a(b""),
+            }),
+            line: String::new(),
+            n: 0,
+            rows: 0,
+            last: None,
+        };
+        let header = lines
+            .next_line()?
+            .map(|h| h.trim_start_matches('\u{feff}') == HEADER);
+        match header {
+            Some(true) => Ok(lines),
+            Some(false) => Err(Error::malformed(
+                path,
+                1,
+                format!("the header {HEADER:?}"),
+                excerpt(lines.line.trim_end_matches(['\n', '\r'])),
+            )),
+            None => Err(Error::malformed(
+                path,
+                1,
+                format!("the header {HEADER:?}"),
+                "an empty file",
+            )),
+        }
+    }
+
+    /// The next line, without its line break, in `self.line`; `None` at the end.
+    fn next_line(&mut self) -> Result<Option<&str>> {
+        use std::io::BufRead;
+        self.line.clear();
+        let n = self
+            .reader
+            .read_line(&mut self.line)
+            .map_err(|e| Error::io(&self.path, "read", e))?;
+        if n == 0 {
+            return Ok(None);
+        }
+        self.n += 1;
+        let l = self.line.strip_suffix('\n').unwrap_or(&self.line);
+        Ok(Some(l.strip_suffix('\r').unwrap_or(l)))
+    }
+
+    /// The next entry; an id not after the previous one is an error naming the line.
+    fn next_entry(&mut self) -> Result<Option<FeatureEntry>> {
+        loop {
+            let line = match self.next_line()? {
+                None => return Ok(None),
+                Some("") => continue,
+                Some(line) => line.to_owned(),
+            };
+            let entry = parse_entry(&self.path, self.n, &line)?;
+            if let Some(last) = &self.last {
+                if entry.id <= *last {
+                    return Err(Error::malformed(
+                        &self.path,
+                        self.n,
+                        format!("ids in sorted order, after {last:?}"),
+                        excerpt(&entry.id),
+                    ));
+                }
+            }
+            self.last = Some(entry.id.clone());
+            self.rows += 1;
+            return Ok(Some(entry));
+        }
+    }
+
+    /// The FNV-1a of every byte read so far (the whole file once `next_entry` gave `None`).
+    fn hash(&self) -> u64 {
+        self.reader.get_ref().hash
+    }
+}
+
+/// What [`FeatureStream::for_each_chunk`] calls: the index of the chunk's first entry, the chunk.
+pub type ChunkFn<'a, E> = &'a mut dyn FnMut(usize, &[FeatureEntry]) -> std::result::Result<(), E>;
+
+/// A feature set opened for passes over its entries in manifest order without holding them
+/// (issue #24): what a per-utterance stage (`gmm posteriors`, `ivector extract`, …) needs, in
+/// memory that does not grow with the set. Opening checks the seal as [`FeatureSet::open`] does,
+/// reading the manifest once line by line; each pass checks it again at its end, so a manifest
+/// changed under a running stage fails it before it commits. A set without an invar manifest (a
+/// Kaldi `scp`, a plain `.npy` folder) is held whole, as [`FeatureSet::open`] holds it.
+#[derive(Debug, Clone)]
+pub struct FeatureStream {
+    /// The set with its entries (unindexed sets), or with none (invar sets: streamed).
+    set: FeatureSet,
+    rows: usize,
+}
+
+impl FeatureStream {
+    /// Opens `dir` (or a Kaldi `scp`, see [`FeatureSet::open`]) for passes.
+    pub fn open(dir: impl AsRef<Path>) -> Result<FeatureStream> {
+        let dir_given = dir.as_ref();
+        if let Some((dir, entries)) = crate::backend::open_unindexed(dir_given)? {
+            let rows = entries.len();
+            return Ok(FeatureStream {
+                set: FeatureSet {
+                    dir,
+                    opened: dir_given.to_path_buf(),
+                    entries,
+                    meta: None,
+                },
+                rows,
+            });
+        }
+        let dir = dir_given.to_path_buf();
+        let meta = crate::meta::read_seal(&dir)?;
+        let stream = FeatureStream {
+            set: FeatureSet {
+                opened: dir.clone(),
+                dir,
+                entries: Vec::new(),
+                meta: Some(Box::new(meta)),
+            },
+            rows: 0,
+        };
+        let rows = stream.pass(1024, &mut |_, _| Ok::<(), Error>(()))?;
+        Ok(FeatureStream { rows, ..stream })
+    }
+
+    /// Entries in the set.
+    pub fn len(&self) -> usize {
+        self.rows
+    }
+
+    /// Whether the set has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+
+    /// The folder the set lives in.
+    pub fn dir(&self) -> &Path {
+        self.set.dir()
+    }
+
+    /// See [`FeatureSet::meta`].
+    pub fn meta(&self) -> Option<&SetMeta> {
+        self.set.meta()
+    }
+
+    /// See [`FeatureSet::origin`].
+    pub fn origin(&self) -> SetOrigin {
+        self.set.origin()
+    }
+
+    /// Loads one entry's matrix, as [`FeatureSet::load`].
+    pub fn load(&self, entry: &FeatureEntry) -> Result<Matrix> {
+        self.set.load(entry)
+    }
+
+    /// Calls `f` with consecutive chunks of at most `chunk` entries in manifest order, each with
+    /// the index of its first entry, reading the manifest as it goes; then checks the seal (entry
+    /// count, checksum, every entry's dims). Returns the number of entries.
+    pub fn for_each_chunk<E: From<Error>>(
+        &self,
+        chunk: usize,
+        f: ChunkFn<'_, E>,
+    ) -> std::result::Result<usize, E> {
+        self.pass(chunk, f)
+    }
+
+    fn pass<E: From<Error>>(
+        &self,
+        chunk: usize,
+        f: ChunkFn<'_, E>,
+    ) -> std::result::Result<usize, E> {
+        let chunk = chunk.max(1);
+        let Some(meta) = self.set.meta() else {
+            for (i, part) in self.set.entries.chunks(chunk).enumerate() {
+                f(i * chunk, part)?;
+            }
+            return Ok(self.set.entries.len());
+        };
+        let path = self.set.dir.join(MANIFEST);
+        let mut lines = ManifestLines::open(&path)?;
+        let mut buf: Vec<FeatureEntry> = Vec::new();
+        let mut first = 0;
+        while let Some(e) = lines.next_entry()? {
+            if e.dims != meta.dims {
+                return Err(Error::Mismatch {
+                    path,
+                    what: "feature dimensions",
+                    expected: format!("{} (sealed in {CONFIG})", meta.dims),
+                    found: format!("{} for {}", e.dims, e.id),
+                }
+                .into());
+            }
+            buf.push(e);
+            if buf.len() == chunk {
+                f(first, &buf)?;
+                first += buf.len();
+                buf.clear();
+            }
+        }
+        if !buf.is_empty() {
+            f(first, &buf)?;
+        }
+        crate::meta::check_seal(&self.set.dir, meta, lines.hash(), lines.rows)?;
+        Ok(lines.rows)
+    }
+}
+
+/// Merges manifests each sorted by id (spilled runs, or the shard manifests of one job) into one
+/// manifest at `out`, atomically, reading one entry of each at a time: refuses an id twice (within
+/// one input or across two) and a second column count, naming them; an input out of order is an
+/// error naming its line.
+fn merge_sorted_manifests(inputs: &[PathBuf], out: &Path, dir: &Path) -> Result<WrittenSet> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let mut readers = inputs
+        .iter()
+        .map(|p| ManifestLines::open(p))
+        .collect::<Result<Vec<_>>>()?;
+    let mut heap = BinaryHeap::new();
+    let mut heads: Vec<Option<FeatureEntry>> = Vec::with_capacity(readers.len());
+    for (i, r) in readers.iter_mut().enumerate() {
+        let head = r.next_entry()?;
+        if let Some(e) = &head {
+            heap.push(Reverse((e.id.clone(), i)));
+        }
+        heads.push(head);
+    }
+    let mut failed: Option<Error> = None;
+    let mut written = WrittenSet {
+        entries: 0,
+        frames: 0,
+        dims: 0,
+    };
+    let result = invar_io::atomic_write(out, |w: &mut dyn Write| {
+        writeln!(w, "{HEADER}")?;
+        let mut last: Option<FeatureEntry> = None;
+        let mut step = || -> Result<Option<FeatureEntry>> {
+            let Some(Reverse((_, i))) = heap.pop() else {
+                return Ok(None);
+            };
+            let Some(entry) = heads[i].take() else {
+                return Ok(None);
+            };
+            let next = readers[i].next_entry()?;
+            if let Some(n) = &next {
+                if n.id <= entry.id {
+                    let r = &readers[i];
+                    return Err(Error::malformed(
+                        &r.path,
+                        r.n,
+                        format!("ids in sorted order, after {:?}", entry.id),
+                        excerpt(&n.id),
+                    ));
+                }
+                heap.push(Reverse((n.id.clone(), i)));
+            }
+            heads[i] = next;
+            Ok(Some(entry))
+        };
+        loop {
+            let e = match step() {
+                Ok(Some(e)) => e,
+                Ok(None) => break,
+                Err(e) => {
+                    failed = Some(e);
+                    return Err(std::io::Error::other("merge failed"));
+                }
+            };
+            if let Some(prev) = &last {
+                if prev.id == e.id {
+                    failed = Some(Error::DuplicateId {
+                        id: e.id.clone(),
+                        first: dir.join(&prev.path),
+                        second: dir.join(&e.path),
+                    });
+                    return Err(std::io::Error::other("duplicate id"));
+                }
+                if prev.dims != e.dims {
+                    failed = Some(Error::Mismatch {
+                        path: dir.to_path_buf(),
+                        what: "feature dimensions",
+                        expected: format!("{} (as {})", prev.dims, prev.id),
+                        found: format!("{} for {}", e.dims, e.id),
+                    });
+                    return Err(std::io::Error::other("dims differ"));
+                }
+            }
+            write_entries(w, std::slice::from_ref(&e))?;
+            written.entries += 1;
+            written.frames += e.frames as u64;
+            written.dims = e.dims;
+            last = Some(e);
+        }
+        Ok(())
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    result?;
+    Ok(written)
+}
+
+/// Joins the `count` shard manifests in `dir` into `manifest.tsv`, merging them from disk (each is
+/// sorted by id), so memory does not grow with the set. Returns `Ok(None)` (and writes nothing)
+/// while some shard has not finished, so every shard can call it when it ends.
+pub fn merge_shards(dir: impl AsRef<Path>, count: usize) -> Result<Option<WrittenSet>> {
     let dir = dir.as_ref();
-    let mut all = Vec::new();
+    let mut parts = Vec::with_capacity(count);
     for index in 0..count {
         let path = dir.join(Shard { index, count }.manifest_name());
         if !path.exists() {
             return Ok(None);
         }
-        all.extend(read_manifest(&path)?);
+        parts.push(path);
     }
-    all.sort_by(|a, b| a.id.cmp(&b.id));
-    check_unique(&all, dir)?;
-    let dims = common_dims(&all, dir)?;
-    crate::backend::write_merged_scp(dir, &all)?;
-    write_manifest(&dir.join(MANIFEST), &all)?;
-    crate::meta::seal(dir, None, dims, all.len())?;
-    Ok(Some(all))
+    let manifest = dir.join(MANIFEST);
+    let written = merge_sorted_manifests(&parts, &manifest, dir)?;
+    crate::backend::write_merged_scp(dir, &manifest)?;
+    crate::meta::seal(dir, None, written.dims, written.entries)?;
+    Ok(Some(written))
 }
 
 fn check_unique(entries: &[FeatureEntry], dir: &Path) -> Result<()> {
@@ -508,20 +967,38 @@ fn check_field(value: &str, what: &'static str, dir: &Path) -> Result<()> {
 fn write_manifest(path: &Path, entries: &[FeatureEntry]) -> Result<()> {
     invar_io::atomic_write(path, |w: &mut dyn Write| {
         writeln!(w, "{HEADER}")?;
-        for e in entries {
-            writeln!(
-                w,
-                "{}\t{}\t{}\t{}\t{}\t{}",
-                e.id,
-                e.speaker,
-                e.split,
-                e.path.display(),
-                e.frames,
-                e.dims
-            )?;
-        }
-        Ok(())
+        write_entries(w, entries)
     })?;
+    Ok(())
+}
+
+/// The manifest lines of `entries` (no header).
+fn write_entries<W: Write + ?Sized>(w: &mut W, entries: &[FeatureEntry]) -> std::io::Result<()> {
+    for e in entries {
+        writeln!(
+            w,
+            "{}\t{}\t{}\t{}\t{}\t{}",
+            e.id,
+            e.speaker,
+            e.split,
+            e.path.display(),
+            e.frames,
+            e.dims
+        )?;
+    }
+    Ok(())
+}
+
+/// Streams the entries of a sorted manifest (a set's `manifest.tsv`) to `f`, one line at a time;
+/// errors name the file and line.
+pub(crate) fn for_each_entry(
+    path: &Path,
+    mut f: impl FnMut(&FeatureEntry) -> Result<()>,
+) -> Result<()> {
+    let mut lines = ManifestLines::open(path)?;
+    while let Some(e) = lines.next_entry()? {
+        f(&e)?;
+    }
     Ok(())
 }
 
@@ -557,48 +1034,53 @@ fn parse_manifest(path: &Path, text: &str) -> Result<Vec<FeatureEntry>> {
         if line.is_empty() {
             continue;
         }
-        let f: Vec<&str> = line.split('\t').collect();
-        let [id, speaker, split, rel, frames, dims] = f.as_slice() else {
-            return Err(Error::malformed(
-                path,
-                n,
-                "six tab-separated fields",
-                excerpt(line),
-            ));
-        };
-        check_id(id).map_err(|_| Error::malformed(path, n, "a filesystem-safe id", excerpt(id)))?;
-        let split = split
-            .parse::<Split>()
-            .map_err(|_| Error::malformed(path, n, "a split name", excerpt(split)))?;
-        let rel_path = PathBuf::from(rel);
-        let inside = rel_path
-            .components()
-            .all(|c| matches!(c, std::path::Component::Normal(_)));
-        if !inside || rel.is_empty() {
-            return Err(Error::malformed(
-                path,
-                n,
-                "a path relative to the manifest's folder, without `..`",
-                excerpt(rel),
-            ));
-        }
-        let num = |s: &str, what: &str| {
-            s.parse::<usize>().map_err(|_| {
-                Error::malformed(path, n, format!("a whole number of {what}"), excerpt(s))
-            })
-        };
-        out.push(FeatureEntry {
-            id: id.to_string(),
-            speaker: speaker.to_string(),
-            split,
-            path: rel_path,
-            frames: num(frames, "frames")?,
-            dims: num(dims, "dims")?,
-        });
+        out.push(parse_entry(path, n, line)?);
     }
     out.sort_by(|a, b| a.id.cmp(&b.id));
     check_unique(&out, path.parent().unwrap_or(Path::new(".")))?;
     Ok(out)
+}
+
+/// One manifest line (`n` is its 1-based number, for errors): six tab-separated fields, a safe id,
+/// a relative path that stays inside the folder, whole-number frames and dims.
+fn parse_entry(path: &Path, n: usize, line: &str) -> Result<FeatureEntry> {
+    let f: Vec<&str> = line.split('\t').collect();
+    let [id, speaker, split, rel, frames, dims] = f.as_slice() else {
+        return Err(Error::malformed(
+            path,
+            n,
+            "six tab-separated fields",
+            excerpt(line),
+        ));
+    };
+    check_id(id).map_err(|_| Error::malformed(path, n, "a filesystem-safe id", excerpt(id)))?;
+    let split = split
+        .parse::<Split>()
+        .map_err(|_| Error::malformed(path, n, "a split name", excerpt(split)))?;
+    let rel_path = PathBuf::from(rel);
+    let inside = rel_path
+        .components()
+        .all(|c| matches!(c, std::path::Component::Normal(_)));
+    if !inside || rel.is_empty() {
+        return Err(Error::malformed(
+            path,
+            n,
+            "a path relative to the manifest's folder, without `..`",
+            excerpt(rel),
+        ));
+    }
+    let num = |s: &str, what: &str| {
+        s.parse::<usize>()
+            .map_err(|_| Error::malformed(path, n, format!("a whole number of {what}"), excerpt(s)))
+    };
+    Ok(FeatureEntry {
+        id: id.to_string(),
+        speaker: speaker.to_string(),
+        split,
+        path: rel_path,
+        frames: num(frames, "frames")?,
+        dims: num(dims, "dims")?,
+    })
 }
 
 #[cfg(test)]
@@ -731,10 +1213,17 @@ pub(crate) mod tests {
             )
             .unwrap();
         });
-        let entries = w.finish().unwrap();
-        assert_eq!(entries.len(), 20);
+        let written = w.finish().unwrap();
+        assert_eq!(
+            written,
+            WrittenSet {
+                entries: 20,
+                frames: (1..=20).sum(),
+                dims: 3
+            }
+        );
         let set = FeatureSet::open(dir.path()).unwrap();
-        assert_eq!(set.entries(), &entries[..]);
+        assert_eq!(set.entries().len(), 20);
         assert_eq!(set.dims().unwrap(), 3);
         let e = set.find("u07").unwrap();
         assert_eq!((e.frames, e.dims, e.speaker.as_str()), (8, 3, "s1"));
@@ -964,5 +1453,244 @@ pub(crate) mod tests {
         let s = Shard { index: 1, count: 3 };
         let mine: Vec<usize> = (0..10).filter(|&i| s.contains(i)).collect();
         assert_eq!(mine, [1, 4, 7]);
+    }
+
+    /// Writes `n` entries (ids in a shuffled order, from 4 threads) through a writer whose run holds
+    /// `run` entries, returning the folder and what `finish` said.
+    fn write_shuffled(
+        n: usize,
+        run: usize,
+        shard: Shard,
+        dir: &Path,
+        dims_of: impl Fn(usize) -> usize + Sync,
+        id_of: impl Fn(usize) -> String + Sync,
+    ) -> Result<WrittenSet> {
+        let w = FeatureSetWriter::create_shard(dir, &serde_json::json!({}), &origin(), shard)
+            .unwrap()
+            .with_run_size(run);
+        (0..4usize).into_par_iter().for_each(|t| {
+            for i in (t..n).step_by(4) {
+                let k = (i * 37) % n; // a permutation of 0..n (37 is prime to the sizes used)
+                w.write(
+                    &id_of(k),
+                    &format!("s{}", k % 5),
+                    Split::Train,
+                    &mat(k % 4 + 1, dims_of(k), k as f32),
+                )
+                .unwrap();
+            }
+        });
+        w.finish()
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.ends_with(".npy"))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Issue #24: a writer keeps at most one run of entries in memory and merges spilled runs from
+    /// disk. The manifest and the seal are byte-identical to an unspilled writer's (run 7 against
+    /// the default over 100 entries: 15 runs), and no run file is left.
+    #[test]
+    fn spilled_runs_give_the_same_manifest_and_leave_nothing() {
+        let id = |k: usize| format!("u{k:03}");
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let wa = write_shuffled(100, 7, Shard::ALL, a.path(), |_| 3, id).unwrap();
+        let wb = write_shuffled(100, 1 << 20, Shard::ALL, b.path(), |_| 3, id).unwrap();
+        assert_eq!(wa, wb);
+        assert_eq!((wa.entries, wa.dims), (100, 3));
+        assert_eq!(wa.frames, (0..100u64).map(|k| k % 4 + 1).sum::<u64>());
+        for name in [MANIFEST, CONFIG] {
+            assert_eq!(
+                std::fs::read(a.path().join(name)).unwrap(),
+                std::fs::read(b.path().join(name)).unwrap(),
+                "{name}"
+            );
+        }
+        assert_eq!(names(a.path()), [CONFIG, MANIFEST]);
+        let set = FeatureSet::open(a.path()).unwrap();
+        let ids: Vec<&str> = set.entries().iter().map(|e| e.id.as_str()).collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(ids, sorted);
+        assert_eq!(
+            set.load(set.find("u042").unwrap()).unwrap(),
+            mat(3, 3, 42.0)
+        );
+    }
+
+    /// Across spilled runs a duplicate id and a second column count are still refused, naming
+    /// them; nothing is committed and no run file is left.
+    #[test]
+    fn spilled_runs_still_refuse_duplicates_and_mixed_dims() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = write_shuffled(
+            40,
+            6,
+            Shard::ALL,
+            dir.path(),
+            |_| 2,
+            |k| format!("u{:03}", if k == 31 { 3 } else { k }),
+        )
+        .unwrap_err();
+        let Error::DuplicateId { id, .. } = &err else {
+            panic!("not a duplicate: {err}");
+        };
+        assert_eq!(id, "u003");
+        assert_eq!(names(dir.path()), [CONFIG]);
+
+        let dir = tempfile::tempdir().unwrap();
+        let err = write_shuffled(
+            40,
+            6,
+            Shard::ALL,
+            dir.path(),
+            |k| 2 + usize::from(k == 29),
+            |k| format!("u{k:03}"),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                Error::Mismatch {
+                    what: "feature dimensions",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("u029"), "{err}");
+        assert_eq!(names(dir.path()), [CONFIG]);
+    }
+
+    /// Shard manifests are merged from disk: three shards, each spilling, give the manifest one
+    /// writer gives; a shard manifest edited out of order is an error naming its line.
+    #[test]
+    fn shards_merge_from_disk_and_refuse_an_unsorted_part() {
+        let id = |k: usize| format!("u{k:03}");
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        for index in 0..3 {
+            let shard = Shard { index, count: 3 };
+            // Each shard writes its own third of the ids.
+            let w =
+                FeatureSetWriter::create_shard(a.path(), &serde_json::json!({}), &origin(), shard)
+                    .unwrap()
+                    .with_run_size(5);
+            for k in (0..60).filter(|k| k % 3 == index) {
+                w.write(
+                    &id(k),
+                    &format!("s{}", k % 5),
+                    Split::Train,
+                    &mat(k % 4 + 1, 3, k as f32),
+                )
+                .unwrap();
+            }
+            w.finish().unwrap();
+        }
+        let merged = merge_shards(a.path(), 3).unwrap().unwrap();
+        write_shuffled(60, 1 << 20, Shard::ALL, b.path(), |_| 3, id).unwrap();
+        assert_eq!(merged.entries, 60);
+        assert_eq!(
+            std::fs::read(a.path().join(MANIFEST)).unwrap(),
+            std::fs::read(b.path().join(MANIFEST)).unwrap()
+        );
+        FeatureSet::open(a.path()).unwrap();
+
+        let part = a.path().join(Shard { index: 1, count: 3 }.manifest_name());
+        let text = std::fs::read_to_string(&part).unwrap();
+        let mut lines: Vec<&str> = text.lines().collect();
+        lines.swap(3, 4);
+        std::fs::write(&part, lines.join("\n") + "\n").unwrap();
+        let err = merge_shards(a.path(), 3).unwrap_err().to_string();
+        assert!(err.contains("manifest.2-of-3.tsv:5:"), "{err}");
+        assert!(err.contains("sorted order"), "{err}");
+    }
+
+    /// Issue #24: a stream gives the entries `FeatureSet::open` holds, chunk by chunk with the
+    /// right first index, and checks the seal at open and again at the end of every pass, so a
+    /// manifest edited under a running stage fails the pass instead of feeding it other entries.
+    #[test]
+    fn a_stream_passes_over_the_entries_and_checks_the_seal() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = |k: usize| format!("u{k:03}");
+        write_shuffled(30, 1 << 20, Shard::ALL, dir.path(), |_| 3, id).unwrap();
+        let set = FeatureSet::open(dir.path()).unwrap();
+        let stream = FeatureStream::open(dir.path()).unwrap();
+        assert_eq!(
+            (stream.len(), stream.meta(), stream.origin()),
+            (30, set.meta(), set.origin())
+        );
+        let mut seen = Vec::new();
+        let n = stream
+            .for_each_chunk(7, &mut |first, part| -> Result<()> {
+                assert_eq!(first, seen.len());
+                assert!(part.len() <= 7);
+                seen.extend(part.iter().cloned());
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(n, 30);
+        assert_eq!(seen, set.entries());
+        assert_eq!(
+            stream.load(&seen[4]).unwrap(),
+            set.load(&set.entries()[4]).unwrap()
+        );
+
+        // One field changed after opening: the pass fails at its end, naming the manifest.
+        let path = dir.path().join(MANIFEST);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replacen("\ts1\t", "\ts9\t", 1)).unwrap();
+        let err = stream
+            .for_each_chunk(7, &mut |_, _| -> Result<()> { Ok(()) })
+            .unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                Error::Mismatch {
+                    what: "content checksum (FNV-1a)",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains(MANIFEST), "{err}");
+        // And opening it again is refused as `FeatureSet::open` refuses it.
+        let a = FeatureStream::open(dir.path()).unwrap_err().to_string();
+        let b = FeatureSet::open(dir.path()).unwrap_err().to_string();
+        assert_eq!(a, b);
+        // A line cut off: the row count.
+        let mut lines: Vec<&str> = text.lines().collect();
+        lines.pop();
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        let err = FeatureStream::open(dir.path()).unwrap_err();
+        assert!(
+            matches!(&err, Error::Mismatch { what: "rows", .. }),
+            "{err}"
+        );
+    }
+
+    /// A folder of plain `.npy` files (no invar manifest) streams from the list it is opened with.
+    #[test]
+    fn a_stream_of_an_unindexed_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        for k in 0..5 {
+            invar_io::write_npy(dir.path().join(format!("u{k}.npy")), &mat(2, 3, k as f32))
+                .unwrap();
+        }
+        let stream = FeatureStream::open(dir.path()).unwrap();
+        let set = FeatureSet::open(dir.path()).unwrap();
+        let mut seen = Vec::new();
+        stream
+            .for_each_chunk(2, &mut |_, part| -> Result<()> {
+                seen.extend(part.iter().cloned());
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!((stream.len(), &seen[..]), (5, set.entries()));
     }
 }

@@ -43,8 +43,8 @@ pub use elsdsr::{parse_name as parse_elsdsr_name, read_elsdsr};
 pub use error::{Error, Result};
 pub use extract::{extract_features, ExtractSummary, FeatureJob};
 pub use featureset::{
-    merge_shards, read_manifest, shard_files, FeatureEntry, FeatureSet, FeatureSetWriter, Shard,
-    CONFIG, MANIFEST,
+    merge_shards, read_manifest, shard_files, FeatureEntry, FeatureSet, FeatureSetWriter,
+    FeatureStream, Shard, WrittenSet, CONFIG, MANIFEST,
 };
 pub use filter::{utterance_samples, SpeakerFilter};
 pub use frames::SetFrames;

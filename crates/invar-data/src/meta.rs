@@ -96,12 +96,32 @@ impl SetMeta {
 
 /// 64-bit FNV-1a.
 pub fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    fnv1a_more(0xcbf2_9ce4_8422_2325, bytes)
+}
+
+/// FNV-1a continued from the state `h` over `bytes`.
+pub(crate) fn fnv1a_more(mut h: u64, bytes: &[u8]) -> u64 {
     for &b in bytes {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     h
+}
+
+/// [`fnv1a`] of a file's bytes, read in 64 KiB blocks (a manifest of millions of lines is never
+/// held whole).
+fn fnv1a_file(path: &Path) -> std::io::Result<u64> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut h = fnv1a(b"");
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok(h);
+        }
+        h = fnv1a_more(h, &buf[..n]);
+    }
 }
 
 /// `config` with the origin recorded under [`SET_KEY`] (an object is required).
@@ -155,13 +175,16 @@ pub(crate) fn seal(
         (None, None) => return Err(older(&config_path)),
     };
     let manifest_path = dir.join(MANIFEST);
-    let text = std::fs::read(&manifest_path)
+    let hash = fnv1a_file(&manifest_path)
         .map_err(|e| Error::io(&manifest_path, "read the manifest to seal it", e))?;
     let meta = SetMeta {
         timing: origin.timing,
         frontend: origin.frontend,
         dims,
-        manifest: ManifestSeal::of(&text, rows),
+        manifest: ManifestSeal {
+            rows,
+            fnv1a: format!("{hash:016x}"),
+        },
     };
     if let Some(m) = config.as_object_mut() {
         m.insert(SET_KEY.into(), json(&meta)?);
@@ -218,6 +241,14 @@ fn older(path: &Path) -> Error {
 /// Reads and checks the description of the invar set in `dir` against its manifest's bytes and
 /// entry count.
 pub(crate) fn read_sealed(dir: &Path, manifest_text: &[u8], rows: usize) -> Result<SetMeta> {
+    let meta = read_seal(dir)?;
+    check_seal(dir, &meta, fnv1a(manifest_text), rows)?;
+    Ok(meta)
+}
+
+/// The sealed description of the invar set in `dir`, not yet checked against its manifest (see
+/// [`check_seal`]).
+pub(crate) fn read_seal(dir: &Path) -> Result<SetMeta> {
     let config_path = dir.join(CONFIG);
     let config = read_config(&config_path)?;
     let Some(v) = config.get(SET_KEY) else {
@@ -232,7 +263,11 @@ pub(crate) fn read_sealed(dir: &Path, manifest_text: &[u8], rows: usize) -> Resu
             fix: REWRITE,
         });
     }
-    let meta: SetMeta = parse(&config_path, v.clone())?;
+    parse(&config_path, v.clone())
+}
+
+/// Checks a manifest's FNV-1a checksum and entry count against the seal `meta` holds.
+pub(crate) fn check_seal(dir: &Path, meta: &SetMeta, fnv1a: u64, rows: usize) -> Result<()> {
     let manifest_path = dir.join(MANIFEST);
     if meta.manifest.rows != rows {
         return Err(Error::Mismatch {
@@ -245,7 +280,10 @@ pub(crate) fn read_sealed(dir: &Path, manifest_text: &[u8], rows: usize) -> Resu
             found: format!("{rows}: the manifest was cut or edited; {REWRITE}"),
         });
     }
-    let found = ManifestSeal::of(manifest_text, rows);
+    let found = ManifestSeal {
+        rows,
+        fnv1a: format!("{fnv1a:016x}"),
+    };
     if found.fnv1a != meta.manifest.fnv1a {
         return Err(Error::Mismatch {
             path: manifest_path,
@@ -257,7 +295,7 @@ pub(crate) fn read_sealed(dir: &Path, manifest_text: &[u8], rows: usize) -> Resu
             ),
         });
     }
-    Ok(meta)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -270,6 +308,19 @@ mod tests {
         assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    /// The streamed checksum a seal takes equals the one over the whole bytes, across the 64 KiB
+    /// block boundaries.
+    #[test]
+    fn fnv1a_of_a_file_streams_across_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.tsv");
+        let bytes: Vec<u8> = (0..200_003u32).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(fnv1a_file(&path).unwrap(), fnv1a(&bytes));
+        std::fs::write(&path, b"").unwrap();
+        assert_eq!(fnv1a_file(&path).unwrap(), fnv1a(b""));
     }
 
     #[test]

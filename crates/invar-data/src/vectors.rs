@@ -12,7 +12,8 @@ use invar_io::Matrix;
 use rayon::prelude::*;
 
 use crate::{
-    Error, FeatureEntry, FeatureFormat, FeatureSet, FeatureSetWriter, Result, Shard, SupervectorSet,
+    Error, FeatureEntry, FeatureFormat, FeatureSet, FeatureSetWriter, FeatureStream, Result, Shard,
+    SupervectorSet,
 };
 
 /// The speaker of each row, one name per line.
@@ -300,11 +301,12 @@ pub struct MapSummary {
 
 /// Runs `f` on every utterance of `shard` of `set` in parallel, writing each result through a
 /// [`FeatureSetWriter`] into `out` (stored as `format`, with `config` as its `config.json`), and
-/// merges the shard manifests when the last shard finishes. Memory holds one utterance per worker.
-/// `on_done` is called once per utterance, from worker threads (progress). The first error
-/// stops the map; what was written stays.
+/// merges the shard manifests when the last shard finishes. Memory holds one utterance per worker
+/// and one chunk of the manifest (issue #24: `set` is read as it goes, the output's entries are
+/// spilled in sorted runs). `on_done` is called once per utterance, from worker threads
+/// (progress). The first error stops the map; what was written stays.
 pub fn map_feature_set<E>(
-    set: &FeatureSet,
+    set: &FeatureStream,
     out: &Path,
     config: &serde_json::Value,
     shard: Shard,
@@ -315,29 +317,37 @@ pub fn map_feature_set<E>(
 where
     E: From<Error> + Send,
 {
+    /// Entries read from the manifest at a time; workers wait for the slowest utterance of each.
+    const CHUNK: usize = 4096;
     let writer = FeatureSetWriter::create_as(out, config, &set.origin(), shard, format)?;
-    let mine: Vec<&FeatureEntry> = set
-        .entries()
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| shard.contains(*i))
-        .map(|(_, e)| e)
-        .collect();
-    let dims = mine
-        .par_iter()
-        .map(|e| -> std::result::Result<usize, E> {
-            let x = set.load(e)?;
-            let y = f(e, &x)?;
-            writer.write(&e.id, &e.speaker, e.split, &y)?;
-            on_done();
-            Ok(y.cols)
-        })
-        .try_reduce(|| 0, |a, b| Ok(a.max(b)))?;
+    let (mut utterances, mut frames, mut dims) = (0, 0, 0);
+    set.for_each_chunk(CHUNK, &mut |first, part| -> std::result::Result<(), E> {
+        let mine: Vec<&FeatureEntry> = part
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| shard.contains(first + j))
+            .map(|(_, e)| e)
+            .collect();
+        let d = mine
+            .par_iter()
+            .map(|e| -> std::result::Result<usize, E> {
+                let x = set.load(e)?;
+                let y = f(e, &x)?;
+                writer.write(&e.id, &e.speaker, e.split, &y)?;
+                on_done();
+                Ok(y.cols)
+            })
+            .try_reduce(|| 0, |a, b| Ok(a.max(b)))?;
+        dims = dims.max(d);
+        utterances += mine.len();
+        frames += mine.iter().map(|e| e.frames).sum::<usize>();
+        Ok(())
+    })?;
     writer.finish()?;
     let complete = shard.count == 1 || crate::merge_shards(out, shard.count)?.is_some();
     Ok(MapSummary {
-        utterances: mine.len(),
-        frames: mine.iter().map(|e| e.frames).sum(),
+        utterances,
+        frames,
         dims,
         complete,
     })

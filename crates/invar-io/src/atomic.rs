@@ -3,8 +3,9 @@
 //!
 //! Two kinds of durability. [`atomic_write`] syncs each file before its rename (one `fsync` per file:
 //! right for the few files a run writes alone). A run that writes thousands of small files (one per
-//! utterance) uses a [`SyncSet`] instead: each file is renamed into place unsynced, and
-//! [`SyncSet::sync`] syncs all of them at the end, in parallel, then their folders; the run writes
+//! utterance) uses a [`SyncSet`] instead: each file is renamed into place unsynced, the set syncs
+//! them in batches of thousands (in parallel) and [`SyncSet::sync`] the rest and their folders at
+//! the end; the run writes
 //! the file that names them (a manifest) only after that, so the manifest is the commit point. A
 //! crash of the process leaves whole files (the kernel holds their data); a power loss before the
 //! sync may leave a renamed file empty or short, but then no manifest names it.
@@ -67,23 +68,66 @@ fn write_via_temporary(
     Ok(())
 }
 
-/// Files written unsynced (each atomically renamed into place) whose data is synced once, at the
-/// end: one durability point per run or shard instead of one `fsync` per file. Safe to share
-/// between threads. A file written through the set and then removed or renamed by someone else makes
-/// [`SyncSet::sync`] fail naming it, so a run never commits a manifest naming a file it cannot vouch
-/// for.
-#[derive(Debug, Default)]
+/// Files written unsynced (each atomically renamed into place) whose data is synced in batches:
+/// one durability point per run or shard (the caller's commit, after [`SyncSet::sync`]) instead of
+/// one `fsync` per file before each rename. Safe to share between threads.
+///
+/// Memory stays bounded whatever the run writes (issue #24): once [`SyncSet::batch`] files are
+/// pending, the `write` that reaches the mark syncs them (on up to 16 threads) and keeps only
+/// their folders, a handful, to sync at the end. A file written through the set and then removed
+/// or renamed by someone else before its batch is synced makes that `write`, or [`SyncSet::sync`],
+/// fail naming it, so a run never commits a manifest naming a file it could not sync.
+#[derive(Debug)]
 pub struct SyncSet {
-    paths: Mutex<Vec<PathBuf>>,
+    batch: usize,
+    state: Mutex<Pending>,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    /// Written, not yet synced.
+    files: Vec<PathBuf>,
+    /// Folders of files already synced, whose renames `sync` makes durable.
+    dirs: std::collections::BTreeSet<PathBuf>,
+    /// Files synced in batches so far.
+    synced: usize,
+}
+
+impl Default for SyncSet {
+    fn default() -> Self {
+        SyncSet::with_batch(SyncSet::DEFAULT_BATCH)
+    }
 }
 
 impl SyncSet {
-    /// An empty set.
+    /// Files pending before a batch is synced: 4096 paths (under 1 MB), large enough for the disk
+    /// to merge the writes of one batch.
+    pub const DEFAULT_BATCH: usize = 4096;
+
+    /// An empty set that syncs every [`SyncSet::DEFAULT_BATCH`] files.
     pub fn new() -> SyncSet {
         SyncSet::default()
     }
 
-    /// Writes `path` with [`atomic_write_unsynced`] and records it for [`SyncSet::sync`].
+    /// An empty set that syncs every `batch` files (at least 1).
+    pub fn with_batch(batch: usize) -> SyncSet {
+        SyncSet {
+            batch: batch.max(1),
+            state: Mutex::new(Pending::default()),
+        }
+    }
+
+    /// Files pending at most before a batch is synced.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes `path` with [`atomic_write_unsynced`] and records it for [`SyncSet::sync`]; the
+    /// write that fills a batch syncs it (an error then names the file that failed).
     pub fn write(
         &self,
         path: impl AsRef<Path>,
@@ -91,10 +135,26 @@ impl SyncSet {
     ) -> Result<()> {
         let path = path.as_ref();
         atomic_write_unsynced(path, write)?;
-        self.paths
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(path.to_path_buf());
+        let full = {
+            let mut state = self.state();
+            state.files.push(path.to_path_buf());
+            if state.files.len() >= self.batch {
+                let files = std::mem::take(&mut state.files);
+                for f in &files {
+                    let dir = parent_of(f);
+                    if !state.dirs.contains(dir) {
+                        state.dirs.insert(dir.to_path_buf());
+                    }
+                }
+                Some(files)
+            } else {
+                None
+            }
+        };
+        if let Some(mut files) = full {
+            let n = sync_files(&mut files)?;
+            self.state().synced += n;
+        }
         Ok(())
     }
 
@@ -105,46 +165,53 @@ impl SyncSet {
         self.write(path, |w| crate::npy::encode(w, m))
     }
 
-    /// Files written so far.
-    pub fn len(&self) -> usize {
-        self.paths.lock().unwrap_or_else(|p| p.into_inner()).len()
+    /// Files written so far and not yet synced (at most [`SyncSet::batch`]).
+    pub fn pending(&self) -> usize {
+        self.state().files.len()
     }
 
-    /// Whether nothing was written.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Makes every file written through the set durable: `fsync` of each file's data (on up to 16
-    /// threads, so the disk can merge them), then of each folder holding them (their renames).
-    /// Returns how many files were synced; the first failure (a file that vanished, an I/O
-    /// error) names its path, and the caller must not commit.
+    /// Makes every file written through the set durable: `fsync` of each pending file's data (on
+    /// up to 16 threads, so the disk can merge them), then of each folder holding any file the set
+    /// wrote (their renames). Returns how many files were synced over the set's life (a file
+    /// written twice within one batch counts once); the first failure (a file that vanished, an
+    /// I/O error) names its path, and the caller must not commit.
     pub fn sync(self) -> Result<usize> {
-        let mut paths = self.paths.into_inner().unwrap_or_else(|p| p.into_inner());
-        paths.sort();
-        paths.dedup();
-        let threads = std::thread::available_parallelism()
-            .map_or(4, |n| n.get() * 2)
-            .clamp(1, 16)
-            .min(paths.len().max(1));
-        let chunk = paths.len().div_ceil(threads).max(1);
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = paths
-                .chunks(chunk)
-                .map(|part| scope.spawn(move || part.iter().try_for_each(|p| sync_path(p))))
-                .collect();
-            workers
-                .into_iter()
-                .try_for_each(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-        })?;
-        // Each folder once, borrowed from the paths (no copy per file: a run writes one file per
-        // utterance into a handful of folders).
-        let dirs: std::collections::BTreeSet<&Path> = paths.iter().map(|p| parent_of(p)).collect();
-        for dir in dirs {
+        let mut state = self.state.into_inner().unwrap_or_else(|p| p.into_inner());
+        let mut files = std::mem::take(&mut state.files);
+        let n = sync_files(&mut files)?;
+        for f in &files {
+            let dir = parent_of(f);
+            if !state.dirs.contains(dir) {
+                state.dirs.insert(dir.to_path_buf());
+            }
+        }
+        for dir in &state.dirs {
             sync_dir(dir)?;
         }
-        Ok(paths.len())
+        Ok(state.synced + n)
     }
+}
+
+/// `fsync` of each of `paths` (sorted and deduplicated first), on up to 16 threads; returns how
+/// many distinct files were synced.
+fn sync_files(paths: &mut Vec<PathBuf>) -> Result<usize> {
+    paths.sort();
+    paths.dedup();
+    let threads = std::thread::available_parallelism()
+        .map_or(4, |n| n.get() * 2)
+        .clamp(1, 16)
+        .min(paths.len().max(1));
+    let chunk = paths.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = paths
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || part.iter().try_for_each(|p| sync_path(p))))
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+    })?;
+    Ok(paths.len())
 }
 
 fn parent_of(path: &Path) -> &Path {
@@ -313,7 +380,7 @@ mod tests {
                 });
             }
         });
-        assert_eq!(set.len(), 64);
+        assert_eq!(set.pending(), 64);
         fs::remove_file(dir.path().join("u37.txt")).unwrap();
         let err = set.sync().unwrap_err();
         let Error::Io { path, source } = &err else {
@@ -338,7 +405,7 @@ mod tests {
         let bad = crate::Matrix::new(1, 2, vec![1.0, f32::NAN]).unwrap();
         let err = set.write_npy(dir.path().join("bad.npy"), &bad).unwrap_err();
         assert!(matches!(err, Error::NonFiniteOutput { .. }), "{err}");
-        assert_eq!(set.len(), 3);
+        assert_eq!(set.pending(), 3);
         crate::write_npy(dir.path().join("ref.npy"), &m).unwrap();
         assert_eq!(set.sync().unwrap(), 2);
         assert_eq!(
@@ -352,6 +419,56 @@ mod tests {
             .collect();
         names.sort();
         assert_eq!(names, ["a.npy", "ref.npy", "sub"]);
+    }
+
+    /// Memory stays bounded (issue #24): with a batch of 8, no more than 8 paths are ever pending
+    /// over 100 writes from 4 threads into 3 folders, every file is synced once (the count), and
+    /// the files are whole under their final names.
+    #[test]
+    fn sync_set_holds_at_most_one_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let set = SyncSet::with_batch(8);
+        let most = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let (set, dir, most) = (&set, dir.path(), &most);
+                scope.spawn(move || {
+                    for i in (t..100).step_by(4) {
+                        let text = format!("file {i}\n");
+                        let path = dir.join(format!("d{}/u{i:03}.txt", i % 3));
+                        set.write(path, |w| w.write_all(text.as_bytes())).unwrap();
+                        most.fetch_max(set.pending(), std::sync::atomic::Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        assert!(most.into_inner() <= 8);
+        assert_eq!(set.sync().unwrap(), 100);
+        for i in 0..100 {
+            let path = dir.path().join(format!("d{}/u{i:03}.txt", i % 3));
+            assert_eq!(fs::read_to_string(path).unwrap(), format!("file {i}\n"));
+        }
+    }
+
+    /// A file that vanished before its batch was synced fails the write that fills the batch,
+    /// naming it (the run stops before any commit).
+    #[test]
+    fn sync_set_batch_fails_naming_a_file_that_vanished() {
+        let dir = tempfile::tempdir().unwrap();
+        let set = SyncSet::with_batch(4);
+        for i in 0..3 {
+            set.write(dir.path().join(format!("u{i}.txt")), |w| w.write_all(b"x"))
+                .unwrap();
+        }
+        fs::remove_file(dir.path().join("u1.txt")).unwrap();
+        let err = set
+            .write(dir.path().join("u3.txt"), |w| w.write_all(b"x"))
+            .unwrap_err();
+        let Error::Io { path, source } = &err else {
+            panic!("not an I/O error: {err}");
+        };
+        assert!(path.ends_with("u1.txt"), "{err}");
+        assert_eq!(source.kind(), std::io::ErrorKind::NotFound, "{err}");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use invar_data::{FeatureEntry, FeatureSet, FeatureSetWriter};
+use invar_data::{FeatureSetWriter, FeatureStream, WrittenSet};
 use invar_io::Matrix;
 use rayon::prelude::*;
 
@@ -127,13 +127,14 @@ pub fn row_order(partition: &Partition) -> Vec<usize> {
 }
 
 /// Maps every utterance of `input` through the partition (`hard`: through its binary form) into a new
-/// feature set at `out`, utterances in parallel; returns the written entries.
+/// feature set at `out`, utterances in parallel, reading `input`'s manifest a chunk at a time (memory
+/// does not grow with the set); returns what the manifest holds.
 pub fn apply_featureset(
     partition: &Partition,
-    input: &FeatureSet,
+    input: &FeatureStream,
     out: &Path,
     hard: bool,
-) -> Result<Vec<FeatureEntry>> {
+) -> Result<WrittenSet> {
     let p = if hard {
         partition.hard()
     } else {
@@ -148,16 +149,14 @@ pub fn apply_featureset(
         "outputs_in_use": p.mapping().outputs_in_use,
     });
     let writer = FeatureSetWriter::create(out, &config, &input.origin())?;
-    input
-        .entries()
-        .par_iter()
-        .map(|e| -> Result<()> {
+    input.for_each_chunk(4096, &mut |_, part| -> Result<()> {
+        part.par_iter().try_for_each(|e| -> Result<()> {
             let x = input.load(e)?;
             let y = p.apply(&x)?;
             writer.write(&e.id, &e.speaker, e.split, &y)?;
             Ok(())
         })
-        .collect::<Result<Vec<()>>>()?;
+    })?;
     Ok(writer.finish()?)
 }
 
