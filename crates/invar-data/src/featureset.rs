@@ -381,6 +381,7 @@ impl FeatureSetWriter {
             )?),
         };
         let sorter = EntrySorter::new(&dir, shard, EntrySorter::DEFAULT_RUN);
+        sorter.runs.remove_stale();
         Ok(FeatureSetWriter {
             dir,
             shard,
@@ -561,6 +562,22 @@ impl SpilledRuns {
     fn remove(&self) {
         for p in &self.paths {
             let _ = std::fs::remove_file(p);
+        }
+    }
+
+    /// Removes the runs a killed writer of the same shard left in the folder (one writer per
+    /// shard and folder: `invar`'s output claim refuses a second).
+    fn remove_stale(&self) {
+        let prefix = format!("{}.run-", self.stem);
+        let Ok(list) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in list.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(&prefix) && name.contains(".tmp-") {
+                let _ = std::fs::remove_file(entry.path());
+            }
         }
     }
 }
@@ -1513,6 +1530,16 @@ pub(crate) mod tests {
             );
         }
         assert_eq!(names(a.path()), [CONFIG, MANIFEST]);
+        // A run a killed writer left behind goes when the next writer of that shard starts.
+        std::fs::write(a.path().join(".manifest.tsv.run-3.tmp-999999"), "x").unwrap();
+        std::fs::write(a.path().join(".manifest.1-of-2.tsv.run-0.tmp-999999"), "x").unwrap();
+        drop(FeatureSetWriter::create(a.path(), &serde_json::json!({}), &origin()).unwrap());
+        assert_eq!(
+            names(a.path()),
+            [".manifest.1-of-2.tsv.run-0.tmp-999999", CONFIG, MANIFEST]
+        );
+        std::fs::remove_file(a.path().join(".manifest.1-of-2.tsv.run-0.tmp-999999")).unwrap();
+        write_shuffled(100, 7, Shard::ALL, a.path(), |_| 3, id).unwrap();
         let set = FeatureSet::open(a.path()).unwrap();
         let ids: Vec<&str> = set.entries().iter().map(|e| e.id.as_str()).collect();
         let mut sorted = ids.clone();
