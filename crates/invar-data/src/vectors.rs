@@ -124,25 +124,35 @@ impl SupervectorSet {
     /// row and the set's ids, never the matrix. The files are the bytes
     /// [`write_vector_folder`] writes for the stacked matrix.
     pub fn stack_feature_set(dir: &Path, name: &str) -> Result<StackedFolder> {
-        let set = FeatureSet::open(dir)?;
-        let entries = set.entries();
-        check_ids(
-            entries
-                .iter()
-                .flat_map(|e| [e.speaker.as_str(), e.id.as_str()]),
-        )?;
+        const CHUNK: usize = 4096;
+        let set = FeatureStream::open(dir)?;
+        // First pass: the ids and the distinct speakers (memory: the speakers, not the rows).
+        let mut speakers = std::collections::BTreeSet::new();
+        set.for_each_chunk(CHUNK, &mut |_, part| -> Result<()> {
+            check_ids(
+                part.iter()
+                    .flat_map(|e| [e.speaker.as_str(), e.id.as_str()]),
+            )?;
+            for e in part {
+                if !speakers.contains(e.speaker.as_str()) {
+                    speakers.insert(e.speaker.clone());
+                }
+            }
+            Ok(())
+        })?;
         let path = dir.join(format!("{name}.npy"));
         let mut writer: Option<invar_io::NpyRowWriter> = None;
-        let cols = each_row(&set, &mut |_, row| {
-            let w = match writer.as_mut() {
-                Some(w) => w,
-                None => writer.insert(invar_io::NpyRowWriter::create(
-                    &path,
-                    entries.len(),
-                    row.len(),
-                )?),
-            };
-            w.push_row(row)?;
+        let mut cols = 0;
+        set.for_each_chunk(CHUNK, &mut |first, part| -> Result<()> {
+            for (j, e) in part.iter().enumerate() {
+                let m = set.load(e)?;
+                cols = check_row(set.dir(), e, &m, first + j, cols)?;
+                let w = match writer.as_mut() {
+                    Some(w) => w,
+                    None => writer.insert(invar_io::NpyRowWriter::create(&path, set.len(), cols)?),
+                };
+                w.push_row(&m.data)?;
+            }
             Ok(())
         })?;
         let writer = match writer {
@@ -150,20 +160,41 @@ impl SupervectorSet {
             None => invar_io::NpyRowWriter::create(&path, 0, 0)?,
         };
         writer.finish()?;
-        write_lines(
-            &dir.join(SPEAKERS_FILE),
-            entries.iter().map(|e| e.speaker.as_str()),
-        )?;
-        write_lines(&dir.join(IDS_FILE), entries.iter().map(|e| e.id.as_str()))?;
-        let mut speakers: Vec<&str> = entries.iter().map(|e| e.speaker.as_str()).collect();
-        speakers.sort_unstable();
-        speakers.dedup();
+        write_entry_lines(&dir.join(SPEAKERS_FILE), &set, |e| &e.speaker)?;
+        write_entry_lines(&dir.join(IDS_FILE), &set, |e| &e.id)?;
         Ok(StackedFolder {
-            rows: entries.len(),
+            rows: set.len(),
             cols,
             speakers: speakers.len(),
         })
     }
+}
+
+/// Writes one field of every entry of `set`, one per line, atomically, reading the manifest as
+/// it goes.
+fn write_entry_lines(
+    path: &Path,
+    set: &FeatureStream,
+    field: impl Fn(&FeatureEntry) -> &str,
+) -> Result<()> {
+    let mut failed: Option<Error> = None;
+    let written = invar_io::atomic_write(path, |w: &mut dyn Write| {
+        let pass = set.for_each_chunk(4096, &mut |_, part| -> Result<()> {
+            for e in part {
+                writeln!(w, "{}", field(e)).map_err(|err| Error::io(path, "write", err))?;
+            }
+            Ok(())
+        });
+        pass.map(|_| ()).map_err(|e| {
+            failed = Some(e);
+            std::io::Error::other("the feature set could not be read")
+        })
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    written?;
+    Ok(())
 }
 
 /// What [`SupervectorSet::stack_feature_set`] wrote: the matrix's shape and how many speakers
@@ -263,27 +294,32 @@ fn each_row(set: &FeatureSet, f: &mut dyn FnMut(usize, &[f32]) -> Result<()>) ->
     let mut cols = 0;
     for (i, e) in set.entries().iter().enumerate() {
         let m = set.load(e)?;
-        if m.rows != 1 {
-            return Err(Error::Mismatch {
-                path: set.dir().join(&e.path),
-                what: "rows of a per-utterance vector",
-                expected: "1".into(),
-                found: m.rows.to_string(),
-            });
-        }
-        if i == 0 {
-            cols = m.cols;
-        } else if m.cols != cols {
-            return Err(Error::Mismatch {
-                path: set.dir().join(&e.path),
-                what: "columns of a per-utterance vector (the first utterance's)",
-                expected: cols.to_string(),
-                found: m.cols.to_string(),
-            });
-        }
+        cols = check_row(set.dir(), e, &m, i, cols)?;
         f(i, &m.data)?;
     }
     Ok(cols)
+}
+
+/// Checks that utterance `i` of a set in `dir` is one row as wide as the first (`cols`, the width
+/// so far) and returns the width; another shape is an error naming its file.
+fn check_row(dir: &Path, e: &FeatureEntry, m: &Matrix, i: usize, cols: usize) -> Result<usize> {
+    if m.rows != 1 {
+        return Err(Error::Mismatch {
+            path: dir.join(&e.path),
+            what: "rows of a per-utterance vector",
+            expected: "1".into(),
+            found: m.rows.to_string(),
+        });
+    }
+    if i > 0 && m.cols != cols {
+        return Err(Error::Mismatch {
+            path: dir.join(&e.path),
+            what: "columns of a per-utterance vector (the first utterance's)",
+            expected: cols.to_string(),
+            found: m.cols.to_string(),
+        });
+    }
+    Ok(m.cols)
 }
 
 /// What one run of [`map_feature_set`] did.
