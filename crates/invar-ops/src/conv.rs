@@ -7,13 +7,16 @@
 //! reshape + arg-max gather) spend most of a training step copying. Here, on CPU:
 //!
 //! - [`conv1d`] `x [B, C, T] ⋆ w [F, C, K] (+ bias [F]) → [B, F, T − K + 1]`, rayon over blocks
-//!   of 4 batch items, no im2col: the block's input transposed once to `xt [C, items·T + pad]` in
-//!   a per-thread scratch buffer reused across calls, then one GEMM per tap k over the strided
-//!   view `xt[:, k ..]`, `yᵀ += xt[:, k..]ᵀ · W_kᵀ` (the view costs no copy; rows a multiple of
-//!   16 so `gemm` reads it in place), each item's valid steps copied out with the bias added.
-//!   Backward: `dW_k = dY · xt[:, k..]ᵀ` per block and tap over the same views (`dY` laid out
-//!   once per block with zeros at the dropped steps), block partial sums added in block order so
-//!   `dW` is the same bytes at any thread count; `dX` by K strided GEMMs
+//!   of 4 or 8 batch items, no im2col: the block's input transposed once to `xt [C, items·T + pad]` in
+//!   a per-thread scratch buffer reused across calls, then GEMMs over the strided views
+//!   `xt[:, k ..]`, `yᵀ += xt[:, k..]ᵀ · W_kᵀ` (a view costs no copy; rows a multiple of 16 so
+//!   `gemm` reads it in place), each item's valid steps copied out with the bias added. When K
+//!   is even, two levels of two-tap minimal filtering (`fwd_split`: ±1 coefficients only, so
+//!   exact up to rounding) turn the K taps over m steps into 9 convolutions of K / 4 taps over
+//!   m / 4 steps of half-rate signals: 9/16 of the multiply-adds.
+//!   Backward: `dW_k = dY · xt[:, k..]ᵀ` per block over the same views and the same split
+//!   (`grad_split`; `dY` laid out once per block with zeros at the dropped steps), block partial
+//!   sums added in block order so `dW` is the same bytes at any thread count; `dX` by K strided GEMMs
 //!   `dX_b[:, k..k+T'] += W_kᵀ · dY_b` (no col2im buffer), only when `x` is part of a graph;
 //!   `db` a plain reduction (candle's strided `sum` over two axes is slow).
 //!   An input and its tangent (the regulariser's forward-mode pass) are two calls with the same
@@ -41,8 +44,16 @@ use crate::{Error, Result};
 
 /// Batch items per GEMM block: the forward product and the weight gradient run block by block
 /// (rayon over blocks); the weight gradient's per-block partial sums are added in block order, so
-/// it is the same bytes at any thread count.
-const BLOCK_ITEMS: usize = 4;
+/// it is the same bytes at any thread count. 8 with the split GEMMs (below), whose rows are
+/// rounded up to a multiple of 64, which wastes less of a longer block (001's conv1: 793 rows →
+/// 832, where 4 items gave 393 → 448); 4 without.
+fn block_items(levels: usize) -> usize {
+    if levels > 0 {
+        8
+    } else {
+        4
+    }
+}
 
 /// Elements read per rayon task in the row-wise loops (pooling, ReLU masks, bias and block
 /// sums); a loop of fewer than two tasks' worth runs on the calling thread, where waking the pool
@@ -129,9 +140,9 @@ impl ConvDims {
     }
 }
 
-/// Rows of a block's shifted-view GEMMs are a multiple of this: 16 f32 (8 f64) lanes fill
-/// `gemm`'s AVX-512 micro-kernel rows exactly, so it reads the block's input in place instead of
-/// packing it.
+/// Rows of a block's shifted-view GEMMs (of the split's leaves, when split) are a multiple of
+/// this: 16 f32 (8 f64) lanes fill `gemm`'s AVX-512 micro-kernel rows exactly, so it reads the
+/// block's input in place instead of packing it.
 const ROW_MULTIPLE: usize = 16;
 
 /// The layout of one block of `items` batch items as the shifted-view GEMMs read it: the block's
@@ -141,7 +152,7 @@ const ROW_MULTIPLE: usize = 16;
 #[derive(Debug, Clone, Copy)]
 struct Shifted {
     /// GEMM rows: `items·T − (K − 1)` (the last item's last valid step) rounded up to
-    /// [`ROW_MULTIPLE`].
+    /// [`ROW_MULTIPLE`] times `2^levels` of the split.
     m: usize,
     /// Row length of `xt`: `m + K − 1`, at least `items·T`.
     l: usize,
@@ -149,7 +160,9 @@ struct Shifted {
 
 impl Shifted {
     fn new(items: usize, d: ConvDims) -> Self {
-        let m = (items * d.t + 1 - d.k).div_ceil(ROW_MULTIPLE) * ROW_MULTIPLE;
+        // each level of the split halves the rows
+        let multiple = ROW_MULTIPLE << split_levels(d.k);
+        let m = (items * d.t + 1 - d.k).div_ceil(multiple) * multiple;
         Self {
             m,
             l: (m + d.k - 1).max(items * d.t),
@@ -168,10 +181,207 @@ fn transpose_block<T: CpuElem>(xg: &[T], d: ConvDims, s: Shifted, xt: &mut [T]) 
     }
 }
 
-/// Forward, rayon over blocks of [`BLOCK_ITEMS`] batch items, without im2col: the block's input
-/// transposed once to `xt [C, L]` (this thread's scratch), then K accumulated GEMMs over shifted
-/// views, `yᵀ [m, F] += xt[:, k .. k + m]ᵀ · W_kᵀ` (the view is strided, so tap k costs no
-/// copy), and each item's valid steps copied into `y [B, F, T']` with the bias added.
+/// Levels of minimal filtering applied to a convolution with `k` taps: [`SPLIT_LEVELS`], fewer
+/// when `k` does not halve that often.
+fn split_levels(k: usize) -> usize {
+    if split_wanted() {
+        (k.trailing_zeros() as usize).min(SPLIT_LEVELS)
+    } else {
+        0
+    }
+}
+
+/// Tests take both paths: 1 forces the direct GEMMs, 2 the split ones.
+#[cfg(test)]
+static SPLIT_OVERRIDE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Whether the split GEMMs are taken where the taps allow: always, except in the tests that
+/// compare the two paths.
+fn split_wanted() -> bool {
+    #[cfg(test)]
+    if SPLIT_OVERRIDE.load(std::sync::atomic::Ordering::Relaxed) == 1 {
+        return false;
+    }
+    true
+}
+
+/// Levels of the two-by-two minimal filtering (below) the convolution's GEMMs go through when the
+/// taps allow: each level computes a convolution with K taps over m output steps as three with
+/// K / 2 taps over m / 2 steps, 3/4 of the multiply-adds (9/16 for two levels).
+const SPLIT_LEVELS: usize = 2;
+
+/// The kernel's taps as the split GEMMs read them: `3^levels` leaves of `K / 2^levels` taps, each
+/// tap `Wᵀ [C, F]` row-major, in the order the recursion visits them (per level: the even taps
+/// `W₀`, their sums with the odd ones `W₀ + W₁`, the odd taps `W₁`).
+fn weight_leaves<T: CpuElem>(w: &[T], d: ConvDims, levels: usize) -> Vec<T> {
+    let cf = d.c * d.f;
+    // [K, C, F]: wt[k·C·F + c·F + f] = w[f·C·K + c·K + k]
+    let mut wt = vec![T::ZERO; d.k * cf];
+    for (f, wf) in w.chunks_exact(d.c * d.k).enumerate() {
+        for (c, wc) in wf.chunks_exact(d.k).enumerate() {
+            for (k, &v) in wc.iter().enumerate() {
+                wt[k * cf + c * d.f + f] = v;
+            }
+        }
+    }
+    let mut k = d.k;
+    for _ in 0..levels {
+        let mut next = Vec::with_capacity(wt.len() / 2 * 3);
+        for leaf in wt.chunks_exact(k * cf) {
+            let tap = |j: usize| &leaf[j * cf..(j + 1) * cf];
+            for p in 0..k / 2 {
+                next.extend_from_slice(tap(2 * p));
+            }
+            for p in 0..k / 2 {
+                next.extend(tap(2 * p).iter().zip(tap(2 * p + 1)).map(|(&a, &b)| a + b));
+            }
+            for p in 0..k / 2 {
+                next.extend_from_slice(tap(2 * p + 1));
+            }
+        }
+        wt = next;
+        k /= 2;
+    }
+    wt
+}
+
+/// One level's half-rate signal `which` of `x [C, ·]` (row stride `lx`) into `sub [C, len]`:
+/// 0 → `x[2r] − x[2r + 1]`, 1 → `x[2r + 1]`, 2 → `x[2r + 2] − x[2r + 1]`, for `r < len`.
+fn split_signal<T: CpuElem>(x: &[T], lx: usize, which: usize, len: usize, sub: &mut [T]) {
+    for (dst, row) in sub.chunks_exact_mut(len).zip(x.chunks(lx)) {
+        let pairs = |from: usize| row[from..from + 2 * len].chunks_exact(2);
+        match which {
+            0 => {
+                for (v, p) in dst.iter_mut().zip(pairs(0)) {
+                    *v = p[0] - p[1];
+                }
+            }
+            1 => {
+                for (v, p) in dst.iter_mut().zip(pairs(1)) {
+                    *v = p[0];
+                }
+            }
+            _ => {
+                for (v, p) in dst.iter_mut().zip(pairs(1)) {
+                    *v = p[1] - p[0];
+                }
+            }
+        }
+    }
+}
+
+/// Where the split GEMMs leave output step `n` of `m`: each level puts the even steps first, then
+/// the odd ones.
+fn split_position(n: usize, m: usize, levels: usize) -> usize {
+    if levels == 0 {
+        n
+    } else {
+        (n % 2) * (m / 2) + split_position(n / 2, m / 2, levels - 1)
+    }
+}
+
+/// Scratch elements [`fwd_split`] needs.
+fn fwd_scratch(d: ConvDims, k: usize, m: usize, levels: usize) -> usize {
+    if levels == 0 {
+        return 0;
+    }
+    let h = m / 2;
+    d.c * (h + k / 2 - 1) + d.f * h + fwd_scratch(d, k / 2, h, levels - 1)
+}
+
+/// `yᵀ [m, F] (+)= Σ_k x[:, n + k .. ]ᵀ · W_kᵀ`, the valid convolution of the signal `x [C, ·]`
+/// (row stride `lx`, at least `m + k − 1` steps) with the `k`-tap kernel `leaves`
+/// ([`weight_leaves`]), step `n`'s row at `out[f·cs + split_position(n, m, levels)]`.
+///
+/// With two taps and two steps, `y₀ = x₀w₀ + x₁w₁`, `y₁ = x₁w₀ + x₂w₁` take three products,
+/// `P₁ = (x₀ − x₁)w₀`, `P₂ = x₁(w₀ + w₁)`, `P₃ = (x₂ − x₁)w₁`, as `y₀ = P₁ + P₂`, `y₁ = P₂ + P₃`.
+/// Over pairs of taps and pairs of steps, each `P` is itself a convolution with `k / 2` taps over
+/// `m / 2` steps of a half-rate signal ([`split_signal`]); every coefficient is ±1, so the result
+/// is direct convolution's up to rounding. `m` must be a multiple of `2^levels`, `k` too.
+#[allow(clippy::too_many_arguments)]
+fn fwd_split<T: CpuElem>(
+    (x, lx): (&[T], usize),
+    d: ConvDims,
+    (k, m, levels): (usize, usize, usize),
+    leaves: &[T],
+    out: &mut [T],
+    cs: usize,
+    accumulate: bool,
+    scratch: &mut [T],
+) -> candle_core::Result<()> {
+    let cf = d.c * d.f;
+    if levels == 0 {
+        for (tap, wk) in leaves.chunks_exact(cf).enumerate() {
+            // rows n, columns c: x[c·lx + n + tap]
+            let a = Mat {
+                data: &x[tap..],
+                rs: 1,
+                cs: lx,
+            };
+            let b = Mat {
+                data: wk,
+                rs: d.f,
+                cs: 1,
+            };
+            crate::gemm::gemm(
+                (m, d.f, d.c),
+                a,
+                b,
+                out,
+                (1, cs),
+                accumulate || tap > 0,
+                false,
+            )?;
+        }
+        return Ok(());
+    }
+    let (h, kh) = (m / 2, k / 2);
+    let len = h + kh - 1;
+    let (sub, rest) = scratch.split_at_mut(d.c * len);
+    let (p2, rest) = rest.split_at_mut(d.f * h);
+    let third = leaves.len() / 3;
+    let next = (kh, h, levels - 1);
+    // P₁ into the even steps, P₃ into the odd ones, P₂ to both
+    split_signal(x, lx, 0, len, sub);
+    fwd_split(
+        (&*sub, len),
+        d,
+        next,
+        &leaves[..third],
+        out,
+        cs,
+        accumulate,
+        rest,
+    )?;
+    split_signal(x, lx, 2, len, sub);
+    let odd = &mut out[h..];
+    fwd_split(
+        (&*sub, len),
+        d,
+        next,
+        &leaves[2 * third..],
+        odd,
+        cs,
+        accumulate,
+        rest,
+    )?;
+    split_signal(x, lx, 1, len, sub);
+    let mid = &leaves[third..2 * third];
+    fwd_split((&*sub, len), d, next, mid, p2, h, false, rest)?;
+    for (col, p) in out.chunks_mut(cs).zip(p2.chunks_exact(h)) {
+        let (even, odd) = col[..m].split_at_mut(h);
+        for ((e, o), &v) in even.iter_mut().zip(odd).zip(p) {
+            *e += v;
+            *o += v;
+        }
+    }
+    Ok(())
+}
+
+/// Forward, rayon over blocks of [`block_items`] batch items, without im2col: the block's input
+/// transposed once to `xt [C, L]` (this thread's scratch), then the shifted-view GEMMs of
+/// [`fwd_split`], `yᵀ [m, F] += xt[:, k .. k + m]ᵀ · W_kᵀ` (the views are strided, so a tap
+/// costs no copy), and each item's valid steps copied into `y [B, F, T']` with the bias added.
 fn conv_forward<T: CpuElem>(
     x: &[T],
     w: &[T],
@@ -179,38 +389,33 @@ fn conv_forward<T: CpuElem>(
     d: ConvDims,
 ) -> candle_core::Result<Vec<T>> {
     let out = d.out();
-    let ck = d.c * d.k;
+    let levels = split_levels(d.k);
+    let leaves = weight_leaves(w, d, levels);
+    let block = block_items(levels);
     let mut y = vec![T::ZERO; d.b * d.f * out];
-    y.par_chunks_mut(BLOCK_ITEMS * d.f * out)
-        .zip(x.par_chunks(BLOCK_ITEMS * d.c * d.t))
+    y.par_chunks_mut(block * d.f * out)
+        .zip(x.par_chunks(block * d.c * d.t))
         .try_for_each(|(yg, xg)| {
             let s = Shifted::new(xg.len() / (d.c * d.t), d);
             T::with_scratch(|buf| {
-                buf.resize(d.c * s.l + s.m * d.f, T::ZERO);
-                let (xt, yt) = buf.split_at_mut(d.c * s.l);
+                buf.resize(
+                    d.c * s.l + s.m * d.f + fwd_scratch(d, d.k, s.m, levels),
+                    T::ZERO,
+                );
+                let (xt, rest) = buf.split_at_mut(d.c * s.l);
+                let (yt, rest) = rest.split_at_mut(s.m * d.f);
                 transpose_block(xg, d, s, xt);
-                for k in 0..d.k {
-                    // rows n, columns c: xt[c·L + n + k]
-                    let a = Mat {
-                        data: &xt[k..],
-                        rs: 1,
-                        cs: s.l,
-                    };
-                    // W_kᵀ[c, f] = w[f·C·K + c·K + k]
-                    let b = Mat {
-                        data: &w[k..],
-                        rs: d.k,
-                        cs: ck,
-                    };
-                    // yᵀ[n, f] at yt[f·m + n]
-                    crate::gemm::gemm((s.m, d.f, d.c), a, b, yt, (1, s.m), k > 0, false)?;
-                }
-                for (i, yb) in yg.chunks_exact_mut(d.f * out).enumerate() {
+                let shape = (d.k, s.m, levels);
+                fwd_split((&*xt, s.l), d, shape, &leaves, yt, s.m, false, rest)?;
+                let pos: Vec<usize> = (0..xg.len() / d.c)
+                    .map(|n| split_position(n, s.m, levels))
+                    .collect();
+                for (yb, pb) in yg.chunks_exact_mut(d.f * out).zip(pos.chunks_exact(d.t)) {
                     for (f, row) in yb.chunks_exact_mut(out).enumerate() {
                         let bv = bias.map_or(T::ZERO, |b| b[f]);
-                        let src = &yt[f * s.m + i * d.t..][..out];
-                        for (v, &u) in row.iter_mut().zip(src) {
-                            *v = u + bv;
+                        let col = &yt[f * s.m..(f + 1) * s.m];
+                        for (v, &p) in row.iter_mut().zip(pb) {
+                            *v = col[p] + bv;
                         }
                     }
                 }
@@ -221,73 +426,154 @@ fn conv_forward<T: CpuElem>(
 }
 
 /// Taps whose weight gradients one GEMM computes: the GEMM's rows are the group's `J` shifted
-/// copies of `dY` (`J·F` rows, 128 for the 001 network's F = 32), where one GEMM per tap had `F`
-/// rows, too few for `gemm`'s widest micro-kernels.
+/// copies of `dY` (`J·F` rows), where one GEMM per tap had `F` rows, too few for `gemm`'s widest
+/// micro-kernels.
 const TAP_GROUP: usize = 4;
+
+/// Scratch elements [`grad_split`] needs.
+fn grad_scratch(d: ConvDims, k: usize, m: usize, levels: usize) -> usize {
+    if levels == 0 {
+        let group = TAP_GROUP.min(k);
+        return (m + group - 1) * group * d.f;
+    }
+    let (h, kh) = (m / 2, k / 2);
+    d.c * (h + kh - 1) + h * d.f + 2 * d.c * kh * d.f + grad_scratch(d, kh, h, levels - 1)
+}
+
+/// The weight gradient of [`fwd_split`]'s convolution: `out [C, k, F]`,
+/// `out[c·k·F + j·F + f] = Σ_{n < m} a[n·F + f] · x[c·lx + n + j]`, for `a = dYᵀ [m, F]`.
+///
+/// The same split transposed: with `a₀, a₁` the even and odd steps of `a` and `x₀, x₁, x₂` the
+/// half-rate signals as in the forward pass, the even taps are `M₁ + M₂` and the odd taps
+/// `M₂ + M₃`, `M₁ = a₀ ⋆ (x₀ − x₁)`, `M₂ = (a₀ + a₁) ⋆ x₁`, `M₃ = a₁ ⋆ (x₂ − x₁)`, each a weight
+/// gradient with `k / 2` taps over `m / 2` steps. At the leaves, `J` shifted copies of `a`,
+/// `A [J·F, m + J − 1]` column-major, `A[j·F + f, n] = a[n − j, f]` (zero outside `0..m`), so
+/// that one GEMM over the shifted view `x[:, k0 ..]` gives taps `k0 .. k0 + J`, written
+/// column-major (the layout `gemm`'s kernels store to directly).
+fn grad_split<T: CpuElem>(
+    (x, lx): (&[T], usize),
+    d: ConvDims,
+    (k, m, levels): (usize, usize, usize),
+    a: &[T],
+    out: &mut [T],
+    scratch: &mut [T],
+) -> candle_core::Result<()> {
+    if levels == 0 {
+        let group = TAP_GROUP.min(k);
+        let jf = group * d.f;
+        let shifted = &mut scratch[..(m + group - 1) * jf];
+        // A[j·F + f, n] at shifted[n·J·F + j·F + f] = a[(n − j)·F + f]
+        for (n, col) in shifted.chunks_exact_mut(jf).enumerate() {
+            for (j, dst) in col.chunks_exact_mut(d.f).enumerate() {
+                match n.checked_sub(j).filter(|&src| src < m) {
+                    Some(src) => dst.copy_from_slice(&a[src * d.f..(src + 1) * d.f]),
+                    None => dst.fill(T::ZERO),
+                }
+            }
+        }
+        for k0 in (0..k).step_by(group) {
+            let taps = group.min(k - k0);
+            let am = Mat {
+                data: &shifted[..],
+                rs: 1,
+                cs: jf,
+            };
+            // x shifted, transposed: [n, c] at x[c·lx + n + k0]
+            let b = Mat {
+                data: &x[k0..],
+                rs: 1,
+                cs: lx,
+            };
+            let shape = (taps * d.f, d.c, m + taps - 1);
+            crate::gemm::gemm(
+                shape,
+                am,
+                b,
+                &mut out[k0 * d.f..],
+                (1, k * d.f),
+                false,
+                false,
+            )?;
+        }
+        return Ok(());
+    }
+    let (h, kh) = (m / 2, k / 2);
+    let len = h + kh - 1;
+    let half = d.c * kh * d.f;
+    let (sub, rest) = scratch.split_at_mut(d.c * len);
+    let (asub, rest) = rest.split_at_mut(h * d.f);
+    let (m2, rest) = rest.split_at_mut(half);
+    let (m13, rest) = rest.split_at_mut(half);
+    let next = (kh, h, levels - 1);
+    // M₂ = (a₀ + a₁) ⋆ x₁
+    split_signal(x, lx, 1, len, sub);
+    for (src, dst) in a[..m * d.f]
+        .chunks_exact(2 * d.f)
+        .zip(asub.chunks_exact_mut(d.f))
+    {
+        let (a0, a1) = src.split_at(d.f);
+        for ((v, &p), &q) in dst.iter_mut().zip(a0).zip(a1) {
+            *v = p + q;
+        }
+    }
+    grad_split((&*sub, len), d, next, asub, m2, rest)?;
+    for (which, parity) in [(0, 0), (2, 1)] {
+        // M₁ = a₀ ⋆ (x₀ − x₁) for the even taps, M₃ = a₁ ⋆ (x₂ − x₁) for the odd ones
+        split_signal(x, lx, which, len, sub);
+        for (src, dst) in a[..m * d.f]
+            .chunks_exact(2 * d.f)
+            .zip(asub.chunks_exact_mut(d.f))
+        {
+            dst.copy_from_slice(&src[parity * d.f..(parity + 1) * d.f]);
+        }
+        grad_split((&*sub, len), d, next, asub, m13, rest)?;
+        for ((oc, m2c), m13c) in out
+            .chunks_exact_mut(k * d.f)
+            .zip(m2.chunks_exact(kh * d.f))
+            .zip(m13.chunks_exact(kh * d.f))
+        {
+            for ((o, p2), p13) in oc
+                .chunks_exact_mut(2 * d.f)
+                .zip(m2c.chunks_exact(d.f))
+                .zip(m13c.chunks_exact(d.f))
+            {
+                let o = &mut o[parity * d.f..(parity + 1) * d.f];
+                for ((v, &p), &q) in o.iter_mut().zip(p2).zip(p13) {
+                    *v = p + q;
+                }
+            }
+        }
+    }
+    Ok(())
+}
 
 /// `dW [F, C, K] = Σ_blocks` of each block's weight gradient, rayon over blocks. Per block, the
 /// input transposed as in the forward pass (`xt [C, L]`), `dY` laid out as `dYᵀ [m, F]` with zeros
-/// at the dropped steps, and then as `J` shifted copies, `A [J·F, m + J − 1]` column-major,
-/// `A[j·F + f, n] = dY[f, n − j]` (zero outside `0..m`), so that for taps `k0 .. k0 + J` one GEMM
-/// over the shifted view `xt[:, k0 ..]` gives them all: `dW_{k0+j}[f, c] = Σ_n A[j·F + f, n] ·
-/// xt[c, n + k0]`. Each group's product goes column-major (the layout `gemm`'s kernels store to
-/// directly) into the block's partial sum, `[C, J·F]` per group; the partial sums are added in
-/// block order, then transposed once into `dW`'s `[F, C, K]`.
+/// at the dropped steps, and [`grad_split`]'s GEMMs over shifted views of `xt` into the block's
+/// partial sum `[C, K, F]`; the partial sums are added in block order, then transposed once into
+/// `dW`'s `[F, C, K]`.
 fn conv_grad_kernel<T: CpuElem>(x: &[T], dy: &[T], d: ConvDims) -> candle_core::Result<Vec<T>> {
     let out = d.out();
     let ck = d.c * d.k;
-    let cf = d.c * d.f;
-    let group = TAP_GROUP.min(d.k);
-    let jf = group * d.f;
+    let levels = split_levels(d.k);
+    let block = block_items(levels);
     let partial = x
-        .par_chunks(BLOCK_ITEMS * d.c * d.t)
-        .zip(dy.par_chunks(BLOCK_ITEMS * d.f * out))
+        .par_chunks(block * d.c * d.t)
+        .zip(dy.par_chunks(block * d.f * out))
         .map(|(xg, dyg)| -> candle_core::Result<Vec<T>> {
             let items = xg.len() / (d.c * d.t);
             let s = Shifted::new(items, d);
-            let rows = s.m + group - 1;
             T::with_scratch(|buf| {
-                buf.resize(d.c * s.l + s.m * d.f + rows * jf, T::ZERO);
+                buf.resize(
+                    d.c * s.l + s.m * d.f + grad_scratch(d, d.k, s.m, levels),
+                    T::ZERO,
+                );
                 let (xt, rest) = buf.split_at_mut(d.c * s.l);
-                let (dyt, shifted) = rest.split_at_mut(s.m * d.f);
+                let (dyt, rest) = rest.split_at_mut(s.m * d.f);
                 transpose_block(xg, d, s, xt);
                 layout_dy_block(dyg, d, s, items, dyt);
-                // A[j·F + f, n] at shifted[n·J·F + j·F + f] = dyt[(n − j)·F + f]
-                for (n, col) in shifted.chunks_exact_mut(jf).enumerate() {
-                    for (j, dst) in col.chunks_exact_mut(d.f).enumerate() {
-                        match n.checked_sub(j).filter(|&src| src < s.m) {
-                            Some(src) => dst.copy_from_slice(&dyt[src * d.f..(src + 1) * d.f]),
-                            None => dst.fill(T::ZERO),
-                        }
-                    }
-                }
-                let mut acc = vec![T::ZERO; d.k * cf];
-                for (g, dwg) in acc.chunks_mut(group * cf).enumerate() {
-                    let (k0, taps) = (g * group, dwg.len() / cf);
-                    let a = Mat {
-                        data: &shifted[..],
-                        rs: 1,
-                        cs: jf,
-                    };
-                    // xt shifted, transposed: [n, c] at xt[c·L + n + k0]
-                    let b = Mat {
-                        data: &xt[k0..],
-                        rs: 1,
-                        cs: s.l,
-                    };
-                    // [taps·F, C] at dwg[c·taps·F + j·F + f]: column-major (written into dW's
-                    // [F, C, K] strides, `gemm` would transpose the whole product and pack the
-                    // shifted input like an im2col)
-                    crate::gemm::gemm(
-                        (taps * d.f, d.c, s.m + taps - 1),
-                        a,
-                        b,
-                        dwg,
-                        (1, taps * d.f),
-                        false,
-                        false,
-                    )?;
-                }
+                let mut acc = vec![T::ZERO; d.k * d.c * d.f];
+                grad_split((&*xt, s.l), d, (d.k, s.m, levels), dyt, &mut acc, rest)?;
                 Ok(acc)
             })
         })
@@ -304,13 +590,10 @@ fn conv_grad_kernel<T: CpuElem>(x: &[T], dy: &[T], d: ConvDims) -> candle_core::
                 }
             }
         });
-        for (g, dwg) in sum.chunks(group * cf).enumerate() {
-            let taps = dwg.len() / cf;
-            for (c, col) in dwg.chunks_exact(taps * d.f).enumerate() {
-                for (j, tap) in col.chunks_exact(d.f).enumerate() {
-                    for (f, &v) in tap.iter().enumerate() {
-                        dw[f * ck + c * d.k + g * group + j] = v;
-                    }
+        for (c, col) in sum.chunks_exact(d.k * d.f).enumerate() {
+            for (k, tap) in col.chunks_exact(d.f).enumerate() {
+                for (f, &v) in tap.iter().enumerate() {
+                    dw[f * ck + c * d.k + k] = v;
                 }
             }
         }
@@ -1102,6 +1385,21 @@ mod tests {
         Ok(Tensor::from_vec(rand_vec(rng, n), dims, &Device::Cpu)?)
     }
 
+    /// Serialises the tests that set [`SPLIT_OVERRIDE`].
+    static SPLIT_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// Runs `f` with the direct GEMMs, then with the split ones (where the taps allow).
+    fn both_paths(f: impl Fn() -> R) -> R {
+        let _guard = SPLIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        for split in [false, true] {
+            SPLIT_OVERRIDE.store(1 + u8::from(split), std::sync::atomic::Ordering::Relaxed);
+            let r = f();
+            SPLIT_OVERRIDE.store(0, std::sync::atomic::Ordering::Relaxed);
+            r.map_err(|e| format!("split {split}: {e}"))?;
+        }
+        Ok(())
+    }
+
     /// y[b, f, t] = bias[f] + Σ_{c,k} w[f, c, k] · x[b, c, t + k], straight from the definition.
     fn conv_by_hand(x: &[f64], w: &[f64], bias: &[f64], d: ConvDims) -> Vec<f64> {
         let out = d.out();
@@ -1122,9 +1420,10 @@ mod tests {
         y
     }
 
-    /// Odd sizes: K = 1, B = 1, T' = 1; B = 7 and 9 (several blocks, the last partial); K = 5
-    /// and 8 (the original network's widths) beside others; every block's GEMM rows run past its
-    /// items' steps (rows rounded up to 16), so the zero padding is read.
+    /// Odd sizes: K = 1, B = 1, T' = 1; B = 7 and 9 (one partial block; a full one and a partial
+    /// one); K = 5 and 8 (the original network's widths; 4 and 8 take the split GEMMs) beside
+    /// others; every block's GEMM rows run past its items' steps (rows rounded up to 16, 64 when
+    /// split), so the zero padding is read.
     const SIZES: [ConvDims; 6] = [
         ConvDims {
             b: 1,
@@ -1172,38 +1471,40 @@ mod tests {
 
     #[test]
     fn conv1d_value_equals_the_defining_sum() -> R {
-        let mut rng = ChaCha8Rng::seed_from_u64(1);
-        for d in SIZES {
-            let x = tensor(&mut rng, &[d.b, d.c, d.t])?;
-            let w = tensor(&mut rng, &[d.f, d.c, d.k])?;
-            let bias = tensor(&mut rng, &[d.f])?;
-            let want = conv_by_hand(
-                &x.flatten_all()?.to_vec1()?,
-                &w.flatten_all()?.to_vec1()?,
-                &bias.to_vec1()?,
-                d,
-            );
-            let got = conv1d(&x, &w, Some(&bias))?
-                .flatten_all()?
-                .to_vec1::<f64>()?;
-            let unfold = conv1d_unfold(&x, &w, Some(&bias))?
-                .flatten_all()?
-                .to_vec1::<f64>()?;
-            assert_eq!(got.len(), want.len());
-            for ((g, u), h) in got.iter().zip(&unfold).zip(&want) {
-                assert!(
-                    (g - h).abs() < 1e-12 && (u - h).abs() < 1e-12,
-                    "{d:?}: {g} {u} {h}"
+        both_paths(|| {
+            let mut rng = ChaCha8Rng::seed_from_u64(1);
+            for d in SIZES {
+                let x = tensor(&mut rng, &[d.b, d.c, d.t])?;
+                let w = tensor(&mut rng, &[d.f, d.c, d.k])?;
+                let bias = tensor(&mut rng, &[d.f])?;
+                let want = conv_by_hand(
+                    &x.flatten_all()?.to_vec1()?,
+                    &w.flatten_all()?.to_vec1()?,
+                    &bias.to_vec1()?,
+                    d,
                 );
+                let got = conv1d(&x, &w, Some(&bias))?
+                    .flatten_all()?
+                    .to_vec1::<f64>()?;
+                let unfold = conv1d_unfold(&x, &w, Some(&bias))?
+                    .flatten_all()?
+                    .to_vec1::<f64>()?;
+                assert_eq!(got.len(), want.len());
+                for ((g, u), h) in got.iter().zip(&unfold).zip(&want) {
+                    assert!(
+                        (g - h).abs() < 1e-12 && (u - h).abs() < 1e-12,
+                        "{d:?}: {g} {u} {h}"
+                    );
+                }
+                let nobias = conv1d(&x, &w, None)?.flatten_all()?.to_vec1::<f64>()?;
+                let bv = bias.to_vec1::<f64>()?;
+                for (i, (g, n)) in got.iter().zip(&nobias).enumerate() {
+                    let f = (i / d.out()) % d.f;
+                    assert!((g - n - bv[f]).abs() < 1e-12);
+                }
             }
-            let nobias = conv1d(&x, &w, None)?.flatten_all()?.to_vec1::<f64>()?;
-            let bv = bias.to_vec1::<f64>()?;
-            for (i, (g, n)) in got.iter().zip(&nobias).enumerate() {
-                let f = (i / d.out()) % d.f;
-                assert!((g - n - bv[f]).abs() < 1e-12);
-            }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// The output y = conv(x, w, bias) and the gradients of L = Σ c ⊙ y for x, w and bias, in
@@ -1275,201 +1576,277 @@ mod tests {
     }
 
     #[test]
-    fn conv1d_gradients_match_the_unfold_path_and_finite_differences() -> R {
-        let mut rng = ChaCha8Rng::seed_from_u64(2);
-        for d in SIZES {
-            let x = tensor(&mut rng, &[d.b, d.c, d.t])?;
-            let w = tensor(&mut rng, &[d.f, d.c, d.k])?;
-            let bias = tensor(&mut rng, &[d.f])?;
-            let c = tensor(&mut rng, &[d.b, d.f, d.out()])?;
-            let ours = conv_grads(&|x, w, b| conv1d(x, w, Some(b)), &x, &w, &bias, &c)?;
-            let unfold = conv_grads(&|x, w, b| conv1d_unfold(x, w, Some(b)), &x, &w, &bias, &c)?;
-            for (o, u) in ours.iter().zip(&unfold) {
-                assert_eq!(o.len(), u.len());
-                for (a, b) in o.iter().zip(u) {
-                    assert!((a - b).abs() < 1e-10, "{d:?}: {a} vs {b}");
-                }
-            }
-            // central differences of L along every entry of x, w and bias
-            let loss = |x: &Tensor, w: &Tensor, b: &Tensor| -> R<f64> {
-                Ok((conv1d(x, w, Some(b))? * &c)?
-                    .sum_all()?
-                    .to_scalar::<f64>()?)
-            };
-            assert_central_differences(&d, [&x, &w, &bias], &ours, &loss)?;
-        }
-        Ok(())
-    }
-
-    #[test]
-    fn conv1d_f32_matches_the_unfold_path_at_the_original_layer_shape() -> R {
-        // conv1 of the 001 network on a smaller batch: 129 channels, 8 taps, 100 frames.
-        let mut rng = ChaCha8Rng::seed_from_u64(3);
+    fn split_gemms_at_every_level_equal_the_defining_sums() -> R {
+        // fwd_split and grad_split on one signal, 0 to 3 levels of the split (8 taps, 32 steps):
+        // y[n, f] = Σ_{c,k} x[c, n + k] · w[f, c, k] and dW[c, k, f] = Σ_n a[n, f] · x[c, n + k],
+        // to f64 rounding (the split's coefficients are ±1).
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
         let d = ConvDims {
-            b: 3,
-            c: 129,
-            t: 100,
-            f: 32,
+            b: 1,
+            c: 3,
+            t: 39,
+            f: 5,
             k: 8,
         };
-        let f32t = |dims: &[usize], rng: &mut ChaCha8Rng| -> R<Tensor> {
-            Ok(tensor(rng, dims)?.to_dtype(DType::F32)?)
-        };
-        let x = f32t(&[d.b, d.c, d.t], &mut rng)?;
-        let w = f32t(&[d.f, d.c, d.k], &mut rng)?;
-        let bias = f32t(&[d.f], &mut rng)?;
-        let c = f32t(&[d.b, d.f, d.out()], &mut rng)?;
-        let grads = |conv: &dyn Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor>| {
-            output_and_grads::<f32>(conv, &x, &w, &bias, &c)
-        };
-        let ours = grads(&|x, w, b| conv1d(x, w, Some(b)))?;
-        let unfold = grads(&|x, w, b| conv1d_unfold(x, w, Some(b)))?;
-        // Sums of up to 1032 (value, dX: 256) products of O(1) terms in f32: rounding differs by
-        // the summation order, |error| ≲ n·ε·max|term| ≈ 1032 · 6e-8 ≈ 6e-5; 1e-3 leaves margin.
-        for (name, (o, u)) in ["y", "dx", "dw", "db"].iter().zip(ours.iter().zip(&unfold)) {
-            for (a, b) in o.iter().zip(u) {
-                assert!((a - b).abs() < 1e-3 * (1.0 + b.abs()), "{name}: {a} vs {b}");
+        let (m, lx) = (32, 41);
+        let x = rand_vec(&mut rng, d.c * lx);
+        let w = rand_vec(&mut rng, d.f * d.c * d.k);
+        let a = rand_vec(&mut rng, m * d.f);
+        for levels in 0..=3 {
+            let leaves = weight_leaves(&w, d, levels);
+            let mut scratch =
+                vec![0.0; fwd_scratch(d, d.k, m, levels) + grad_scratch(d, d.k, m, levels)];
+            let mut y = vec![0.0; m * d.f];
+            fwd_split(
+                (&x, lx),
+                d,
+                (d.k, m, levels),
+                &leaves,
+                &mut y,
+                m,
+                false,
+                &mut scratch,
+            )?;
+            let mut dw = vec![0.0; d.c * d.k * d.f];
+            grad_split((&x, lx), d, (d.k, m, levels), &a, &mut dw, &mut scratch)?;
+            for n in 0..m {
+                for f in 0..d.f {
+                    let mut want = 0.0;
+                    for c in 0..d.c {
+                        for k in 0..d.k {
+                            want += x[c * lx + n + k] * w[f * d.c * d.k + c * d.k + k];
+                        }
+                    }
+                    let got = y[f * m + split_position(n, m, levels)];
+                    assert!(
+                        (got - want).abs() < 1e-12,
+                        "levels {levels} y[{n}, {f}]: {got} vs {want}"
+                    );
+                }
+            }
+            for c in 0..d.c {
+                for k in 0..d.k {
+                    for f in 0..d.f {
+                        let want: f64 = (0..m).map(|n| a[n * d.f + f] * x[c * lx + n + k]).sum();
+                        let got = dw[c * d.k * d.f + k * d.f + f];
+                        assert!(
+                            (got - want).abs() < 1e-12,
+                            "levels {levels} dW[{c}, {k}, {f}]: {got} vs {want}"
+                        );
+                    }
+                }
             }
         }
         Ok(())
     }
 
     #[test]
-    fn conv1d_with_self_tangent_equals_two_calls_and_matches_finite_differences() -> R {
-        let mut rng = ChaCha8Rng::seed_from_u64(5);
-        for d in SIZES {
-            let x = tensor(&mut rng, &[d.b, d.c, d.t])?;
-            let w = tensor(&mut rng, &[d.f, d.c, d.k])?;
-            let bias = tensor(&mut rng, &[d.f])?;
-            let c1 = tensor(&mut rng, &[d.b, d.f, d.out()])?;
-            let c2 = tensor(&mut rng, &[d.b, d.f, d.out()])?;
-            // Values: the same bits as the two separate calls.
-            let (y, t) = conv1d_with_self_tangent(&x, &w, &bias)?;
-            let y2 = conv1d(&x, &w, Some(&bias))?;
-            let t2 = conv1d(&x, &w, None)?;
-            assert_eq!(
-                y.flatten_all()?.to_vec1::<f64>()?,
-                y2.flatten_all()?.to_vec1::<f64>()?
-            );
-            assert_eq!(
-                t.flatten_all()?.to_vec1::<f64>()?,
-                t2.flatten_all()?.to_vec1::<f64>()?
-            );
-            // Gradients of L = Σ c1 ⊙ y + Σ c2 ⊙ t: the fused path, the two calls, and the
-            // composite path agree; central differences check the fused one.
-            let paired = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
-                let (y, t) = conv1d_with_self_tangent(x, w, b)?;
-                Ok(((y * &c1)? + (t * &c2)?)?)
-            };
-            let separate = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
-                Ok(((conv1d(x, w, Some(b))? * &c1)? + (conv1d(x, w, None)? * &c2)?)?)
-            };
-            let composite = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
-                let t = conv1d_unfold(x, w, None)?;
-                let y = conv1d_unfold(x, w, Some(b))?;
-                Ok(((y * &c1)? + (t * &c2)?)?)
-            };
-            let ones = Tensor::ones((d.b, d.f, d.out()), DType::F64, &Device::Cpu)?;
-            let ours = conv_grads(&paired, &x, &w, &bias, &ones)?;
-            for other in [
-                conv_grads(&separate, &x, &w, &bias, &ones)?,
-                conv_grads(&composite, &x, &w, &bias, &ones)?,
-            ] {
-                for (o, u) in ours.iter().zip(&other) {
+    fn conv1d_gradients_match_the_unfold_path_and_finite_differences() -> R {
+        both_paths(|| {
+            let mut rng = ChaCha8Rng::seed_from_u64(2);
+            for d in SIZES {
+                let x = tensor(&mut rng, &[d.b, d.c, d.t])?;
+                let w = tensor(&mut rng, &[d.f, d.c, d.k])?;
+                let bias = tensor(&mut rng, &[d.f])?;
+                let c = tensor(&mut rng, &[d.b, d.f, d.out()])?;
+                let ours = conv_grads(&|x, w, b| conv1d(x, w, Some(b)), &x, &w, &bias, &c)?;
+                let unfold =
+                    conv_grads(&|x, w, b| conv1d_unfold(x, w, Some(b)), &x, &w, &bias, &c)?;
+                for (o, u) in ours.iter().zip(&unfold) {
                     assert_eq!(o.len(), u.len());
                     for (a, b) in o.iter().zip(u) {
                         assert!((a - b).abs() < 1e-10, "{d:?}: {a} vs {b}");
                     }
                 }
+                // central differences of L along every entry of x, w and bias
+                let loss = |x: &Tensor, w: &Tensor, b: &Tensor| -> R<f64> {
+                    Ok((conv1d(x, w, Some(b))? * &c)?
+                        .sum_all()?
+                        .to_scalar::<f64>()?)
+                };
+                assert_central_differences(&d, [&x, &w, &bias], &ours, &loss)?;
             }
-            let loss = |x: &Tensor, w: &Tensor, b: &Tensor| -> R<f64> {
-                Ok(paired(x, w, b)?.sum_all()?.to_scalar::<f64>()?)
+            Ok(())
+        })
+    }
+
+    #[test]
+    fn conv1d_f32_matches_the_unfold_path_at_the_original_layer_shape() -> R {
+        both_paths(|| {
+            // conv1 of the 001 network on a smaller batch: 129 channels, 8 taps, 100 frames.
+            let mut rng = ChaCha8Rng::seed_from_u64(3);
+            let d = ConvDims {
+                b: 3,
+                c: 129,
+                t: 100,
+                f: 32,
+                k: 8,
             };
-            assert_central_differences(&d, [&x, &w, &bias], &ours, &loss)?;
-        }
-        Ok(())
+            let f32t = |dims: &[usize], rng: &mut ChaCha8Rng| -> R<Tensor> {
+                Ok(tensor(rng, dims)?.to_dtype(DType::F32)?)
+            };
+            let x = f32t(&[d.b, d.c, d.t], &mut rng)?;
+            let w = f32t(&[d.f, d.c, d.k], &mut rng)?;
+            let bias = f32t(&[d.f], &mut rng)?;
+            let c = f32t(&[d.b, d.f, d.out()], &mut rng)?;
+            let grads = |conv: &dyn Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor>| {
+                output_and_grads::<f32>(conv, &x, &w, &bias, &c)
+            };
+            let ours = grads(&|x, w, b| conv1d(x, w, Some(b)))?;
+            let unfold = grads(&|x, w, b| conv1d_unfold(x, w, Some(b)))?;
+            // Sums of up to 1032 (value, dX: 256) products of O(1) terms in f32: rounding differs by
+            // the summation order, |error| ≲ n·ε·max|term| ≈ 1032 · 6e-8 ≈ 6e-5; 1e-3 leaves margin.
+            for (name, (o, u)) in ["y", "dx", "dw", "db"].iter().zip(ours.iter().zip(&unfold)) {
+                for (a, b) in o.iter().zip(u) {
+                    assert!((a - b).abs() < 1e-3 * (1.0 + b.abs()), "{name}: {a} vs {b}");
+                }
+            }
+            Ok(())
+        })
+    }
+
+    #[test]
+    fn conv1d_with_self_tangent_equals_two_calls_and_matches_finite_differences() -> R {
+        both_paths(|| {
+            let mut rng = ChaCha8Rng::seed_from_u64(5);
+            for d in SIZES {
+                let x = tensor(&mut rng, &[d.b, d.c, d.t])?;
+                let w = tensor(&mut rng, &[d.f, d.c, d.k])?;
+                let bias = tensor(&mut rng, &[d.f])?;
+                let c1 = tensor(&mut rng, &[d.b, d.f, d.out()])?;
+                let c2 = tensor(&mut rng, &[d.b, d.f, d.out()])?;
+                // Values: the same bits as the two separate calls.
+                let (y, t) = conv1d_with_self_tangent(&x, &w, &bias)?;
+                let y2 = conv1d(&x, &w, Some(&bias))?;
+                let t2 = conv1d(&x, &w, None)?;
+                assert_eq!(
+                    y.flatten_all()?.to_vec1::<f64>()?,
+                    y2.flatten_all()?.to_vec1::<f64>()?
+                );
+                assert_eq!(
+                    t.flatten_all()?.to_vec1::<f64>()?,
+                    t2.flatten_all()?.to_vec1::<f64>()?
+                );
+                // Gradients of L = Σ c1 ⊙ y + Σ c2 ⊙ t: the fused path, the two calls, and the
+                // composite path agree; central differences check the fused one.
+                let paired = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
+                    let (y, t) = conv1d_with_self_tangent(x, w, b)?;
+                    Ok(((y * &c1)? + (t * &c2)?)?)
+                };
+                let separate = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
+                    Ok(((conv1d(x, w, Some(b))? * &c1)? + (conv1d(x, w, None)? * &c2)?)?)
+                };
+                let composite = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
+                    let t = conv1d_unfold(x, w, None)?;
+                    let y = conv1d_unfold(x, w, Some(b))?;
+                    Ok(((y * &c1)? + (t * &c2)?)?)
+                };
+                let ones = Tensor::ones((d.b, d.f, d.out()), DType::F64, &Device::Cpu)?;
+                let ours = conv_grads(&paired, &x, &w, &bias, &ones)?;
+                for other in [
+                    conv_grads(&separate, &x, &w, &bias, &ones)?,
+                    conv_grads(&composite, &x, &w, &bias, &ones)?,
+                ] {
+                    for (o, u) in ours.iter().zip(&other) {
+                        assert_eq!(o.len(), u.len());
+                        for (a, b) in o.iter().zip(u) {
+                            assert!((a - b).abs() < 1e-10, "{d:?}: {a} vs {b}");
+                        }
+                    }
+                }
+                let loss = |x: &Tensor, w: &Tensor, b: &Tensor| -> R<f64> {
+                    Ok(paired(x, w, b)?.sum_all()?.to_scalar::<f64>()?)
+                };
+                assert_central_differences(&d, [&x, &w, &bias], &ours, &loss)?;
+            }
+            Ok(())
+        })
     }
 
     #[test]
     fn conv1d_kernel_gradient_is_the_same_bytes_at_any_thread_count() -> R {
-        let mut rng = ChaCha8Rng::seed_from_u64(4);
-        let d = ConvDims {
-            b: 11,
-            c: 6,
-            t: 20,
-            f: 3,
-            k: 5,
-        };
-        let x = tensor(&mut rng, &[d.b, d.c, d.t])?.to_dtype(DType::F32)?;
-        let w = tensor(&mut rng, &[d.f, d.c, d.k])?.to_dtype(DType::F32)?;
-        let c = tensor(&mut rng, &[d.b, d.f, d.out()])?.to_dtype(DType::F32)?;
-        let run = |threads: usize| -> R<Vec<f32>> {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()?;
-            pool.install(|| -> R<Vec<f32>> {
-                let wv = Var::from_tensor(&w)?;
-                let g = (conv1d(&x, wv.as_tensor(), None)? * &c)?
-                    .sum_all()?
-                    .backward()?;
-                Ok(g.get(wv.as_tensor())
-                    .ok_or("no dw")?
-                    .flatten_all()?
-                    .to_vec1()?)
-            })
-        };
-        let one = run(1)?;
-        for threads in [2, 3] {
-            assert_eq!(one, run(threads)?, "{threads} threads");
-        }
-        Ok(())
+        both_paths(|| {
+            let mut rng = ChaCha8Rng::seed_from_u64(4);
+            let d = ConvDims {
+                b: 11,
+                c: 6,
+                t: 20,
+                f: 3,
+                k: 8,
+            };
+            let x = tensor(&mut rng, &[d.b, d.c, d.t])?.to_dtype(DType::F32)?;
+            let w = tensor(&mut rng, &[d.f, d.c, d.k])?.to_dtype(DType::F32)?;
+            let c = tensor(&mut rng, &[d.b, d.f, d.out()])?.to_dtype(DType::F32)?;
+            let run = |threads: usize| -> R<Vec<f32>> {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()?;
+                pool.install(|| -> R<Vec<f32>> {
+                    let wv = Var::from_tensor(&w)?;
+                    let g = (conv1d(&x, wv.as_tensor(), None)? * &c)?
+                        .sum_all()?
+                        .backward()?;
+                    Ok(g.get(wv.as_tensor())
+                        .ok_or("no dw")?
+                        .flatten_all()?
+                        .to_vec1()?)
+                })
+            };
+            let one = run(1)?;
+            for threads in [2, 3] {
+                assert_eq!(one, run(threads)?, "{threads} threads");
+            }
+            Ok(())
+        })
     }
 
     #[test]
     fn layer_stack_above_the_parallel_threshold_matches_the_composite_path_at_any_thread_count() -> R
     {
-        // conv1d + bias → ReLU → max-pool, large enough that every row-wise loop (pool gather
-        // and scatter, ReLU masks, bias sum, dW's block sum) takes `par_rows`' rayon path:
-        // 20 · 32 · 93 = 59 520 elements ≥ 2 · PAR_WORK, dW 32 · 32 · 8 entries over 5 blocks.
-        let d = ConvDims {
-            b: 20,
-            c: 32,
-            t: 100,
-            f: 32,
-            k: 8,
-        };
-        assert!(d.b * d.f * d.out() >= 2 * PAR_WORK && d.f * d.c * d.k * 5 >= 2 * PAR_WORK);
-        let mut rng = ChaCha8Rng::seed_from_u64(9);
-        let x = tensor(&mut rng, &[d.b, d.c, d.t])?;
-        let w = tensor(&mut rng, &[d.f, d.c, d.k])?;
-        let bias = tensor(&mut rng, &[d.f])?;
-        let c = tensor(&mut rng, &[d.b, d.f, d.out() / 4])?;
-        type Stack = dyn Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor> + Sync;
-        let run = |stack: &Stack, threads: usize| -> R<[Vec<f64>; 4]> {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()?;
-            pool.install(|| output_and_grads::<f64>(stack, &x, &w, &bias, &c))
-        };
-        let ops = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
-            let (h, _) = relu_with_tangent(&conv1d(x, w, Some(b))?, None)?;
-            max_pool_time(&h, 4)
-        };
-        let composite = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
-            let h = conv1d_unfold(x, w, Some(b))?.relu()?;
-            Ok(max_pool_time_gather(&h, None, 4)?.0)
-        };
-        let one = run(&ops, 1)?;
-        assert_eq!(one, run(&ops, 3)?, "1 vs 3 threads");
-        let want = run(&composite, 1)?;
-        for (name, (o, u)) in ["y", "dx", "dw", "db"].iter().zip(one.iter().zip(&want)) {
-            assert_eq!(o.len(), u.len(), "{name}");
-            for (a, b) in o.iter().zip(u) {
-                // f64 sums of ≤ 32 · 8 · 20 · 93 products of O(1) terms in different orders
-                assert!((a - b).abs() < 1e-9 * (1.0 + b.abs()), "{name}: {a} vs {b}");
+        both_paths(|| {
+            // conv1d + bias → ReLU → max-pool, large enough that every row-wise loop (pool gather
+            // and scatter, ReLU masks, bias sum, dW's block sum) takes `par_rows`' rayon path:
+            // 20 · 32 · 93 = 59 520 elements ≥ 2 · PAR_WORK, dW 32 · 32 · 8 entries over 3 blocks.
+            let d = ConvDims {
+                b: 20,
+                c: 32,
+                t: 100,
+                f: 32,
+                k: 8,
+            };
+            assert!(d.b * d.f * d.out() >= 2 * PAR_WORK && d.f * d.c * d.k * 5 >= 2 * PAR_WORK);
+            let mut rng = ChaCha8Rng::seed_from_u64(9);
+            let x = tensor(&mut rng, &[d.b, d.c, d.t])?;
+            let w = tensor(&mut rng, &[d.f, d.c, d.k])?;
+            let bias = tensor(&mut rng, &[d.f])?;
+            let c = tensor(&mut rng, &[d.b, d.f, d.out() / 4])?;
+            type Stack = dyn Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor> + Sync;
+            let run = |stack: &Stack, threads: usize| -> R<[Vec<f64>; 4]> {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()?;
+                pool.install(|| output_and_grads::<f64>(stack, &x, &w, &bias, &c))
+            };
+            let ops = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
+                let (h, _) = relu_with_tangent(&conv1d(x, w, Some(b))?, None)?;
+                max_pool_time(&h, 4)
+            };
+            let composite = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
+                let h = conv1d_unfold(x, w, Some(b))?.relu()?;
+                Ok(max_pool_time_gather(&h, None, 4)?.0)
+            };
+            let one = run(&ops, 1)?;
+            assert_eq!(one, run(&ops, 3)?, "1 vs 3 threads");
+            let want = run(&composite, 1)?;
+            for (name, (o, u)) in ["y", "dx", "dw", "db"].iter().zip(one.iter().zip(&want)) {
+                assert_eq!(o.len(), u.len(), "{name}");
+                for (a, b) in o.iter().zip(u) {
+                    // f64 sums of ≤ 32 · 8 · 20 · 93 products of O(1) terms in different orders
+                    assert!((a - b).abs() < 1e-9 * (1.0 + b.abs()), "{name}: {a} vs {b}");
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     #[test]
