@@ -47,6 +47,11 @@ pub struct FeaturesArgs {
     /// Use this channel (from 0) of multi-channel files instead of their mix.
     #[arg(long)]
     pub channel: Option<usize>,
+    /// Per-speaker VTLN warp factors: a file of `speaker warp` lines (Kaldi's spk2warp, as
+    /// `invar vtln` writes); each speaker's mel bank is warped by its factor, and a speaker
+    /// missing from the file is an error. Recorded in OUT/config.json.
+    #[arg(long)]
+    pub vtln_warps: Option<PathBuf>,
     /// Write the summary as JSON here (default: OUT/results.json, or results.K-of-N.json).
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -138,6 +143,19 @@ pub fn run(args: FeaturesArgs) -> anyhow::Result<()> {
     let shard = Shard::parse_or_all(args.shard.as_deref())?;
     // Only the audio is used: alignments and transcripts are not read.
     let corpus = crate::corpus::read_audio_only(args.layout, &args.path, args.allow_pipes)?;
+    let vtln_warps = match &args.vtln_warps {
+        Some(file) => Some(crate::vtln::read_warps(
+            file,
+            &frontend,
+            corpus
+                .utterances
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| shard.contains(*i))
+                .map(|(_, u)| u),
+        )?),
+        None => None,
+    };
     let job = FeatureJob {
         layout: args.layout,
         corpus: args.path.clone(),
@@ -151,6 +169,7 @@ pub fn run(args: FeaturesArgs) -> anyhow::Result<()> {
         },
         shards: shard.count,
         format: args.format,
+        vtln_warps,
     };
     let identity = serde_json::to_value(&job)?;
     let _out = crate::out_dir::claim_job(

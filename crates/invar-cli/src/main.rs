@@ -21,6 +21,7 @@ mod supervector;
 mod supervector_eval;
 mod synth;
 mod utd;
+mod vtln;
 // </modules>
 
 /// invar: speech representations invariant to a nuisance (speaker, gain, content).
@@ -68,6 +69,8 @@ enum Command {
     Speaker(speaker::SpeakerArgs),
     /// Method 000: partition posteriorgram classes into fewer, speaker-invariant ones.
     Partition(partition::PartitionArgs),
+    /// Per-speaker VTLN warp factors by UBM likelihood (speaker warp lines for features --vtln-warps).
+    Vtln(vtln::VtlnArgs),
     // </variants>
 }
 
@@ -103,6 +106,7 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Report(args)) => demo::report(args),
         Some(Command::Speaker(args)) => speaker::run(args),
         Some(Command::Partition(args)) => partition::run(args),
+        Some(Command::Vtln(args)) => vtln::run(args),
         // </arms>
         None => {
             use clap::CommandFactory;

@@ -10,7 +10,8 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    merge_shards, Error, FeatureFormat, FeatureSetWriter, Layout, Result, Shard, Utterance, CONFIG,
+    merge_shards, Error, FeatureFormat, FeatureSetWriter, Layout, Result, Shard, Utterance,
+    VtlnWarps, CONFIG,
 };
 
 /// What produced a feature set: written as its `config.json`.
@@ -26,6 +27,11 @@ pub struct FeatureJob {
     /// How the matrices are stored (`.npy` files, or a Kaldi `feats.ark` + `feats.scp`).
     #[serde(default)]
     pub format: FeatureFormat,
+    /// Per-speaker VTLN warp factors: each speaker's utterances are computed with the mel bank
+    /// warped by its factor (in place of `frontend.mel.vtln_warp`); a speaker without one is an
+    /// error. Absent from `config.json` when not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vtln_warps: Option<VtlnWarps>,
 }
 
 /// What one run of [`extract_features`] did.
@@ -89,6 +95,10 @@ pub fn extract_features(
         .filter(|(i, _)| shard.contains(*i))
         .map(|(_, u)| u)
         .collect();
+    let warped = match &job.vtln_warps {
+        Some(w) => w.frontends(&frontend, mine.iter().copied(), "the job's vtln_warps")?,
+        None => Default::default(),
+    };
     let resumed = AtomicUsize::new(0);
     mine.par_iter().try_for_each(|u| -> Result<()> {
         let existing = out.join(format!("{}.npy", u.id));
@@ -103,15 +113,19 @@ pub fn extract_features(
             }
         }
         let audio = crate::read_utterance_audio(u, &read)?;
-        let feats = frontend.compute(&audio).map_err(|e| match e {
-            invar_audio::Error::TooShort { .. } => Error::Mismatch {
-                path: u.path.clone(),
-                what: "audio length",
-                expected: "at least one frame's worth of samples".into(),
-                found: format!("{} samples ({e})", audio.samples.len()),
-            },
-            other => Error::Audio(other),
-        })?;
+        let feats = warped
+            .get(&u.speaker)
+            .unwrap_or(&frontend)
+            .compute(&audio)
+            .map_err(|e| match e {
+                invar_audio::Error::TooShort { .. } => Error::Mismatch {
+                    path: u.path.clone(),
+                    what: "audio length",
+                    expected: "at least one frame's worth of samples".into(),
+                    found: format!("{} samples ({e})", audio.samples.len()),
+                },
+                other => Error::Audio(other),
+            })?;
         writer.write(&u.id, &u.speaker, u.split, &feats)?;
         on_done(u);
         Ok(())

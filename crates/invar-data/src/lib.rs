@@ -34,6 +34,7 @@ mod timit;
 mod utterance;
 mod vectors;
 mod voxceleb;
+mod vtln;
 mod zerospeech;
 
 pub use backend::FeatureFormat;
@@ -68,4 +69,5 @@ pub use vectors::{
     write_vector_folder, MapSummary, StackedFolder, IDS_FILE, SPEAKERS_FILE,
 };
 pub use voxceleb::{read_voxceleb, read_voxceleb_trials, voxceleb_id, VoxTrial};
+pub use vtln::VtlnWarps;
 pub use zerospeech::{list_feature_files, parse_fea, read_features, write_fea, FeatureFile};

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use invar_audio::{write_sphere, write_wav, Audio, FeatureKind, FrontendConfig, ReadOptions};
 use invar_data::{
-    corpus_stats, extract_features, read_corpus, read_corpus_with, CorpusOptions, Error,
-    FeatureJob, FeatureSet, Layout, Sex, Shard, Split,
+    corpus_stats, extract_features, read_corpus, read_corpus_with, read_utterance_audio,
+    CorpusOptions, Error, FeatureJob, FeatureSet, Layout, Sex, Shard, Split, VtlnWarps,
 };
 
 /// A sox-written NIST SPHERE file (16 kHz, 1600 samples, little-endian), from invar-audio's
@@ -286,6 +286,7 @@ fn job(layout: Layout, corpus: PathBuf, kind: FeatureKind, shards: usize) -> Fea
         read: ReadOptions::default(),
         shards,
         format: Default::default(),
+        vtln_warps: None,
     }
 }
 
@@ -322,6 +323,87 @@ fn features_for_timit_match_the_frontend_and_resume() {
     let s = extract_features(&c.utterances, &logmel, &out, Shard::ALL, &|_| {}).unwrap();
     assert_eq!((s.computed, s.resumed, s.dims), (4, 0, 23));
     assert_eq!(FeatureSet::open(&out).unwrap().dims().unwrap(), 23);
+}
+
+/// Per-speaker VTLN: factors of 1 give the unwarped bytes; a speaker warped by 1.2 gets exactly
+/// the warped front-end's output and no other speaker changes; a speaker without a factor is an
+/// error naming it; the factors are recorded in config.json.
+#[test]
+fn features_with_per_speaker_vtln_warps() {
+    let dir = tempfile::tempdir().unwrap();
+    timit_tree(dir.path());
+    let c = read_corpus(Layout::Timit, dir.path()).unwrap();
+    let speakers: Vec<String> = {
+        let mut s: Vec<String> = c.utterances.iter().map(|u| u.speaker.clone()).collect();
+        s.sort();
+        s.dedup();
+        s
+    };
+    assert!(speakers.len() >= 2, "{speakers:?}");
+    let plain_out = dir.path().join("plain");
+    let plain = job(Layout::Timit, dir.path().into(), FeatureKind::Mfcc, 1);
+    extract_features(&c.utterances, &plain, &plain_out, Shard::ALL, &|_| {}).unwrap();
+    let plain_set = FeatureSet::open(&plain_out).unwrap();
+
+    let mut ones = plain.clone();
+    ones.vtln_warps = Some(VtlnWarps(
+        speakers.iter().map(|s| (s.clone(), 1.0)).collect(),
+    ));
+    let ones_out = dir.path().join("ones");
+    extract_features(&c.utterances, &ones, &ones_out, Shard::ALL, &|_| {}).unwrap();
+    let ones_set = FeatureSet::open(&ones_out).unwrap();
+
+    let warped_speaker = speakers[0].clone();
+    let mut one_warped = ones.clone();
+    if let Some(w) = one_warped.vtln_warps.as_mut() {
+        w.0.insert(warped_speaker.clone(), 1.2);
+    }
+    let warped_out = dir.path().join("warped");
+    extract_features(&c.utterances, &one_warped, &warped_out, Shard::ALL, &|_| {}).unwrap();
+    let warped_set = FeatureSet::open(&warped_out).unwrap();
+    let cfg: FeatureJob = serde_json::from_value(warped_set.config().unwrap()).unwrap();
+    assert_eq!(cfg, one_warped);
+
+    let warped_fe = invar_audio::Frontend::new(&FrontendConfig::default())
+        .unwrap()
+        .with_vtln_warp(1.2)
+        .unwrap();
+    for u in &c.utterances {
+        let e = plain_set.find(&u.id).unwrap();
+        let p = plain_set.load(e).unwrap();
+        assert_eq!(
+            ones_set.load(ones_set.find(&u.id).unwrap()).unwrap(),
+            p,
+            "{}",
+            u.id
+        );
+        let w = warped_set.load(warped_set.find(&u.id).unwrap()).unwrap();
+        if u.speaker == warped_speaker {
+            let audio = read_utterance_audio(u, &ReadOptions::default()).unwrap();
+            assert_eq!(w, warped_fe.compute(&audio).unwrap(), "{}", u.id);
+            assert_ne!(w, p, "{}", u.id);
+        } else {
+            assert_eq!(w, p, "{}", u.id);
+        }
+    }
+
+    let mut missing = ones.clone();
+    if let Some(w) = missing.vtln_warps.as_mut() {
+        w.0.remove(&warped_speaker);
+    }
+    let err = extract_features(
+        &c.utterances,
+        &missing,
+        &dir.path().join("missing"),
+        Shard::ALL,
+        &|_| {},
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains(&warped_speaker) && err.contains("no warp factor"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -21,6 +21,7 @@ mod reduce;
 mod scoring;
 mod stats;
 mod train;
+mod vtln;
 
 pub use checkpoint::{EmCheckpoints, EM_CHECKPOINT_FORMAT, KEEP_LAST};
 pub use error::{Error, Result};
@@ -44,3 +45,4 @@ pub use train::{
     split, train, train_from, train_resumable, DeadPolicy, EmConfig, EmStage, EmState, GmmMeta,
     InitMethod, IterationReport, TrainedGmm,
 };
+pub use vtln::{choose_warp, warp_grid, WarpChoice};

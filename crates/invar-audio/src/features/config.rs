@@ -101,6 +101,16 @@ pub struct MelConfig {
     pub low_freq: f32,
     /// Upper edge in Hz; 0 or negative means Nyquist plus this value.
     pub high_freq: f32,
+    /// VTLN warp factor α of the filters' edges (Kaldi's `--vtln-warp`): 1 = none; a filter
+    /// nominally at f reads the spectrum near f/α in the middle of the band. Per-speaker factors
+    /// come from the feature job's `vtln_warps`, which replace this one.
+    pub vtln_warp: f32,
+    /// Lower VTLN cut-off in Hz (Kaldi's `--vtln-low`): below vtln_low·max(1, α) the warp is a
+    /// second linear piece that keeps `low_freq` in place.
+    pub vtln_low: f32,
+    /// Upper VTLN cut-off in Hz, 0 or negative meaning Nyquist plus this value (Kaldi's
+    /// `--vtln-high`).
+    pub vtln_high: f32,
 }
 
 impl Default for MelConfig {
@@ -109,6 +119,9 @@ impl Default for MelConfig {
             num_bins: 23,
             low_freq: 20.0,
             high_freq: 0.0,
+            vtln_warp: 1.0,
+            vtln_low: 100.0,
+            vtln_high: -500.0,
         }
     }
 }
@@ -192,6 +205,19 @@ impl Default for DeltaConfig {
 pub struct CmvnConfig {
     pub mean: bool,
     pub variance: bool,
+}
+
+/// A VTLN warp factor must be finite and in (0, 10]: Kaldi's grids stay within 0.7–1.4.
+pub(crate) fn check_vtln_warp(warp: f32) -> Result<()> {
+    if warp.is_finite() && warp > 0.0 && warp <= 10.0 {
+        Ok(())
+    } else {
+        Err(Error::config(
+            "mel.vtln_warp",
+            warp,
+            "must be a finite factor in (0, 10] (1 = no warp)",
+        ))
+    }
 }
 
 /// Everything the front-end does to one utterance. The default is Kaldi's `compute-mfcc-feats`
@@ -378,6 +404,9 @@ impl FrontendConfig {
                     format!("need 0 ≤ low < high ≤ Nyquist ({nyquist} Hz)"),
                 ));
             }
+            check_vtln_warp(m.vtln_warp)?;
+            // The cut-offs are checked against the band where a warp is built (Kaldi checks them
+            // only for a warp other than 1, and so does `Frontend::with_vtln_warp`).
         }
         if self.kind == FeatureKind::Mfcc {
             let c = &self.mfcc;

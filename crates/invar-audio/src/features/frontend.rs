@@ -14,6 +14,7 @@ use super::{
     add_deltas, cmvn, dct_matrix, energy_vad, lifter_coefficients, FeatureKind, FrontendConfig,
     MelBank, SpectrogramScaling,
 };
+use super::{BankError, Vtln};
 use crate::{Audio, Error, Result};
 
 /// A configured front-end: window, FFT plan, mel bank and DCT built once, shareable across threads
@@ -49,6 +50,48 @@ pub fn compute(audio: &Audio, config: &FrontendConfig) -> Result<Matrix> {
     Frontend::new(config)?.compute(audio)
 }
 
+/// The config's mel bank over an `fft_len`-point FFT, its edges warped by `warp`.
+fn mel_bank(config: &FrontendConfig, fft_len: usize, warp: f32) -> Result<MelBank> {
+    let m = &config.mel;
+    let vtln = Vtln {
+        warp: f64::from(warp),
+        low: f64::from(m.vtln_low),
+        high: f64::from(m.vtln_high),
+    };
+    MelBank::with_vtln(
+        m.num_bins,
+        fft_len,
+        f64::from(config.sample_rate),
+        f64::from(m.low_freq),
+        f64::from(m.high_freq),
+        vtln,
+    )
+    .map_err(|e| match e {
+        BankError::EmptyFilter(empty) => Error::config(
+            "mel.num_bins",
+            m.num_bins,
+            format!(
+                "mel filter {empty} covers no FFT bin at {fft_len} points; use fewer bins or \
+                 longer frames"
+            ),
+        ),
+        BankError::VtlnCutoffs {
+            vtln_low,
+            vtln_high,
+            low,
+            high,
+        } => Error::config(
+            "mel.vtln_low/vtln_high",
+            format!("{}/{}", m.vtln_low, m.vtln_high),
+            format!(
+                "at VTLN warp {warp} the cut-offs {vtln_low} and {vtln_high} Hz must satisfy \
+                 {low} < vtln_low·max(1, warp) and vtln_high·min(1, warp) < {high} Hz (the \
+                 mel band); raise vtln_low above mel.low_freq or lower vtln_high"
+            ),
+        ),
+    })
+}
+
 impl Frontend {
     /// Validates the config and precomputes everything that does not depend on the signal.
     pub fn new(config: &FrontendConfig) -> Result<Self> {
@@ -66,25 +109,7 @@ impl Frontend {
         let mut dct = Vec::new();
         let mut lifter = Vec::new();
         if matches!(config.kind, FeatureKind::LogMel | FeatureKind::Mfcc) {
-            let m = &config.mel;
-            let bank = MelBank::new(
-                m.num_bins,
-                fft_len,
-                f64::from(config.sample_rate),
-                f64::from(m.low_freq),
-                f64::from(m.high_freq),
-            )
-            .map_err(|empty| {
-                Error::config(
-                    "mel.num_bins",
-                    m.num_bins,
-                    format!(
-                        "mel filter {empty} covers no FFT bin at {fft_len} points; use fewer bins \
-                         or longer frames"
-                    ),
-                )
-            })?;
-            mel = Some(bank);
+            mel = Some(mel_bank(config, fft_len, config.mel.vtln_warp)?);
         }
         if config.kind == FeatureKind::Mfcc {
             dct = dct_matrix(config.mfcc.num_ceps, config.mel.num_bins);
@@ -102,6 +127,20 @@ impl Frontend {
             lifter,
             window_power,
         })
+    }
+
+    /// This front-end with its mel bank warped by `warp` (Kaldi's VTLN, [`super::vtln_warp_freq`]) in
+    /// place of `mel.vtln_warp`, sharing the FFT plan, window and DCT: one per speaker. The
+    /// returned front-end's `config().mel.vtln_warp` is `warp`. A spectrogram front-end has no bank
+    /// and is returned as it is.
+    pub fn with_vtln_warp(&self, warp: f32) -> Result<Frontend> {
+        super::config::check_vtln_warp(warp)?;
+        let mut out = self.clone();
+        if self.mel.is_some() {
+            out.config.mel.vtln_warp = warp;
+            out.mel = Some(mel_bank(&out.config, self.fft_len, warp)?);
+        }
+        Ok(out)
     }
 
     /// The configuration this front-end was built from.

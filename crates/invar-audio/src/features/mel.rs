@@ -1,5 +1,6 @@
 //! Kaldi's triangular mel filterbank (mel = 1127·ln(1 + f/700), filters equally spaced in mel,
-//! applied to the FFT bins below Nyquist), stored sparsely.
+//! applied to the FFT bins below Nyquist), stored sparsely, with Kaldi's VTLN warp of the filters'
+//! edges (`MelBanks::VtlnWarpFreq`).
 
 /// Hz to Kaldi's mel scale.
 pub fn hz_to_mel(hz: f64) -> f64 {
@@ -9,6 +10,63 @@ pub fn hz_to_mel(hz: f64) -> f64 {
 /// Kaldi's mel scale back to Hz.
 pub fn mel_to_hz(mel: f64) -> f64 {
     700.0 * ((mel / 1127.0).exp() - 1.0)
+}
+
+/// Kaldi's VTLN warp of a frequency (`MelBanks::VtlnWarpFreq` in `src/feat/mel-computations.cc`,
+/// also torchaudio.compliance.kaldi's `vtln_warp_freq`): piecewise linear through (low, low),
+/// (l, l/α), (h, h/α), (high, high) with l = vtln_low·max(1, α) and h = vtln_high·min(1, α), so the
+/// middle of the band is scaled by 1/α and both ends stay put. Frequencies outside [low, high]
+/// are returned as they are. A filter nominally at f then integrates the spectrum around
+/// `vtln_warp_freq(f)`: α > 1 moves the bank down (for a speaker with lower formants), α < 1 up.
+/// The cut-offs must satisfy low < l and h < high (checked by [`MelBank::with_vtln`]).
+pub fn vtln_warp_freq(
+    vtln_low: f64,
+    vtln_high: f64,
+    low_freq: f64,
+    high_freq: f64,
+    warp: f64,
+    freq: f64,
+) -> f64 {
+    if freq < low_freq || freq > high_freq {
+        return freq;
+    }
+    let l = vtln_low * warp.max(1.0);
+    let h = vtln_high * warp.min(1.0);
+    let scale = 1.0 / warp;
+    let (fl, fh) = (scale * l, scale * h);
+    let scale_left = (fl - low_freq) / (l - low_freq);
+    let scale_right = (high_freq - fh) / (high_freq - h);
+    if freq < l {
+        low_freq + scale_left * (freq - low_freq)
+    } else if freq < h {
+        scale * freq
+    } else {
+        high_freq + scale_right * (freq - high_freq)
+    }
+}
+
+/// VTLN in Kaldi's settings: the warp factor and the two cut-offs, in Hz (`vtln_high <= 0` means
+/// Nyquist + `vtln_high`, as Kaldi's `--vtln-high`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Vtln {
+    pub warp: f64,
+    pub low: f64,
+    pub high: f64,
+}
+
+/// Why a bank could not be built.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BankError {
+    /// This filter covers no FFT bin (too many bins for the FFT's resolution).
+    EmptyFilter(usize),
+    /// The VTLN cut-offs (resolved, in Hz) do not fit inside the bank's band at this warp:
+    /// Kaldi needs low < vtln_low·max(1, α) and vtln_high·min(1, α) < high.
+    VtlnCutoffs {
+        vtln_low: f64,
+        vtln_high: f64,
+        low: f64,
+        high: f64,
+    },
 }
 
 /// One triangular filter: weights for FFT bins `first .. first + weights.len()`.
@@ -34,11 +92,84 @@ impl MelBank {
         low_freq: f64,
         high_freq: f64,
     ) -> Result<MelBank, usize> {
+        let unwarped = Vtln {
+            warp: 1.0,
+            low: 100.0,
+            high: -500.0,
+        };
+        Self::with_vtln(
+            num_bins,
+            fft_len,
+            sample_rate,
+            low_freq,
+            high_freq,
+            unwarped,
+        )
+        .map_err(|e| match e {
+            BankError::EmptyFilter(b) => b,
+            // Not reached: the cut-offs are only checked for a warp other than 1.
+            BankError::VtlnCutoffs { .. } => 0,
+        })
+    }
+
+    /// Kaldi's bank with each filter's left, centre and right edge warped by
+    /// [`vtln_warp_freq`] (as `MelBanks::MelBanks` with `vtln_warp_factor != 1`). A warp of
+    /// exactly 1 is the unwarped bank, bit for bit, and checks no cut-offs (as Kaldi).
+    pub fn with_vtln(
+        num_bins: usize,
+        fft_len: usize,
+        sample_rate: f64,
+        low_freq: f64,
+        high_freq: f64,
+        vtln: Vtln,
+    ) -> Result<MelBank, BankError> {
         let nyquist = 0.5 * sample_rate;
         let high = if high_freq <= 0.0 {
             nyquist + high_freq
         } else {
             high_freq
+        };
+        let warped = vtln.warp != 1.0;
+        let vtln_high = if vtln.high < 0.0 {
+            nyquist + vtln.high
+        } else {
+            vtln.high
+        };
+        let (l, h) = (
+            vtln.low * vtln.warp.max(1.0),
+            vtln_high * vtln.warp.min(1.0),
+        );
+        // Kaldi's checks (MelBanks::MelBanks, then VtlnWarpFreq's asserts on l and h).
+        if warped
+            && (vtln.low < 0.0
+                || vtln.low <= low_freq
+                || vtln.low >= high
+                || vtln_high <= 0.0
+                || vtln_high >= high
+                || vtln_high <= vtln.low
+                || l <= low_freq
+                || h >= high)
+        {
+            return Err(BankError::VtlnCutoffs {
+                vtln_low: vtln.low,
+                vtln_high,
+                low: low_freq,
+                high,
+            });
+        }
+        let warp_mel = |mel: f64| {
+            if warped {
+                hz_to_mel(vtln_warp_freq(
+                    vtln.low,
+                    vtln_high,
+                    low_freq,
+                    high,
+                    vtln.warp,
+                    mel_to_hz(mel),
+                ))
+            } else {
+                mel
+            }
         };
         let num_fft_bins = fft_len / 2;
         let bin_width = sample_rate / fft_len as f64;
@@ -50,6 +181,7 @@ impl MelBank {
             let left = mel_low + b as f64 * delta;
             let center = left + delta;
             let right = center + delta;
+            let (left, center, right) = (warp_mel(left), warp_mel(center), warp_mel(right));
             let mut first = None;
             let mut weights = Vec::new();
             for i in 0..num_fft_bins {
@@ -66,7 +198,7 @@ impl MelBank {
             }
             match first {
                 Some(first) => filters.push(Filter { first, weights }),
-                None => return Err(b),
+                None => return Err(BankError::EmptyFilter(b)),
             }
         }
         Ok(MelBank { filters })

@@ -16,6 +16,6 @@ pub use config::{
 };
 pub use delta::{add_deltas, delta_scales};
 pub use frontend::{compute, Frontend};
-pub use mel::{hz_to_mel, mel_to_hz, MelBank};
+pub use mel::{hz_to_mel, mel_to_hz, vtln_warp_freq, BankError, MelBank, Vtln};
 pub use norm::{cmvn, energy_vad, VadConfig};
 pub use window::WindowKind;
