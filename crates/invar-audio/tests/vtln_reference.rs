@@ -1,10 +1,10 @@
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 //! VTLN (Kaldi's `MelBanks::VtlnWarpFreq` warp of the mel filters' edges) against an independent
 //! implementation, torchaudio.compliance.kaldi 2.5.1 (`vtln_warp_freq`, `get_mel_banks`, `fbank`
 //! and `mfcc` with `vtln_warp`). The numbers were printed by `tests/reference/make_vtln_reference.py`
 //! (its docstring has the versions and the exact command:
 //! `/work/peers-venv/bin/python make_vtln_reference.py > values.txt`) and pasted below; the test
 //! regenerates the same integer signal as `reference.rs` and needs no Python.
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 // The constants are printed as the script printed them, digit for digit.
 #![allow(clippy::excessive_precision)]

@@ -1,7 +1,7 @@
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 //! `invar vtln` and `invar features --vtln-warps` (issue 21): warps estimated for every speaker
 //! from a feature set and its UBM, written as `speaker warp` lines that `features` reads back and
 //! records; bad warp files are errors naming the file and line.
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod common;
 
