@@ -5,9 +5,7 @@
 //! `/work/peers-venv/bin/python make_vtln_reference.py > values.txt`) and pasted below; the test
 //! regenerates the same integer signal as `reference.rs` and needs no Python.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
-// The constants are printed as the script printed them, digit for digit.
-#![allow(clippy::excessive_precision)]
+#![allow(clippy::excessive_precision)] // the constants are as the script printed them, digit for digit
 
 use invar_audio::features::{
     compute, vtln_warp_freq, FeatureKind, Frontend, FrontendConfig, MelBank, Vtln,
