@@ -407,4 +407,64 @@ mod tests {
             assert_eq!(bare.load(e).unwrap(), mat(i + 1, 2, i as f32));
         }
     }
+
+    /// Issue #24: a Kaldi-format writer whose entries spill (runs of 3 over 20 utterances, written
+    /// in reverse id order) commits the manifest an unspilled one commits, and every archive
+    /// offset in it loads its own matrix, through the set and through the merged `feats.scp` of a
+    /// two-shard run.
+    #[test]
+    fn kaldi_sets_spill_and_merge_from_disk() {
+        let ids: Vec<String> = (0..20).map(|k| format!("u{k:02}")).collect();
+        let write = |dir: &Path, run: usize, shard: Shard| {
+            let w = FeatureSetWriter::create_as(
+                dir,
+                &serde_json::json!({}),
+                &origin(),
+                shard,
+                FeatureFormat::Kaldi,
+            )
+            .unwrap()
+            .with_run_size(run);
+            for (i, id) in ids.iter().enumerate().rev() {
+                if shard.contains(i) {
+                    w.write(id, "s", Split::Train, &mat(i % 5 + 1, 2, i as f32))
+                        .unwrap();
+                }
+            }
+            w.finish().unwrap()
+        };
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        assert_eq!(
+            write(a.path(), 3, Shard::ALL),
+            write(b.path(), 1000, Shard::ALL)
+        );
+        assert_eq!(
+            std::fs::read(a.path().join(MANIFEST)).unwrap(),
+            std::fs::read(b.path().join(MANIFEST)).unwrap()
+        );
+        let set = FeatureSet::open(a.path()).unwrap();
+        for (i, e) in set.entries().iter().enumerate() {
+            assert_eq!(
+                set.load(e).unwrap(),
+                mat(i % 5 + 1, 2, i as f32),
+                "{}",
+                e.id
+            );
+        }
+        let c = tempfile::tempdir().unwrap();
+        for k in 1..=2 {
+            write(c.path(), 3, Shard::parse(&format!("{k}/2")).unwrap());
+        }
+        crate::merge_shards(c.path(), 2).unwrap().unwrap();
+        let bare = FeatureSet::open(c.path().join(KALDI_SCP)).unwrap();
+        assert_eq!(bare.entries().len(), 20);
+        for (i, e) in bare.entries().iter().enumerate() {
+            assert_eq!(
+                bare.load(e).unwrap(),
+                mat(i % 5 + 1, 2, i as f32),
+                "{}",
+                e.id
+            );
+        }
+    }
 }
