@@ -7,39 +7,9 @@
 #![allow(clippy::excessive_precision)]
 
 use invar_audio::features::{compute, FeatureKind, FrontendConfig};
-use invar_audio::Audio;
 
-const N: usize = 1600;
-const FS: f64 = 16_000.0;
-
-/// The script's signal: three tones and a chirp, rounded to 16-bit integers, then / 32768.
-fn signal() -> Audio {
-    let two_pi = 2.0 * std::f64::consts::PI;
-    let samples = (0..N)
-        .map(|n| {
-            let n = n as f64;
-            let v = 6000.0 * (two_pi * 440.0 * n / FS).sin()
-                + 3000.0 * (two_pi * 1330.0 * n / FS + 0.5).sin()
-                + 1500.0 * (two_pi * 3100.0 * n / FS + 1.3).sin()
-                + 800.0 * (two_pi * 5200.0 * n * n / (2.0 * FS * N as f64)).sin();
-            // Python's round() is round-half-even; no sample of this signal lies on a half.
-            (v.round() / 32768.0) as f32
-        })
-        .collect();
-    Audio {
-        samples,
-        sample_rate: 16_000,
-    }
-}
-
-/// Largest |a − b| / max(1, |b|).
-fn max_rel_err(got: &[f32], want: &[f32]) -> f32 {
-    assert_eq!(got.len(), want.len());
-    got.iter()
-        .zip(want)
-        .map(|(a, b)| (a - b).abs() / b.abs().max(1.0))
-        .fold(0.0, f32::max)
-}
+mod signal;
+use signal::{max_rel_err, signal};
 
 #[test]
 fn first_samples_match_the_script() {

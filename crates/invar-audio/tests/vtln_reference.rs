@@ -10,38 +10,9 @@
 use invar_audio::features::{
     compute, vtln_warp_freq, FeatureKind, Frontend, FrontendConfig, MelBank, Vtln,
 };
-use invar_audio::Audio;
 
-const N: usize = 1600;
-const FS: f64 = 16_000.0;
-
-/// reference.rs's signal: three tones and a chirp, rounded to 16-bit integers, then / 32768.
-fn signal() -> Audio {
-    let two_pi = 2.0 * std::f64::consts::PI;
-    let samples = (0..N)
-        .map(|n| {
-            let n = n as f64;
-            let v = 6000.0 * (two_pi * 440.0 * n / FS).sin()
-                + 3000.0 * (two_pi * 1330.0 * n / FS + 0.5).sin()
-                + 1500.0 * (two_pi * 3100.0 * n / FS + 1.3).sin()
-                + 800.0 * (two_pi * 5200.0 * n * n / (2.0 * FS * N as f64)).sin();
-            (v.round() / 32768.0) as f32
-        })
-        .collect();
-    Audio {
-        samples,
-        sample_rate: 16_000,
-    }
-}
-
-/// Largest |a − b| / max(1, |b|).
-fn max_rel_err(got: &[f32], want: &[f32]) -> f32 {
-    assert_eq!(got.len(), want.len());
-    got.iter()
-        .zip(want)
-        .map(|(a, b)| (a - b).abs() / b.abs().max(1.0))
-        .fold(0.0, f32::max)
-}
+mod signal;
+use signal::{max_rel_err, signal, FS};
 
 /// Largest |a − b| / max(1, |b|, L_k) over MFCC frames of 13, L_k = 1 + 11·sin(πk/22) Kaldi's
 /// lifter weight of cepstrum k: torchaudio computes in f32, and its log-mel rounding (≈1e-4

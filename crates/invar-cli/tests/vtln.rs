@@ -5,48 +5,23 @@
 
 mod common;
 
-use common::{invar, json, refused, s, synth, write};
+use common::{invar, json, mfcc, refused, s, synth, ubm, write};
 
 #[test]
 fn estimated_warps_feed_features_and_bad_files_name_their_line() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let corpus = synth(&d.join("corpus"), 3, 2, 5);
-    let mfcc = d.join("mfcc");
-    invar(&[
-        "features",
-        "--layout",
-        "timit",
-        s(&corpus),
-        "--kind",
-        "mfcc",
-        "--out",
-        s(&mfcc),
-        "--deltas",
-        "2",
-        "--cmvn",
-        "meanvar",
-    ]);
-    let ubm = d.join("ubm");
-    invar(&[
-        "gmm",
-        "train",
-        "--features",
-        s(&mfcc),
-        "--out",
-        s(&ubm),
-        "--components",
-        "4",
-        "--iters",
-        "2",
-    ]);
+    let front = ["--deltas", "2", "--cmvn", "meanvar"];
+    let feats = mfcc(&corpus, &d.join("mfcc"), &front);
+    let model = ubm(&feats, &d.join("ubm"), 4, 2);
     let est = d.join("vtln");
     invar(&[
         "vtln",
         "--features",
-        s(&mfcc),
+        s(&feats),
         "--ubm",
-        s(&ubm.join("ubm.safetensors")),
+        s(&model),
         "--out",
         s(&est),
         "--warp-min",
@@ -70,26 +45,15 @@ fn estimated_warps_feed_features_and_bad_files_name_their_line() {
     }
 
     // The warps go into features and its config.json.
-    let warped = d.join("warped");
-    invar(&[
-        "features",
-        "--layout",
-        "timit",
-        s(&corpus),
-        "--kind",
-        "mfcc",
-        "--out",
-        s(&warped),
-        "--deltas",
-        "2",
-        "--cmvn",
-        "meanvar",
-        "--vtln-warps",
-        s(&est.join("warps.txt")),
-    ]);
+    let warps_file = est.join("warps.txt");
+    let warped = mfcc(
+        &corpus,
+        &d.join("warped"),
+        &[&front[..], &["--vtln-warps", s(&warps_file)]].concat(),
+    );
     let cfg = json(&warped.join("config.json"));
     assert_eq!(cfg["vtln_warps"].as_object().unwrap().len(), 3, "{cfg}");
-    assert!(json(&mfcc.join("config.json")).get("vtln_warps").is_none());
+    assert!(json(&feats.join("config.json")).get("vtln_warps").is_none());
 
     // Bad files: the line is named; a speaker left out is named with the file.
     let first = warps
@@ -136,23 +100,13 @@ fn estimated_warps_feed_features_and_bad_files_name_their_line() {
         assert!(!d.join("never").join("config.json").exists());
     }
     // A UBM of other dimensions is refused naming it.
-    let plain = d.join("plain");
-    invar(&[
-        "features",
-        "--layout",
-        "timit",
-        s(&corpus),
-        "--kind",
-        "mfcc",
-        "--out",
-        s(&plain),
-    ]);
+    let plain = mfcc(&corpus, &d.join("plain"), &[]);
     let err = refused(&[
         "vtln",
         "--features",
         s(&plain),
         "--ubm",
-        s(&ubm.join("ubm.safetensors")),
+        s(&model),
         "--out",
         s(&d.join("v2")),
     ]);
