@@ -442,29 +442,20 @@ mod tests {
             std::fs::read(a.path().join(MANIFEST)).unwrap(),
             std::fs::read(b.path().join(MANIFEST)).unwrap()
         );
-        let set = FeatureSet::open(a.path()).unwrap();
-        for (i, e) in set.entries().iter().enumerate() {
-            assert_eq!(
-                set.load(e).unwrap(),
-                mat(i % 5 + 1, 2, i as f32),
-                "{}",
-                e.id
-            );
-        }
+        // Every offset loads its own matrix, in the set and in a merged feats.scp.
+        let loads_all = |set: &FeatureSet| {
+            assert_eq!(set.entries().len(), 20);
+            for (i, e) in set.entries().iter().enumerate() {
+                let m = set.load(e).unwrap();
+                assert_eq!(m, mat(i % 5 + 1, 2, i as f32), "{}", e.id);
+            }
+        };
+        loads_all(&FeatureSet::open(a.path()).unwrap());
         let c = tempfile::tempdir().unwrap();
         for k in 1..=2 {
             write(c.path(), 3, Shard::parse(&format!("{k}/2")).unwrap());
         }
         crate::merge_shards(c.path(), 2).unwrap().unwrap();
-        let bare = FeatureSet::open(c.path().join(KALDI_SCP)).unwrap();
-        assert_eq!(bare.entries().len(), 20);
-        for (i, e) in bare.entries().iter().enumerate() {
-            assert_eq!(
-                bare.load(e).unwrap(),
-                mat(i % 5 + 1, 2, i as f32),
-                "{}",
-                e.id
-            );
-        }
+        loads_all(&FeatureSet::open(c.path().join(KALDI_SCP)).unwrap());
     }
 }

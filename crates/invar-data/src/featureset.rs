@@ -1520,6 +1520,23 @@ pub(crate) mod tests {
         let wa = write_shuffled(100, 7, Shard::ALL, a.path(), |_| 3, id).unwrap();
         let wb = write_shuffled(100, 1 << 20, Shard::ALL, b.path(), |_| 3, id).unwrap();
         assert_eq!(wa, wb);
+        // The runs really went to disk before `finish` (so the merge above was exercised): 14
+        // full runs of 7 out of 100 entries, the last 2 still in memory.
+        let c = tempfile::tempdir().unwrap();
+        let w = FeatureSetWriter::create(c.path(), &serde_json::json!({}), &origin())
+            .unwrap()
+            .with_run_size(7);
+        for k in 0..100 {
+            w.write(&id(k), "s", Split::Train, &mat(1, 3, k as f32))
+                .unwrap();
+        }
+        let runs = names(c.path())
+            .iter()
+            .filter(|n| n.starts_with(".manifest.tsv.run-"))
+            .count();
+        assert_eq!(runs, 14);
+        w.finish().unwrap();
+        assert_eq!(names(c.path()), [CONFIG, MANIFEST]);
         assert_eq!((wa.entries, wa.dims), (100, 3));
         assert_eq!(wa.frames, (0..100u64).map(|k| k % 4 + 1).sum::<u64>());
         for name in [MANIFEST, CONFIG] {
