@@ -23,7 +23,8 @@ fn corpus() -> (Vec<Matrix>, Vec<usize>) {
     };
     let plan = CorpusPlan::new(&cfg, Layout::Elsdsr).unwrap();
     let frontend = Frontend::new(&FrontendConfig::default()).unwrap();
-    plan.utterances
+    let planned: Vec<_> = plan.utterances().collect();
+    planned
         .par_iter()
         .map(|u| {
             let r = plan.render(u);

@@ -7,7 +7,10 @@ fn bench_render(c: &mut Criterion) {
     let Ok(plan) = CorpusPlan::new(&SynthConfig::default(), Layout::Timit) else {
         return;
     };
-    let u = &plan.utterances[0];
+    let Some(u) = plan.utterances().next() else {
+        return;
+    };
+    let u = &u;
     let samples = plan.render(u).samples.len() as u64;
     let mut g = c.benchmark_group("render");
     g.throughput(Throughput::Elements(samples));

@@ -21,7 +21,10 @@ pub use config::{ChannelConfig, NoiseColor, PopulationConfig, SynthConfig, TextC
 pub use error::{Error, Result};
 pub use lexicon::{lexicon, Sentence, Word, LEXICON};
 pub use phones::{phone_index, PhoneClass, PhoneSpec, INVENTORY};
-pub use plan::{CorpusPlan, Layout, PlannedUtterance, RenderedUtterance, Split, ELSDSR_TRAIN_MAX};
+pub use plan::{
+    CorpusPlan, Layout, PlannedUtterance, PlannedUtterances, RenderedUtterance, Split,
+    ELSDSR_TRAIN_MAX,
+};
 pub use speaker::{sample_population, Sex, Speaker};
 pub use write::{
     generate, generate_streaming, generate_with_progress, item_text, segments_text, write_item,

@@ -100,7 +100,9 @@ pub struct PlannedUtterance {
     pub audio: String,
 }
 
-/// Everything decided before any audio is made.
+/// Everything decided before any audio is made. The utterances themselves are not held: they are
+/// drawn speaker by speaker from a saved random stream when [`CorpusPlan::utterances`] is walked,
+/// so the plan's size does not grow with the corpus (issue #24).
 #[derive(Debug, Clone)]
 pub struct CorpusPlan {
     /// The validated config.
@@ -113,8 +115,50 @@ pub struct CorpusPlan {
     pub sentences: Vec<Sentence>,
     /// The lexicon sentences index into.
     pub lexicon: Vec<Word>,
-    /// Utterances in corpus order (speaker by speaker).
-    pub utterances: Vec<PlannedUtterance>,
+    /// Whether each speaker's utterances all go to TEST (TIMIT).
+    test_speaker: Vec<bool>,
+    /// ELSDSR: how many of each speaker's utterances are test sentences.
+    elsdsr_test: usize,
+    /// Sentences every speaker reads first (TIMIT's SA).
+    shared: usize,
+    /// The assignment stream just after the split draw: each speaker's sentences are drawn from
+    /// it in corpus order.
+    assign: ChaCha8Rng,
+}
+
+/// The planned utterances in corpus order (speaker by speaker), drawn as they are walked; at
+/// most one speaker's are held.
+#[derive(Debug, Clone)]
+pub struct PlannedUtterances<'p> {
+    plan: &'p CorpusPlan,
+    rng: ChaCha8Rng,
+    /// The next speaker to draw.
+    speaker: usize,
+    /// The current speaker's utterances not yet handed out.
+    pending: std::vec::IntoIter<PlannedUtterance>,
+    /// Index of the next utterance drawn.
+    index: usize,
+}
+
+impl Iterator for PlannedUtterances<'_> {
+    type Item = PlannedUtterance;
+
+    fn next(&mut self) -> Option<PlannedUtterance> {
+        loop {
+            if let Some(u) = self.pending.next() {
+                return Some(u);
+            }
+            if self.speaker >= self.plan.speakers.len() {
+                return None;
+            }
+            let drawn = self
+                .plan
+                .draw_speaker(self.speaker, self.index, &mut self.rng);
+            self.index += drawn.len();
+            self.speaker += 1;
+            self.pending = drawn.into_iter();
+        }
+    }
 }
 
 /// A rendered utterance: audio after the channel and its alignments.
@@ -185,65 +229,92 @@ impl CorpusPlan {
         // ELSDSR names training recordings Sa..Sg: beyond seven, the rest are test sentences.
         let elsdsr_test = split_count(n_utt).max(n_utt.saturating_sub(ELSDSR_TRAIN_MAX));
 
-        let mut utterances = Vec::with_capacity(n_spk * n_utt);
-        for (s, spk) in speakers.iter().enumerate() {
-            let mut own: Vec<usize> = (shared..sentences.len()).collect();
-            own.shuffle(&mut rng);
-            let chosen: Vec<usize> = (0..shared)
-                .chain(own.into_iter().take(n_utt - shared))
-                .collect();
-            for (k, &sentence) in chosen.iter().enumerate() {
-                let (speaker_id, id, split, audio) = match layout {
-                    Layout::Timit => {
-                        let spk_id = format!("{}{}0", spk.sex.letter(), spk.initials);
-                        let split = if test_speaker[s] {
-                            Split::Test
-                        } else {
-                            Split::Train
-                        };
-                        let name = &sentences[sentence].name;
-                        let dir = if split == Split::Test {
-                            "TEST"
-                        } else {
-                            "TRAIN"
-                        };
-                        let audio = format!("{dir}/DR{}/{spk_id}/{name}.WAV", spk.dialect);
-                        (spk_id.clone(), format!("{spk_id}_{name}"), split, audio)
-                    }
-                    Layout::Elsdsr => {
-                        let spk_id = format!("{}{}", spk.sex.letter(), spk.initials);
-                        let n_train = n_utt - elsdsr_test;
-                        let (split, stem) = if k < n_train {
-                            (
-                                Split::Train,
-                                format!("{spk_id}_S{}", char::from(b'a' + k as u8)),
-                            )
-                        } else {
-                            (Split::Test, format!("{spk_id}_Sr{}", k - n_train + 1))
-                        };
-                        let audio = format!("{}/{stem}.wav", split.name());
-                        (spk_id, stem, split, audio)
-                    }
-                };
-                utterances.push(PlannedUtterance {
-                    index: utterances.len(),
-                    id,
-                    speaker: s,
-                    speaker_id,
-                    sentence,
-                    split,
-                    audio,
-                });
-            }
-        }
         Ok(CorpusPlan {
             config: cfg,
             layout,
             speakers,
             sentences,
             lexicon,
-            utterances,
+            test_speaker,
+            elsdsr_test,
+            shared,
+            assign: rng,
         })
+    }
+
+    /// How many utterances the corpus has (speakers × utterances a speaker).
+    pub fn utterance_count(&self) -> usize {
+        self.speakers.len() * self.config.utterances
+    }
+
+    /// The planned utterances in corpus order, drawn as they are walked: the same sequence every
+    /// time.
+    pub fn utterances(&self) -> PlannedUtterances<'_> {
+        PlannedUtterances {
+            plan: self,
+            rng: self.assign.clone(),
+            speaker: 0,
+            pending: Vec::new().into_iter(),
+            index: 0,
+        }
+    }
+
+    /// Speaker `s`'s utterances, the first numbered `first`, their sentences drawn from `rng`
+    /// (the assignment stream as the previous speaker left it).
+    fn draw_speaker(&self, s: usize, first: usize, rng: &mut ChaCha8Rng) -> Vec<PlannedUtterance> {
+        let n_utt = self.config.utterances;
+        let shared = self.shared;
+        let spk = &self.speakers[s];
+        let mut own: Vec<usize> = (shared..self.sentences.len()).collect();
+        own.shuffle(rng);
+        let chosen: Vec<usize> = (0..shared)
+            .chain(own.into_iter().take(n_utt - shared))
+            .collect();
+        let mut utterances = Vec::with_capacity(chosen.len());
+        for (k, &sentence) in chosen.iter().enumerate() {
+            let (speaker_id, id, split, audio) = match self.layout {
+                Layout::Timit => {
+                    let spk_id = format!("{}{}0", spk.sex.letter(), spk.initials);
+                    let split = if self.test_speaker[s] {
+                        Split::Test
+                    } else {
+                        Split::Train
+                    };
+                    let name = &self.sentences[sentence].name;
+                    let dir = if split == Split::Test {
+                        "TEST"
+                    } else {
+                        "TRAIN"
+                    };
+                    let audio = format!("{dir}/DR{}/{spk_id}/{name}.WAV", spk.dialect);
+                    (spk_id.clone(), format!("{spk_id}_{name}"), split, audio)
+                }
+                Layout::Elsdsr => {
+                    let spk_id = format!("{}{}", spk.sex.letter(), spk.initials);
+                    let n_train = n_utt - self.elsdsr_test;
+                    let (split, stem) = if k < n_train {
+                        (
+                            Split::Train,
+                            format!("{spk_id}_S{}", char::from(b'a' + k as u8)),
+                        )
+                    } else {
+                        (Split::Test, format!("{spk_id}_Sr{}", k - n_train + 1))
+                    };
+                    let audio = format!("{}/{stem}.wav", split.name());
+                    (spk_id, stem, split, audio)
+                }
+            };
+            utterances.push(PlannedUtterance {
+                index: first + k,
+                id,
+                speaker: s,
+                speaker_id,
+                sentence,
+                split,
+                audio,
+            });
+        }
+        utterances
     }
 
     /// The words of a sentence.
@@ -316,8 +387,7 @@ mod tests {
         // TIMIT: 3 of 10 speakers, all their utterances, in TEST.
         for s in 0..10 {
             let splits: Vec<Split> = timit
-                .utterances
-                .iter()
+                .utterances()
                 .filter(|u| u.speaker == s)
                 .map(|u| u.split)
                 .collect();
@@ -326,8 +396,7 @@ mod tests {
         }
         assert_eq!(
             timit
-                .utterances
-                .iter()
+                .utterances()
                 .filter(|u| u.split == Split::Test)
                 .count(),
             30
@@ -335,8 +404,7 @@ mod tests {
         // Every speaker reads SA1 and SA2 first, then distinct pool sentences.
         for s in 0..10 {
             let mine: Vec<usize> = timit
-                .utterances
-                .iter()
+                .utterances()
                 .filter(|u| u.speaker == s)
                 .map(|u| u.sentence)
                 .collect();
@@ -350,14 +418,13 @@ mod tests {
         let elsdsr = CorpusPlan::new(&cfg, Layout::Elsdsr)?;
         for s in 0..10 {
             let test = elsdsr
-                .utterances
-                .iter()
+                .utterances()
                 .filter(|u| u.speaker == s && u.split == Split::Test)
                 .count();
             assert_eq!(test, 3);
         }
         // Ids are unique.
-        let mut ids: Vec<&str> = timit.utterances.iter().map(|u| u.id.as_str()).collect();
+        let mut ids: Vec<String> = timit.utterances().map(|u| u.id).collect();
         ids.sort_unstable();
         ids.dedup();
         assert_eq!(ids.len(), 100);
@@ -371,6 +438,42 @@ mod tests {
             Layout::Timit,
         )?;
         assert!(big.sentences.len() >= 30);
+        Ok(())
+    }
+
+    #[test]
+    fn utterances_are_drawn_the_same_every_walk_and_numbered_in_order() -> anyhow::Result<()> {
+        for layout in [Layout::Timit, Layout::Elsdsr] {
+            let plan = CorpusPlan::new(
+                &SynthConfig {
+                    speakers: 7,
+                    utterances: 9,
+                    ..SynthConfig::quick()
+                },
+                layout,
+            )?;
+            let first: Vec<PlannedUtterance> = plan.utterances().collect();
+            assert_eq!(first.len(), plan.utterance_count());
+            assert_eq!(first.len(), 63);
+            // A second walk, and one that starts after part of another, give the same sequence.
+            let mut half = plan.utterances();
+            let _ = half.by_ref().take(20).count();
+            assert_eq!(plan.utterances().collect::<Vec<_>>(), first);
+            assert_eq!(half.collect::<Vec<_>>(), first[20..]);
+            for (i, u) in first.iter().enumerate() {
+                assert_eq!(u.index, i);
+                assert_eq!(u.speaker, i / 9);
+            }
+            // Speakers draw different sentences (the stream moves on between speakers).
+            let of = |s: usize| -> Vec<usize> {
+                first
+                    .iter()
+                    .filter(|u| u.speaker == s)
+                    .map(|u| u.sentence)
+                    .collect()
+            };
+            assert_ne!(of(0), of(1));
+        }
         Ok(())
     }
 

@@ -155,11 +155,11 @@ pub fn generate_streaming(
     let out = out_dir.as_ref();
     let plan = CorpusPlan::new(config, layout)?;
     prepare_dir(out)?;
-    let total = plan.utterances.len();
+    let total = plan.utterance_count();
     tracing::info!(speakers = plan.speakers.len(), utterances = total, layout = %layout, out = %out.display(), "generating corpus");
     let splits: Vec<Split> = [Split::Train, Split::Test]
         .into_iter()
-        .filter(|s| plan.utterances.iter().any(|u| u.split == *s))
+        .filter(|s| plan.utterances().any(|u| u.split == *s))
         .collect();
     let written = Written {
         layout,
@@ -201,13 +201,12 @@ pub fn generate_streaming(
                 if let Some(w) = test_w.as_mut() {
                     writeln!(w, "{ITEM_HEADER}").map_err(|e| io_error(out, e))?;
                 }
-                let mut next = 0;
+                let mut planned = plan.utterances();
                 let mut next_chunk = || -> Result<Option<Vec<UtteranceRecord>>> {
-                    if next >= total {
+                    let chunk: Vec<PlannedUtterance> = planned.by_ref().take(CHUNK).collect();
+                    if chunk.is_empty() {
                         return Ok(None);
                     }
-                    let chunk = &plan.utterances[next..(next + CHUNK).min(total)];
-                    next += chunk.len();
                     let rendered: Vec<(UtteranceRecord, Vec<Segment>)> = chunk
                         .par_iter()
                         .map(|u| {

@@ -29,8 +29,8 @@ fn render_default(cmn: bool) -> anyhow::Result<(CorpusPlan, Vec<Rendered>)> {
     fe.cmvn.mean = cmn;
     let mut seen = vec![0usize; plan.speakers.len()];
     let mut out = Vec::new();
-    for u in &plan.utterances {
-        let r = plan.render(u);
+    for u in plan.utterances() {
+        let r = plan.render(&u);
         let mfcc = compute(
             &invar_audio::Audio {
                 samples: r.samples,

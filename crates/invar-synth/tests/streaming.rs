@@ -13,7 +13,9 @@ fn check(cfg: &SynthConfig, layout: Layout) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let manifest: Manifest = generate_with_progress(cfg, dir.path(), layout, &|_, _| {})?;
     let plan = CorpusPlan::new(cfg, layout)?;
-    assert_eq!(manifest.utterances.len(), plan.utterances.len());
+    let planned: Vec<_> = plan.utterances().collect();
+    assert_eq!(manifest.utterances.len(), planned.len());
+    assert_eq!(plan.utterance_count(), planned.len());
 
     // The manifest file: the bytes the collected writer produced.
     let mut expected = serde_json::to_vec_pretty(&manifest)?;
@@ -28,13 +30,8 @@ fn check(cfg: &SynthConfig, layout: Layout) -> anyhow::Result<()> {
     assert!(std::fs::read(dir.path().join(CONFIG_FILE))? == config);
 
     // Each record is the plan's utterance, and each .item file the one made from every rendering.
-    let rendered: Vec<_> = plan.utterances.iter().map(|u| plan.render(u)).collect();
-    for ((u, r), rec) in plan
-        .utterances
-        .iter()
-        .zip(&rendered)
-        .zip(&manifest.utterances)
-    {
+    let rendered: Vec<_> = planned.iter().map(|u| plan.render(u)).collect();
+    for ((u, r), rec) in planned.iter().zip(&rendered).zip(&manifest.utterances) {
         assert_eq!(rec.id, u.id);
         assert_eq!(rec.split, u.split);
         assert_eq!(rec.samples, r.samples.len() as u64);
@@ -108,7 +105,7 @@ fn the_callback_sees_every_record_in_corpus_order() -> anyhow::Result<()> {
         ids.push(r.id.clone())
     })?;
     let plan = CorpusPlan::new(&cfg, Layout::Timit)?;
-    let planned: Vec<_> = plan.utterances.iter().map(|u| u.id.clone()).collect();
+    let planned: Vec<_> = plan.utterances().map(|u| u.id).collect();
     assert_eq!(ids, planned);
     assert_eq!(written.speakers.len(), 3);
     Ok(())
