@@ -3,8 +3,8 @@
 //! such as `invar features` holds no list that grows with the corpus (issue #24).
 //!
 //! How each layout streams:
-//! - TIMIT: one speaker at a time (its folders under TRAIN and TEST read together, a batch of
-//!   speakers in parallel); only the list of speaker folders is held.
+//! - TIMIT: one speaker at a time (its folders under TRAIN and TEST read together, one speaker
+//!   per thread in parallel); only the list of speaker folders is held.
 //! - List (`[id] path speaker [split]` lines): line by line, when the lines are sorted by id
 //!   (checked by a first pass over the file). An unsorted list, a CSV/TSV table with a header,
 //!   and any list the first pass finds a fault in are read by the in-memory reader instead (an
@@ -52,9 +52,6 @@ impl UtteranceChunks for [Utterance] {
         Ok(())
     }
 }
-
-/// Speakers read in parallel at a time by the TIMIT stream.
-const TIMIT_SPEAKER_BATCH: usize = 32;
 
 /// How a [`CorpusStream`] reads its layout.
 enum Plan {
@@ -202,7 +199,9 @@ impl UtteranceChunks for CorpusStream {
         };
         match &self.plan {
             Plan::Timit { groups, alignments } => {
-                for batch in groups.chunks(TIMIT_SPEAKER_BATCH) {
+                // As many speakers at a time as there are threads: a batch is held whole, and
+                // a speaker may have hundreds of utterances.
+                for batch in groups.chunks(rayon::current_num_threads().max(1)) {
                     let read: Vec<Vec<Utterance>> = batch
                         .par_iter()
                         .map(|dirs| -> Result<Vec<Utterance>> {
