@@ -16,17 +16,25 @@
 //!   directory to the in-memory reader, with a warning naming the file and line. The streamed
 //!   reader does not read `text`, `utt2dur` and `reco2dur` (nothing of them is in an utterance),
 //!   so their faults are not reported here.
-//! - ELSDSR, LibriSpeech and VoxCeleb: the in-memory reader (not streamed yet).
+//! - LibriSpeech: a chapter at a time (`<speaker>-<chapter>` folders of every subset read
+//!   together), SPEAKERS.TXT held; a chapter folder not named by digits sends the corpus to the
+//!   in-memory reader (ids would no longer sort by chapter).
+//! - VoxCeleb: a speaker at a time (its folders under `dev/` and `test/` read together); only the
+//!   list of speaker folders is held.
+//! - ELSDSR: the in-memory reader (a small, fixed corpus).
 //!
 //! Every streamed id is checked ([`check_id`]) and must sort after the one before it, so two
 //! utterances with one id are refused as [`read_corpus_with`](crate::read_corpus_with) refuses them.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
 use crate::fsutil::Entry;
-use crate::{check_id, read_corpus_with, CorpusOptions, Error, Layout, Result, Split, Utterance};
+use crate::{
+    check_id, read_corpus_with, CorpusOptions, Error, Layout, Result, Sex, Split, Utterance,
+};
 
 /// Utterances in chunks: a corpus streamed from disk ([`CorpusStream`]) or a list in memory.
 pub trait UtteranceChunks: Sync {
@@ -60,6 +68,16 @@ enum Plan {
         groups: Vec<Vec<(Split, Entry)>>,
         alignments: bool,
     },
+    /// LibriSpeech chapter folders grouped by `<speaker>-<chapter>`, groups in id order.
+    Librispeech {
+        groups: Vec<Vec<crate::librispeech::Chapter>>,
+        sexes: BTreeMap<String, Sex>,
+    },
+    /// VoxCeleb speaker folders grouped by speaker, groups in id order.
+    Voxceleb {
+        groups: Vec<Vec<(Entry, Split)>>,
+        found_speakers: bool,
+    },
     /// A header-less list whose lines are sorted by id.
     List(crate::list::LineList),
     /// A Kaldi data directory whose tables are sorted by key.
@@ -86,17 +104,10 @@ impl CorpusStream {
         let path = path.as_ref().to_path_buf();
         let plan = match layout {
             Layout::Timit => {
-                let mut dirs = crate::timit::speaker_dirs(&path)?;
+                let dirs = crate::timit::speaker_dirs(&path)?;
                 // Ids are `<SPEAKER>_<UTT>` and speaker names have no `_`, so a speaker's ids
                 // sort together, in the order of their `<SPEAKER>_` prefixes.
-                dirs.sort_by_key(|d| speaker_key(&d.1));
-                let mut groups: Vec<Vec<(Split, Entry)>> = Vec::new();
-                for d in dirs {
-                    match groups.last_mut() {
-                        Some(g) if speaker_key(&g[0].1) == speaker_key(&d.1) => g.push(d),
-                        _ => groups.push(vec![d]),
-                    }
-                }
+                let groups = group_by_key(dirs, |d| format!("{}_", d.1.name.to_ascii_uppercase()));
                 Plan::Timit {
                     groups,
                     alignments: !options.skip_alignments,
@@ -131,9 +142,28 @@ impl CorpusStream {
                     Plan::InMemory(corpus.utterances)
                 }
             },
-            Layout::Elsdsr | Layout::Librispeech | Layout::Voxceleb => {
-                Plan::InMemory(read_corpus_with(layout, &path, options)?.utterances)
+            Layout::Librispeech => {
+                let (chapters, sexes) = crate::librispeech::chapter_dirs(&path)?;
+                if chapters.iter().all(|c| c.is_numbered()) {
+                    // Ids are `<speaker>-<chapter>-<n>`, all digits: a chapter's sort together,
+                    // in the order of their `<speaker>-<chapter>-` prefixes.
+                    let groups = group_by_key(chapters, |c| format!("{}-", c.prefix()));
+                    Plan::Librispeech { groups, sexes }
+                } else {
+                    Plan::InMemory(read_corpus_with(layout, &path, options)?.utterances)
+                }
             }
+            Layout::Voxceleb => {
+                let dirs = crate::voxceleb::speaker_dirs(&path)?;
+                let found_speakers = !dirs.is_empty();
+                // Ids are `<speaker>-<video>-<n>` and speakers `id<digits>`.
+                let groups = group_by_key(dirs, |(e, _)| format!("{}-", e.name));
+                Plan::Voxceleb {
+                    groups,
+                    found_speakers,
+                }
+            }
+            Layout::Elsdsr => Plan::InMemory(read_corpus_with(layout, &path, options)?.utterances),
         };
         Ok(CorpusStream {
             layout,
@@ -175,9 +205,45 @@ impl CorpusStream {
     }
 }
 
-/// The id prefix `<SPEAKER>_` every utterance of a TIMIT speaker folder has.
-fn speaker_key(dir: &Entry) -> String {
-    format!("{}_", dir.name.to_ascii_uppercase())
+/// `items` grouped by `key` (the id prefix every utterance an item yields has, and no other
+/// group's is a prefix of), groups sorted by key, items in a group in their order in `items`.
+fn group_by_key<T>(items: Vec<T>, key: impl Fn(&T) -> String) -> Vec<Vec<T>> {
+    let mut keyed: Vec<(String, T)> = items.into_iter().map(|t| (key(&t), t)).collect();
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut groups: Vec<(String, Vec<T>)> = Vec::new();
+    for (k, t) in keyed {
+        match groups.last_mut() {
+            Some((last, g)) if *last == k => g.push(t),
+            _ => groups.push((k, vec![t])),
+        }
+    }
+    groups.into_iter().map(|(_, g)| g).collect()
+}
+
+/// Reads `groups` (one thread's worth at a time, in parallel), each into its utterances sorted by
+/// id (stably: the order of `read`'s output for one id is kept, as `Corpus::new` keeps it), and
+/// pushes them in group order.
+fn stream_groups<G: Sync>(
+    groups: &[G],
+    read: impl Fn(&G) -> Result<Vec<Utterance>> + Sync,
+    out: &mut Chunker<'_>,
+) -> Result<()> {
+    // As many groups at a time as there are threads: a batch is held whole, and a speaker may
+    // have hundreds of utterances.
+    for batch in groups.chunks(rayon::current_num_threads().max(1)) {
+        let read: Vec<Vec<Utterance>> = batch
+            .par_iter()
+            .map(|g| {
+                let mut utts = read(g)?;
+                utts.sort_by(|a, b| a.id.cmp(&b.id));
+                Ok(utts)
+            })
+            .collect::<Result<_>>()?;
+        for u in read.into_iter().flatten() {
+            out.push(u)?;
+        }
+    }
+    Ok(())
 }
 
 impl UtteranceChunks for CorpusStream {
@@ -199,28 +265,52 @@ impl UtteranceChunks for CorpusStream {
         };
         match &self.plan {
             Plan::Timit { groups, alignments } => {
-                // As many speakers at a time as there are threads: a batch is held whole, and
-                // a speaker may have hundreds of utterances.
-                for batch in groups.chunks(rayon::current_num_threads().max(1)) {
-                    let read: Vec<Vec<Utterance>> = batch
-                        .par_iter()
-                        .map(|dirs| -> Result<Vec<Utterance>> {
-                            let mut utts = Vec::new();
-                            for (split, dir) in dirs {
-                                utts.extend(
-                                    crate::timit::read_speaker(*split, dir, *alignments)?.0,
-                                );
-                            }
-                            utts.sort_by(|a, b| a.id.cmp(&b.id));
-                            Ok(utts)
-                        })
-                        .collect::<Result<_>>()?;
-                    for u in read.into_iter().flatten() {
-                        out.push(u)?;
+                let read = |dirs: &Vec<(Split, Entry)>| -> Result<Vec<Utterance>> {
+                    let mut utts = Vec::new();
+                    for (split, dir) in dirs {
+                        utts.extend(crate::timit::read_speaker(*split, dir, *alignments)?.0);
                     }
-                }
+                    Ok(utts)
+                };
+                stream_groups(groups, read, &mut out)?;
                 if out.finish()? == 0 {
                     return Err(crate::timit::no_wav_files(&self.path));
+                }
+            }
+            Plan::Librispeech { groups, sexes } => {
+                let read = |chapters: &Vec<crate::librispeech::Chapter>| {
+                    // Transcripts only decide whether a transcript line lacks its audio, which
+                    // only chapters with the same prefix can give.
+                    let mut transcripts = BTreeMap::new();
+                    let mut utts = Vec::new();
+                    for c in chapters {
+                        utts.extend(crate::librispeech::read_chapter(
+                            c,
+                            sexes,
+                            &mut transcripts,
+                        )?);
+                    }
+                    Ok(utts)
+                };
+                stream_groups(groups, read, &mut out)?;
+                if out.finish()? == 0 {
+                    return Err(crate::librispeech::no_audio(&self.path));
+                }
+            }
+            Plan::Voxceleb {
+                groups,
+                found_speakers,
+            } => {
+                let read = |dirs: &Vec<(Entry, Split)>| -> Result<Vec<Utterance>> {
+                    let mut utts = Vec::new();
+                    for (dir, split) in dirs {
+                        utts.extend(crate::voxceleb::read_speaker(dir, *split)?);
+                    }
+                    Ok(utts)
+                };
+                stream_groups(groups, read, &mut out)?;
+                if out.finish()? == 0 {
+                    return Err(crate::voxceleb::no_audio(&self.path, *found_speakers));
                 }
             }
             Plan::List(list) => {

@@ -432,3 +432,98 @@ fn features_in_chunks_write_the_same_manifest() {
         );
     }
 }
+
+/// A LibriSpeech folder whose id order is not its folder order: speaker 19 under two subsets
+/// with chapters 198 and 1980 (`19-198-…` sorts before `19-1980-…`), one chapter split across
+/// the subsets, transcripts and SPEAKERS.TXT.
+fn librispeech(root: &Path) -> PathBuf {
+    let root = root.join("LibriSpeech");
+    for (subset, spk, ch, ns) in [
+        ("train-clean-100", "19", "1980", &["0002", "0010"][..]),
+        ("train-clean-100", "2", "7", &["0001"][..]),
+        ("dev-clean", "19", "198", &["0001", "0003"][..]),
+        ("dev-clean", "19", "1980", &["0001"][..]),
+        ("test-clean", "100", "5", &["0004"][..]),
+    ] {
+        let dir = root.join(subset).join(spk).join(ch);
+        let mut trans = String::new();
+        for n in ns {
+            wav(&dir.join(format!("{spk}-{ch}-{n}.wav")), 400);
+            trans.push_str(&format!("{spk}-{ch}-{n} WORDS OF {n}\n"));
+        }
+        write(&dir.join(format!("{spk}-{ch}.trans.txt")), &trans);
+    }
+    write(
+        &root.join("SPEAKERS.TXT"),
+        "; ID | SEX | SUBSET | MINUTES | NAME\n19 | F | dev-clean | 25.19 | Kara\n2 | M | x | 1 | Y\n",
+    );
+    root
+}
+
+#[test]
+fn librispeech_streams_by_chapter_in_the_readers_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = librispeech(tmp.path());
+    let read = assert_streams_as_read(Layout::Librispeech, &root, true);
+    let ids: Vec<&str> = read.iter().map(|u| u.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "100-5-0004",
+            "19-198-0001",
+            "19-198-0003",
+            "19-1980-0001",
+            "19-1980-0002",
+            "19-1980-0010",
+            "2-7-0001"
+        ]
+    );
+    // One subset read directly streams too.
+    assert_streams_as_read(Layout::Librispeech, &root.join("dev-clean"), true);
+    // A transcript line without audio: the reader's error.
+    write(
+        &root.join("test-clean/100/5/100-5.trans.txt"),
+        "100-5-0004 A\n100-5-0005 B\n",
+    );
+    let read = read_corpus_with(Layout::Librispeech, &root, &BOTH[1]).unwrap_err();
+    let stream = CorpusStream::open(Layout::Librispeech, &root, &BOTH[1]).unwrap();
+    assert_eq!(stream.count().unwrap_err().to_string(), read.to_string());
+    // A chapter folder not named by digits: held in memory.
+    std::fs::remove_dir_all(root.join("test-clean")).unwrap();
+    let odd = root.join("dev-clean/3/x1");
+    wav(&odd.join("3-x1-0001.wav"), 400);
+    write(&odd.join("3-x1.trans.txt"), "3-x1-0001 HI\n");
+    assert_streams_as_read(Layout::Librispeech, &root, false);
+}
+
+#[test]
+fn voxceleb_streams_by_speaker_in_the_readers_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("vox2");
+    for rel in [
+        "dev/aac/id00017/zz/00002.wav",
+        "dev/aac/id00012/21Uxsk56VDQ/00001.wav",
+        "test/aac/id00017/01dfn2spqyE/00001.wav",
+        "test/aac/id00017/01dfn2spqyE/00003.m4a.txt",
+        "test/aac/id000170/a/00001.wav",
+    ] {
+        wav(&root.join(rel), 400);
+    }
+    let read = assert_streams_as_read(Layout::Voxceleb, &root, true);
+    let ids: Vec<&str> = read.iter().map(|u| u.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "id00012-21Uxsk56VDQ-00001",
+            "id00017-01dfn2spqyE-00001",
+            "id00017-zz-00002",
+            "id000170-a-00001"
+        ]
+    );
+    // Speaker folders without recordings: the reader's error.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir_all(empty.join("id1/v")).unwrap();
+    let read = read_corpus_with(Layout::Voxceleb, &empty, &BOTH[1]).unwrap_err();
+    let stream = CorpusStream::open(Layout::Voxceleb, &empty, &BOTH[1]).unwrap();
+    assert_eq!(stream.count().unwrap_err().to_string(), read.to_string());
+}
