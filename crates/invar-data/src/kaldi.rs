@@ -384,6 +384,25 @@ fn first_unsorted(path: &Path) -> Result<Option<usize>> {
     Ok(None)
 }
 
+/// Whether every key of the sorted table `sub` is a key of the sorted table `of` (and, with
+/// `seconds`, every value a number of seconds): a merge join.
+fn keys_within(sub: &Path, of: &Path, seconds: bool) -> Result<bool> {
+    let mut of = TableLines::open(of)?.peekable()?;
+    let mut lines = TableLines::open(sub)?;
+    while let Some((_, key, rest)) = lines.next_line()? {
+        if seconds && parse_seconds(&rest).is_none() {
+            return Ok(false);
+        }
+        while of.head.as_ref().is_some_and(|(_, k, _)| *k < key) {
+            of.advance()?;
+        }
+        if of.head.as_ref().is_none_or(|(_, k, _)| *k != key) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// A Kaldi data directory whose `utt2spk` and `segments` (or, without `segments`, `wav.scp`) are
 /// sorted by key, read by a merge join ([`crate::CorpusStream`]).
 pub(crate) struct SortedDir {
@@ -410,11 +429,35 @@ pub(crate) fn open_sorted(
     } else {
         joined.push(wav_scp);
     }
+    // The tables the stream does not read, checked here as `read_kaldi` checks them (each key
+    // one the directory lists, durations in seconds) by merge joins: `text` and `utt2dur` against
+    // `utt2spk`, `reco2dur` against `wav.scp`.
+    let mut within = Vec::new();
+    for (name, of, seconds) in [
+        ("text", "utt2spk", false),
+        ("utt2dur", "utt2spk", true),
+        ("reco2dur", "wav.scp", true),
+    ] {
+        let path = dir.join(name);
+        if path.is_file() {
+            for table in [path.clone(), dir.join(of)] {
+                if !joined.contains(&table) {
+                    joined.push(table);
+                }
+            }
+            within.push((path, dir.join(of), seconds));
+        }
+    }
     for file in joined {
         match first_unsorted(&file) {
             Ok(None) => {}
             Ok(Some(line)) => return Err(Some((file, line))),
             Err(_) => return Err(None),
+        }
+    }
+    for (sub, of, seconds) in within {
+        if !matches!(keys_within(&sub, &of, seconds), Ok(true)) {
+            return Err(None);
         }
     }
     Ok(SortedDir {

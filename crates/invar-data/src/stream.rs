@@ -13,9 +13,10 @@
 //! - Kaldi: `utt2spk` merged with `segments` (the recordings of `wav.scp` held by id: there are
 //!   fewer of them than segments) or with `wav.scp`, line by line. Kaldi requires these files
 //!   sorted by key (`LC_ALL=C sort`); one that is not (or any fault a first pass finds) sends the
-//!   directory to the in-memory reader, with a warning naming the file and line. The streamed
-//!   reader does not read `text`, `utt2dur` and `reco2dur` (nothing of them is in an utterance),
-//!   so their faults are not reported here.
+//!   directory to the in-memory reader, with a warning naming the file and line. `text`,
+//!   `utt2dur` and `reco2dur` (nothing of them is in an utterance) are checked by merge joins
+//!   when the stream is opened; a fault in them also goes to the in-memory reader, which reports
+//!   it.
 //! - LibriSpeech: a chapter at a time (`<speaker>-<chapter>` folders of every subset read
 //!   together), SPEAKERS.TXT held; a chapter folder not named by digits sends the corpus to the
 //!   in-memory reader (ids would no longer sort by chapter).

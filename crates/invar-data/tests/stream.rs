@@ -278,6 +278,29 @@ fn kaldi_dirs_stream_by_merge_join() {
 }
 
 #[test]
+fn kaldi_text_and_durations_are_checked_when_the_stream_opens() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = kaldi(tmp.path(), 2, true);
+    write(&dir.join("text"), "r0-0 HELLO\nr1-1 BYE\n");
+    write(&dir.join("utt2dur"), "r0-0 0.5\nr0-1 0.5\nr1-0 0.5\n");
+    write(&dir.join("reco2dur"), "r0 1.0\nr1 1.0\n");
+    assert_streams_as_read(Layout::Kaldi, &dir, true);
+    for (name, text) in [
+        ("text", "r0-0 HELLO\nr0-9 NOBODY\n"),
+        ("utt2dur", "r0-0 0.5\nr0-1 half\n"),
+        ("reco2dur", "r0 1.0\nr7 1.0\n"),
+    ] {
+        let good = std::fs::read_to_string(dir.join(name)).unwrap();
+        write(&dir.join(name), text);
+        let read = read_corpus_with(Layout::Kaldi, &dir, &BOTH[1]).unwrap_err();
+        let err = CorpusStream::open(Layout::Kaldi, &dir, &BOTH[1]).map(|_| ());
+        assert_eq!(err.unwrap_err().to_string(), read.to_string(), "{name}");
+        assert!(read.to_string().contains(&format!("{name}:2")), "{read}");
+        write(&dir.join(name), &good);
+    }
+}
+
+#[test]
 fn kaldi_unsorted_falls_back_and_faults_name_file_and_line() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = kaldi(tmp.path(), 3, true);
