@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
-use invar_data::{corpus_stats, read_corpus_with, Corpus, CorpusOptions, Layout};
+use invar_data::{corpus_stats, read_corpus_with, Corpus, CorpusOptions, CorpusStream, Layout};
 
 use invar_train::ItemProgress;
 
@@ -49,6 +49,20 @@ pub fn read(layout: Layout, path: &Path, allow_pipes: bool) -> anyhow::Result<Co
         skip_alignments: false,
     };
     Ok(read_corpus_with(layout, path, &options)?)
+}
+
+/// Opens a corpus for passes over its utterances' audio (a [`CorpusStream`], a chunk at a time),
+/// with [`read_audio_only`]'s options.
+pub fn open_audio_only(
+    layout: Layout,
+    path: &Path,
+    allow_pipes: bool,
+) -> anyhow::Result<CorpusStream> {
+    let options = CorpusOptions {
+        allow_pipes,
+        skip_alignments: true,
+    };
+    Ok(CorpusStream::open(layout, path, &options)?)
 }
 
 /// [`read`] for stages that use only the audio: without alignments or transcripts, which are

@@ -1,10 +1,14 @@
 //! `invar features`: one `.npy` per utterance plus a manifest, computed in parallel and streamed.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 
 use clap::Args;
 use invar_audio::{ChannelSelect, FeatureKind, FrontendConfig, ReadOptions};
-use invar_data::{extract_features, FeatureFormat, FeatureJob, Layout, Shard};
+use invar_data::{
+    extract_features_from, FeatureFormat, FeatureJob, Layout, Shard, Utterance, UtteranceChunks,
+    VtlnWarps,
+};
 use invar_train::ItemProgress;
 
 /// Compute features for every utterance of a corpus into OUT (one .npy each + manifest.tsv).
@@ -52,6 +56,11 @@ pub struct FeaturesArgs {
     /// missing from the file is an error. Recorded in OUT/config.json.
     #[arg(long)]
     pub vtln_warps: Option<PathBuf>,
+    /// Utterances listed at a time: the corpus is streamed from disk in chunks of this many
+    /// (each computed in parallel), so memory does not grow with the corpus; the output does not
+    /// depend on it.
+    #[arg(long, default_value_t = invar_data::EXTRACT_CHUNK)]
+    pub chunk_utterances: usize,
     /// Write the summary as JSON here (default: OUT/results.json, or results.K-of-N.json).
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -141,21 +150,43 @@ pub fn run(args: FeaturesArgs) -> anyhow::Result<()> {
     args.frontend.apply(&mut frontend);
     frontend.validate()?;
     let shard = Shard::parse_or_all(args.shard.as_deref())?;
-    // Only the audio is used: alignments and transcripts are not read.
-    let corpus = crate::corpus::read_audio_only(args.layout, &args.path, args.allow_pipes)?;
-    let vtln_warps = match &args.vtln_warps {
-        Some(file) => Some(crate::vtln::read_warps(
+    // Only the audio is used: alignments and transcripts are not read. Utterances are streamed
+    // a chunk at a time (issue #24); a first pass counts this shard's and checks its speakers'
+    // warp factors before anything is written.
+    let corpus = crate::corpus::open_audio_only(args.layout, &args.path, args.allow_pipes)?;
+    let chunk = args.chunk_utterances.max(1);
+    let warps = match &args.vtln_warps {
+        Some(file) => Some((
             file,
-            &frontend,
-            corpus
-                .utterances
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| shard.contains(*i))
-                .map(|(_, u)| u),
-        )?),
+            VtlnWarps::read(file)?,
+            invar_audio::Frontend::new(&frontend)?,
+        )),
         None => None,
     };
+    let mut mine = 0usize;
+    let mut checked: HashSet<String> = HashSet::new();
+    let mut warp_error = None;
+    corpus.for_each_chunk(chunk, &mut |first, utts| {
+        let in_shard = utts
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| shard.contains(first + i))
+            .map(|(_, u)| u);
+        mine += in_shard.clone().count();
+        if let (Some((file, warps, base)), None) = (&warps, &warp_error) {
+            let new: Vec<&Utterance> = in_shard.filter(|u| !checked.contains(&u.speaker)).collect();
+            match warps.frontends(base, new.iter().copied(), &file.display().to_string()) {
+                Ok(_) => checked.extend(new.iter().map(|u| u.speaker.clone())),
+                Err(e) => warp_error = Some(e),
+            }
+        }
+        Ok(())
+    })?;
+    if let (Some(e), Some(file)) = (warp_error, &args.vtln_warps) {
+        return Err(anyhow::Error::new(e).context(format!("--vtln-warps {}", file.display())));
+    }
+    drop(checked);
+    let vtln_warps = warps.map(|(_, w, _)| w);
     let job = FeatureJob {
         layout: args.layout,
         corpus: args.path.clone(),
@@ -180,9 +211,6 @@ pub fn run(args: FeaturesArgs) -> anyhow::Result<()> {
         args.force,
         &[args.path.as_path()],
     )?;
-    let mine = (0..corpus.utterances.len())
-        .filter(|&i| shard.contains(i))
-        .count();
     tracing::info!(
         "{} utterances in shard {}/{} of {} ({} layout) → {}",
         mine,
@@ -193,9 +221,8 @@ pub fn run(args: FeaturesArgs) -> anyhow::Result<()> {
         args.out.display()
     );
     let progress = ItemProgress::new(mine as u64, "features");
-    let summary = extract_features(&corpus.utterances, &job, &args.out, shard, &|_| {
-        progress.inc()
-    })?;
+    let summary =
+        extract_features_from(&corpus, chunk, &job, &args.out, shard, &|_| progress.inc())?;
     progress.finish();
 
     println!("features ({}) → {}", args.kind, args.out.display());

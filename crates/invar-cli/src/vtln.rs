@@ -2,7 +2,7 @@
 //! `spk2warp` (`speaker warp` lines) for `invar features --vtln-warps`.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
@@ -182,19 +182,4 @@ pub fn run(args: VtlnArgs) -> anyhow::Result<()> {
     };
     invar_io::write_json(args.out.join("results.json"), &report)?;
     Ok(())
-}
-
-/// Reads `--vtln-warps FILE` and checks it covers every speaker of `utterances` with factors the
-/// front-end accepts: errors name the file (and, for a bad line, the line).
-pub fn read_warps<'u>(
-    path: &Path,
-    frontend: &invar_audio::FrontendConfig,
-    utterances: impl IntoIterator<Item = &'u Utterance>,
-) -> anyhow::Result<VtlnWarps> {
-    let warps = VtlnWarps::read(path)?;
-    let base = Frontend::new(frontend)?;
-    warps
-        .frontends(&base, utterances, &path.display().to_string())
-        .with_context(|| format!("--vtln-warps {}", path.display()))?;
-    Ok(warps)
 }

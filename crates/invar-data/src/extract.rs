@@ -2,6 +2,7 @@
 //! parallel (rayon), each read, turned into features and written before the next is taken, so
 //! memory does not grow with the corpus. Resumable and shardable.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -11,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     merge_shards, Error, FeatureFormat, FeatureSetWriter, Layout, Result, Shard, Utterance,
-    VtlnWarps, CONFIG,
+    UtteranceChunks, VtlnWarps, CONFIG,
 };
 
 /// What produced a feature set: written as its `config.json`.
@@ -49,13 +50,32 @@ pub struct ExtractSummary {
     pub complete: bool,
 }
 
+/// Utterances [`extract_features_from`] takes at a time: their listing is all it holds of the
+/// corpus, so this bounds its memory, not the corpus's size (issue #24).
+pub const EXTRACT_CHUNK: usize = 4096;
+
 /// Computes features for this shard's utterances (`shard.contains(i)` over `utterances`' order)
-/// and writes them to `out` as a feature set. Matrices left by an earlier, interrupted run with the
-/// identical `config.json` are kept rather than recomputed. `on_done` is called once per utterance
-/// (from worker threads). The first unreadable file stops the job with an error naming it; what
-/// was written stays for the next run.
+/// and writes them to `out` as a feature set: [`extract_features_from`] over a list in memory.
 pub fn extract_features(
     utterances: &[Utterance],
+    job: &FeatureJob,
+    out: &Path,
+    shard: Shard,
+    on_done: &(dyn Fn(&Utterance) + Sync),
+) -> Result<ExtractSummary> {
+    extract_features_from(utterances, EXTRACT_CHUNK, job, out, shard, on_done)
+}
+
+/// Computes features for this shard's utterances (`shard.contains(i)` over the order of
+/// `utterances`, a list or a [`CorpusStream`](crate::CorpusStream)), taking `chunk` utterances at a
+/// time (each chunk in parallel), and writes them to `out` as a feature set. Matrices left by an
+/// earlier, interrupted run with the identical `config.json` are kept rather than recomputed.
+/// `on_done` is called once per utterance (from worker threads). The first unreadable file stops
+/// the job with an error naming it; what was written stays for the next run. The output does not
+/// depend on `chunk`.
+pub fn extract_features_from(
+    utterances: &(impl UtteranceChunks + ?Sized),
+    chunk: usize,
     job: &FeatureJob,
     out: &Path,
     shard: Shard,
@@ -89,46 +109,55 @@ pub fn extract_features(
     };
     let origin = crate::SetOrigin::from_frontend(&job.frontend);
     let writer = FeatureSetWriter::create_as(out, &config, &origin, shard, job.format)?;
-    let mine: Vec<&Utterance> = utterances
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| shard.contains(*i))
-        .map(|(_, u)| u)
-        .collect();
-    let warped = match &job.vtln_warps {
-        Some(w) => w.frontends(&frontend, mine.iter().copied(), "the job's vtln_warps")?,
-        None => Default::default(),
-    };
+    // One warped front-end per speaker, made when its first utterance comes.
+    let mut warped: HashMap<String, Frontend> = HashMap::new();
     let resumed = AtomicUsize::new(0);
-    mine.par_iter().try_for_each(|u| -> Result<()> {
-        let existing = out.join(format!("{}.npy", u.id));
-        if resumable && existing.exists() {
-            if let Ok(m) = invar_io::read_npy(&existing) {
-                if m.cols == frontend.dims() {
-                    writer.write(&u.id, &u.speaker, u.split, &m)?;
-                    resumed.fetch_add(1, Ordering::Relaxed);
-                    on_done(u);
-                    return Ok(());
+    utterances.for_each_chunk(chunk, &mut |first, utts| {
+        let mine: Vec<&Utterance> = utts
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| shard.contains(first + i))
+            .map(|(_, u)| u)
+            .collect();
+        if let Some(w) = &job.vtln_warps {
+            let new = mine
+                .iter()
+                .copied()
+                .filter(|u| !warped.contains_key(&u.speaker));
+            let made = w.frontends(&frontend, new, "the job's vtln_warps")?;
+            warped.extend(made);
+        }
+        let warped = &warped;
+        mine.par_iter().try_for_each(|u| -> Result<()> {
+            let existing = out.join(format!("{}.npy", u.id));
+            if resumable && existing.exists() {
+                if let Ok(m) = invar_io::read_npy(&existing) {
+                    if m.cols == frontend.dims() {
+                        writer.write(&u.id, &u.speaker, u.split, &m)?;
+                        resumed.fetch_add(1, Ordering::Relaxed);
+                        on_done(u);
+                        return Ok(());
+                    }
                 }
             }
-        }
-        let audio = crate::read_utterance_audio(u, &read)?;
-        let feats = warped
-            .get(&u.speaker)
-            .unwrap_or(&frontend)
-            .compute(&audio)
-            .map_err(|e| match e {
-                invar_audio::Error::TooShort { .. } => Error::Mismatch {
-                    path: u.path.clone(),
-                    what: "audio length",
-                    expected: "at least one frame's worth of samples".into(),
-                    found: format!("{} samples ({e})", audio.samples.len()),
-                },
-                other => Error::Audio(other),
-            })?;
-        writer.write(&u.id, &u.speaker, u.split, &feats)?;
-        on_done(u);
-        Ok(())
+            let audio = crate::read_utterance_audio(u, &read)?;
+            let feats = warped
+                .get(&u.speaker)
+                .unwrap_or(&frontend)
+                .compute(&audio)
+                .map_err(|e| match e {
+                    invar_audio::Error::TooShort { .. } => Error::Mismatch {
+                        path: u.path.clone(),
+                        what: "audio length",
+                        expected: "at least one frame's worth of samples".into(),
+                        found: format!("{} samples ({e})", audio.samples.len()),
+                    },
+                    other => Error::Audio(other),
+                })?;
+            writer.write(&u.id, &u.speaker, u.split, &feats)?;
+            on_done(u);
+            Ok(())
+        })
     })?;
     let written = writer.finish()?;
     let complete = if shard.count == 1 {

@@ -147,79 +147,23 @@ pub fn read_kaldi(dir: &Path, options: &CorpusOptions) -> Result<Corpus> {
     if segments_path.is_file() {
         let mut lengths: BTreeMap<String, Option<(u32, u64)>> = BTreeMap::new();
         for (utt, line) in read_table(&segments_path)? {
-            let fields: Vec<&str> = line.rest.split_whitespace().collect();
-            let bad = |expected: &str| {
-                Error::malformed(
+            if !utt2spk_table.contains_key(&utt) {
+                return Err(Error::malformed(
                     &segments_path,
                     line.no,
-                    expected,
+                    "an utterance that utt2spk lists (it has no speaker)",
                     excerpt(&format!("{utt} {}", line.rest)),
-                )
-            };
-            let [reco, start, end] = fields.as_slice() else {
-                return Err(bad(
-                    "`<utterance> <recording> <start-seconds> <end-seconds>`",
                 ));
-            };
-            let Some((_, rec)) = recordings.get(*reco) else {
-                return Err(bad("a recording id that wav.scp lists"));
-            };
-            if !utt2spk_table.contains_key(&utt) {
-                return Err(bad("an utterance that utt2spk lists (it has no speaker)"));
             }
-            let start_us = parse_seconds(start).ok_or_else(|| bad("a start time in seconds"))?;
-            // Kaldi allows an end of -1: to the end of the recording.
-            let length =
-                |lengths: &mut BTreeMap<String, Option<(u32, u64)>>| -> Result<Option<(u32, u64)>> {
-                    if let Some(l) = lengths.get(*reco) {
-                        return Ok(*l);
-                    }
-                    let l = match rec {
-                        Recording::File(p) => {
-                            let info = invar_audio::probe(p)?;
-                            Some((info.sample_rate, info.frames))
-                        }
-                        Recording::Pipe(_) => None,
-                    };
-                    lengths.insert(reco.to_string(), l);
-                    Ok(l)
-                };
-            let end_us = if *end == "-1" {
-                match length(&mut lengths)? {
-                    Some((rate, frames)) => {
-                        (u128::from(frames) * 1_000_000 / u128::from(rate.max(1))) as u64
-                    }
-                    None => {
-                        return Err(bad(
-                            "an end time in seconds (-1, to the end, needs a file, not a pipe)",
-                        ))
-                    }
-                }
-            } else {
-                parse_seconds(end).ok_or_else(|| bad("an end time in seconds"))?
-            };
-            let span = TimeSpan { start_us, end_us };
-            if end_us <= start_us {
-                return Err(Error::BadSegment {
-                    path: segments_path.clone(),
-                    line: line.no,
-                    start: start.to_string(),
-                    end: end.to_string(),
-                    reason: "it ends before it starts",
-                });
-            }
-            if let Some((rate, frames)) = length(&mut lengths)? {
-                if span.end_sample(rate) > frames {
-                    return Err(Error::BadSegment {
-                        path: segments_path.clone(),
-                        line: line.no,
-                        start: start.to_string(),
-                        end: end.to_string(),
-                        reason: "it ends past the end of its recording",
-                    });
-                }
-            }
-            placed.insert(utt, (reco.to_string(), Some(span)));
+            let (reco, span) = parse_segment(
+                &segments_path,
+                line.no,
+                &utt,
+                &line.rest,
+                &recordings,
+                &mut lengths,
+            )?;
+            placed.insert(utt, (reco, Some(span)));
         }
     } else {
         for (reco, (no, _)) in &recordings {
@@ -331,13 +275,435 @@ pub fn read_kaldi(dir: &Path, options: &CorpusOptions) -> Result<Corpus> {
         }
     }
     if utterances.is_empty() {
-        return Err(Error::NotACorpus {
-            path: dir.to_path_buf(),
-            layout: LAYOUT,
-            reason: "utt2spk lists no utterances".into(),
-        });
+        return Err(no_utterances(dir));
     }
     Corpus::new(Layout::Kaldi, dir.to_path_buf(), utterances, transcripts)
+}
+
+/// The error of a data directory whose `utt2spk` is empty.
+pub(crate) fn no_utterances(dir: &Path) -> Error {
+    Error::NotACorpus {
+        path: dir.to_path_buf(),
+        layout: LAYOUT,
+        reason: "utt2spk lists no utterances".into(),
+    }
+}
+
+/// A Kaldi table file read a line at a time: `(line number, key, rest)` of each non-blank line,
+/// a line with no value an error as [`read_table`] makes it.
+struct TableLines {
+    path: PathBuf,
+    reader: std::io::BufReader<std::fs::File>,
+    bytes: Vec<u8>,
+    no: usize,
+    offset: usize,
+}
+
+impl TableLines {
+    fn open(path: &Path) -> Result<TableLines> {
+        let file = std::fs::File::open(path).map_err(|e| Error::io(path, "read", e))?;
+        Ok(TableLines {
+            path: path.to_path_buf(),
+            reader: std::io::BufReader::new(file),
+            bytes: Vec::new(),
+            no: 0,
+            offset: 0,
+        })
+    }
+
+    fn next_line(&mut self) -> Result<Option<(usize, String, String)>> {
+        use std::io::BufRead;
+        loop {
+            self.bytes.clear();
+            let n = self
+                .reader
+                .read_until(b'\n', &mut self.bytes)
+                .map_err(|e| Error::io(&self.path, "read", e))?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.no += 1;
+            let line = std::str::from_utf8(&self.bytes).map_err(|e| Error::NotUtf8 {
+                path: self.path.clone(),
+                line: self.no,
+                byte: self.offset + e.valid_up_to(),
+            })?;
+            self.offset += n;
+            let mut line = line.strip_suffix('\n').unwrap_or(line);
+            line = line.strip_suffix('\r').unwrap_or(line);
+            if self.no == 1 {
+                line = line.strip_prefix('\u{feff}').unwrap_or(line);
+            }
+            let trimmed = line.trim();
+            if trimmed.is_empty() {
+                continue;
+            }
+            let Some((key, rest)) = trimmed.split_once(char::is_whitespace) else {
+                return Err(Error::malformed(
+                    &self.path,
+                    self.no,
+                    "`<id> <value>` (Kaldi table line)",
+                    excerpt(line),
+                ));
+            };
+            return Ok(Some((self.no, key.to_string(), rest.trim().to_string())));
+        }
+    }
+
+    /// The table with its first line read ahead.
+    fn peekable(mut self) -> Result<Peeked> {
+        let head = self.next_line()?;
+        Ok(Peeked { lines: self, head })
+    }
+}
+
+/// A [`TableLines`] with its next line read ahead, for a merge join.
+struct Peeked {
+    lines: TableLines,
+    head: Option<(usize, String, String)>,
+}
+
+impl Peeked {
+    fn advance(&mut self) -> Result<Option<(usize, String, String)>> {
+        let next = self.lines.next_line()?;
+        Ok(std::mem::replace(&mut self.head, next))
+    }
+}
+
+/// `Ok(None)` if the keys of the table at `path` strictly increase (byte order, Kaldi's
+/// `LC_ALL=C sort`), else the first line that does not follow its predecessor.
+fn first_unsorted(path: &Path) -> Result<Option<usize>> {
+    let mut lines = TableLines::open(path)?;
+    let mut last: Option<String> = None;
+    while let Some((no, key, _)) = lines.next_line()? {
+        if last.as_ref().is_some_and(|l| key <= *l) {
+            return Ok(Some(no));
+        }
+        last = Some(key);
+    }
+    Ok(None)
+}
+
+/// Whether every key of the sorted table `sub` is a key of the sorted table `of` (and, with
+/// `seconds`, every value a number of seconds): a merge join.
+fn keys_within(sub: &Path, of: &Path, seconds: bool) -> Result<bool> {
+    let mut of = TableLines::open(of)?.peekable()?;
+    let mut lines = TableLines::open(sub)?;
+    while let Some((_, key, rest)) = lines.next_line()? {
+        if seconds && parse_seconds(&rest).is_none() {
+            return Ok(false);
+        }
+        while of.head.as_ref().is_some_and(|(_, k, _)| *k < key) {
+            of.advance()?;
+        }
+        if of.head.as_ref().is_none_or(|(_, k, _)| *k != key) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// A Kaldi data directory whose `utt2spk` and `segments` (or, without `segments`, `wav.scp`) are
+/// sorted by key, read by a merge join ([`crate::CorpusStream`]).
+pub(crate) struct SortedDir {
+    dir: PathBuf,
+    options: CorpusOptions,
+}
+
+/// A first pass over the tables of `dir` the stream joins: `Ok` if each is sorted by key;
+/// `Err(Some((file, line)))` at the first line out of order; `Err(None)` for any other fault
+/// (missing files, malformed lines), left to the in-memory reader and its messages.
+pub(crate) fn open_sorted(
+    dir: &Path,
+    options: &CorpusOptions,
+) -> std::result::Result<SortedDir, Option<(PathBuf, usize)>> {
+    let wav_scp = dir.join("wav.scp");
+    let utt2spk = dir.join("utt2spk");
+    let segments = dir.join("segments");
+    if !wav_scp.is_file() || !utt2spk.is_file() {
+        return Err(None);
+    }
+    let mut joined = vec![utt2spk];
+    if segments.is_file() {
+        joined.push(segments);
+    } else {
+        joined.push(wav_scp);
+    }
+    // The tables the stream does not read, checked here as `read_kaldi` checks them (each key
+    // one the directory lists, durations in seconds) by merge joins: `text` and `utt2dur` against
+    // `utt2spk`, `reco2dur` against `wav.scp`.
+    let mut within = Vec::new();
+    for (name, of, seconds) in [
+        ("text", "utt2spk", false),
+        ("utt2dur", "utt2spk", true),
+        ("reco2dur", "wav.scp", true),
+    ] {
+        let path = dir.join(name);
+        if path.is_file() {
+            for table in [path.clone(), dir.join(of)] {
+                if !joined.contains(&table) {
+                    joined.push(table);
+                }
+            }
+            within.push((path, dir.join(of), seconds));
+        }
+    }
+    for file in joined {
+        match first_unsorted(&file) {
+            Ok(None) => {}
+            Ok(Some(line)) => return Err(Some((file, line))),
+            Err(_) => return Err(None),
+        }
+    }
+    for (sub, of, seconds) in within {
+        if !matches!(keys_within(&sub, &of, seconds), Ok(true)) {
+            return Err(None);
+        }
+    }
+    Ok(SortedDir {
+        dir: dir.to_path_buf(),
+        options: *options,
+    })
+}
+
+impl SortedDir {
+    /// Calls `emit` with each utterance of `utt2spk`, in its (= id) order, checking each line as
+    /// [`read_kaldi`] does.
+    pub(crate) fn for_each(&self, emit: &mut dyn FnMut(Utterance) -> Result<()>) -> Result<()> {
+        let dir = &self.dir;
+        let wav_scp = dir.join("wav.scp");
+        let utt2spk_path = dir.join("utt2spk");
+        let segments_path = dir.join("segments");
+        let has_segments = segments_path.is_file();
+        let recording = |no: usize, rest: &str| -> Result<Recording> {
+            Ok(match rest.strip_suffix('|') {
+                Some(cmd) => {
+                    if !self.options.allow_pipes {
+                        return Err(Error::PipeRefused {
+                            path: wav_scp.clone(),
+                            line: no,
+                            command: excerpt(rest),
+                        });
+                    }
+                    Recording::Pipe(cmd.trim().to_string())
+                }
+                None => Recording::File(PathBuf::from(rest)),
+            })
+        };
+        // With `segments`, every recording by id (as `read_kaldi` holds them).
+        let mut recordings: BTreeMap<String, (usize, Recording)> = BTreeMap::new();
+        let mut lengths: BTreeMap<String, Option<(u32, u64)>> = BTreeMap::new();
+        let mut genders: BTreeMap<String, Sex> = BTreeMap::new();
+        let spk2gender = dir.join("spk2gender");
+        if spk2gender.is_file() {
+            for (spk, line) in read_table(&spk2gender)? {
+                let sex = match line.rest.as_str() {
+                    "m" | "M" => Sex::Male,
+                    "f" | "F" => Sex::Female,
+                    other => {
+                        return Err(Error::malformed(
+                            &spk2gender,
+                            line.no,
+                            "`<speaker> m|f`",
+                            excerpt(&format!("{spk} {other}")),
+                        ))
+                    }
+                };
+                genders.insert(spk, sex);
+            }
+        }
+        let split = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.parse::<Split>().ok())
+            .unwrap_or(Split::Unassigned);
+        // The table merged with utt2spk: segments, or wav.scp.
+        let mut other = if has_segments {
+            for (reco, line) in read_table(&wav_scp)? {
+                let rec = recording(line.no, &line.rest)?;
+                recordings.insert(reco, (line.no, rec));
+            }
+            TableLines::open(&segments_path)?.peekable()?
+        } else {
+            TableLines::open(&wav_scp)?.peekable()?
+        };
+        // A line of the merged table whose key utt2spk lacks.
+        let orphan = |no: usize, key: &str, rest: &str| {
+            if has_segments {
+                Error::malformed(
+                    &segments_path,
+                    no,
+                    "an utterance that utt2spk lists (it has no speaker)",
+                    excerpt(&format!("{key} {rest}")),
+                )
+            } else {
+                Error::malformed(
+                    &wav_scp,
+                    no,
+                    "a recording that utt2spk gives a speaker (without `segments`, recording ids \
+                     are utterance ids)",
+                    key.to_string(),
+                )
+            }
+        };
+        let mut utt2spk = TableLines::open(&utt2spk_path)?;
+        let mut last_utt: Option<String> = None;
+        while let Some((no, utt, speaker)) = utt2spk.next_line()? {
+            if check_id(&utt).is_err() {
+                return Err(Error::malformed(
+                    &utt2spk_path,
+                    no,
+                    "an utterance id of letters, digits, '.', '_' and '-' (it names files)",
+                    utt,
+                ));
+            }
+            if speaker.split_whitespace().count() != 1 {
+                return Err(Error::malformed(
+                    &utt2spk_path,
+                    no,
+                    "`<utterance> <speaker>`",
+                    format!("{utt} {speaker}"),
+                ));
+            }
+            if last_utt.as_ref().is_some_and(|l| utt <= *l) {
+                return Err(Error::malformed(
+                    &utt2spk_path,
+                    no,
+                    "lines sorted by utterance id, each id once (as when the stream was opened)",
+                    utt,
+                ));
+            }
+            // Lines of the other table before this utterance have no speaker.
+            if let Some((o_no, key, rest)) = &other.head {
+                if *key < utt {
+                    return Err(orphan(*o_no, key, rest));
+                }
+            }
+            let matched = match &other.head {
+                Some((_, key, _)) if *key == utt => other.advance()?,
+                _ => None,
+            };
+            let Some((o_no, _, rest)) = matched else {
+                return Err(Error::malformed(
+                    &utt2spk_path,
+                    no,
+                    if has_segments {
+                        "an utterance that `segments` places in a recording"
+                    } else {
+                        "an utterance that wav.scp lists"
+                    },
+                    utt,
+                ));
+            };
+            let source = |rec: &Recording| match rec {
+                Recording::File(p) => (p.clone(), None),
+                Recording::Pipe(c) => (wav_scp.clone(), Some(c.clone())),
+            };
+            let (path, command, span) = if has_segments {
+                let (reco, span) =
+                    parse_segment(&segments_path, o_no, &utt, &rest, &recordings, &mut lengths)?;
+                let (path, command) = recordings
+                    .get(&reco)
+                    .map(|(_, rec)| source(rec))
+                    .unwrap_or_default();
+                (path, command, Some(span))
+            } else {
+                let (path, command) = source(&recording(o_no, &rest)?);
+                (path, command, None)
+            };
+            emit(Utterance {
+                sex: genders.get(&speaker).copied(),
+                span,
+                command,
+                ..Utterance::new(utt.clone(), speaker, path, split)
+            })?;
+            last_utt = Some(utt);
+        }
+        if let Some((o_no, key, rest)) = &other.head {
+            return Err(orphan(*o_no, key, rest));
+        }
+        Ok(())
+    }
+}
+
+/// Parses the `segments` line `no` (`utt rest`): its recording id and span, checked against the
+/// recording (`lengths` caches recordings' lengths), as [`read_kaldi`] checks it.
+fn parse_segment(
+    segments_path: &Path,
+    no: usize,
+    utt: &str,
+    rest: &str,
+    recordings: &BTreeMap<String, (usize, Recording)>,
+    lengths: &mut BTreeMap<String, Option<(u32, u64)>>,
+) -> Result<(String, TimeSpan)> {
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let bad = |expected: &str| {
+        Error::malformed(
+            segments_path,
+            no,
+            expected,
+            excerpt(&format!("{utt} {rest}")),
+        )
+    };
+    let [reco, start, end] = fields.as_slice() else {
+        return Err(bad(
+            "`<utterance> <recording> <start-seconds> <end-seconds>`",
+        ));
+    };
+    let Some((_, rec)) = recordings.get(*reco) else {
+        return Err(bad("a recording id that wav.scp lists"));
+    };
+    let start_us = parse_seconds(start).ok_or_else(|| bad("a start time in seconds"))?;
+    let mut length = || -> Result<Option<(u32, u64)>> {
+        if let Some(l) = lengths.get(*reco) {
+            return Ok(*l);
+        }
+        let l = match rec {
+            Recording::File(p) => {
+                let info = invar_audio::probe(p)?;
+                Some((info.sample_rate, info.frames))
+            }
+            Recording::Pipe(_) => None,
+        };
+        lengths.insert(reco.to_string(), l);
+        Ok(l)
+    };
+    let end_us = if *end == "-1" {
+        match length()? {
+            Some((rate, frames)) => {
+                (u128::from(frames) * 1_000_000 / u128::from(rate.max(1))) as u64
+            }
+            None => {
+                return Err(bad(
+                    "an end time in seconds (-1, to the end, needs a file, not a pipe)",
+                ))
+            }
+        }
+    } else {
+        parse_seconds(end).ok_or_else(|| bad("an end time in seconds"))?
+    };
+    let span = TimeSpan { start_us, end_us };
+    if end_us <= start_us {
+        return Err(Error::BadSegment {
+            path: segments_path.to_path_buf(),
+            line: no,
+            start: start.to_string(),
+            end: end.to_string(),
+            reason: "it ends before it starts",
+        });
+    }
+    if let Some((rate, frames)) = length()? {
+        if span.end_sample(rate) > frames {
+            return Err(Error::BadSegment {
+                path: segments_path.to_path_buf(),
+                line: no,
+                start: start.to_string(),
+                end: end.to_string(),
+                reason: "it ends past the end of its recording",
+            });
+        }
+    }
+    Ok((reco.to_string(), span))
 }
 
 #[cfg(test)]

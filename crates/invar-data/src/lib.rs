@@ -28,6 +28,7 @@ mod segments;
 mod source;
 mod split;
 mod stats;
+mod stream;
 mod supervectors;
 mod text;
 mod timit;
@@ -42,7 +43,9 @@ pub use classes::{parse_classes, read_classes, write_classes, Class, Fragment};
 pub use corpus::{read_corpus, read_corpus_with, CorpusOptions};
 pub use elsdsr::{parse_name as parse_elsdsr_name, read_elsdsr};
 pub use error::{Error, Result};
-pub use extract::{extract_features, ExtractSummary, FeatureJob};
+pub use extract::{
+    extract_features, extract_features_from, ExtractSummary, FeatureJob, EXTRACT_CHUNK,
+};
 pub use featureset::{
     merge_shards, read_manifest, shard_files, FeatureEntry, FeatureSet, FeatureSetWriter,
     FeatureStream, Shard, WrittenSet, CONFIG, MANIFEST,
@@ -58,6 +61,7 @@ pub use segments::{parse_segments, parse_transcript, read_phn, read_txt, read_wr
 pub use source::{probe_utterance, read_utterance_audio};
 pub use split::{assign_within_speaker, check_speaker_disjoint, within_speaker_split, SplitConfig};
 pub use stats::{corpus_stats, CorpusStats, Problem, SplitStats};
+pub use stream::{CorpusStream, UtteranceChunks};
 pub use supervectors::{read_labels, read_matrix, SupervectorSet};
 pub use timit::read_timit;
 pub use utterance::{

@@ -309,6 +309,197 @@ fn read_lines(list: &Path, lines: &[(usize, &str)]) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
+/// A header-less list whose lines are sorted by id, read line by line ([`crate::CorpusStream`]).
+pub(crate) struct LineList {
+    list: PathBuf,
+    /// Whether the first column is the id (else the id is the file stem).
+    with_id: bool,
+}
+
+/// Calls `f(line number, line)` for each line of `list` that is not blank or a comment, reading
+/// one line at a time (a UTF-8 byte-order mark and `\r` line ends dropped as [`read_text`] does).
+fn for_each_kept_line(list: &Path, f: &mut dyn FnMut(usize, &str) -> Result<()>) -> Result<()> {
+    use std::io::BufRead;
+    let file = std::fs::File::open(list).map_err(|e| Error::io(list, "read", e))?;
+    let mut reader = std::io::BufReader::new(file);
+    let mut bytes = Vec::new();
+    let mut offset = 0usize;
+    let mut no = 0usize;
+    loop {
+        bytes.clear();
+        let n = reader
+            .read_until(b'\n', &mut bytes)
+            .map_err(|e| Error::io(list, "read", e))?;
+        if n == 0 {
+            return Ok(());
+        }
+        no += 1;
+        let line = std::str::from_utf8(&bytes).map_err(|e| Error::NotUtf8 {
+            path: list.to_path_buf(),
+            line: no,
+            byte: offset + e.valid_up_to(),
+        })?;
+        offset += n;
+        let mut line = line.strip_suffix('\n').unwrap_or(line);
+        line = line.strip_suffix('\r').unwrap_or(line);
+        line = line.strip_suffix('\r').unwrap_or(line);
+        if no == 1 {
+            line = line.strip_prefix('\u{feff}').unwrap_or(line);
+        }
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        f(no, line)?;
+    }
+}
+
+/// A first pass over `list`: `Ok` if it streams (header-less, no fault the in-memory reader
+/// would report, ids strictly increasing); `Err(Some(line))` if it would read but its ids are out
+/// of order at `line`; `Err(None)` for anything else (a table with a header, a fault), left to the
+/// in-memory reader.
+pub(crate) fn open_sorted(list: &Path) -> std::result::Result<LineList, Option<usize>> {
+    #[derive(Default)]
+    struct Form {
+        valid: bool,
+        unsorted: Option<usize>,
+        last: Option<String>,
+    }
+    impl Form {
+        fn see(&mut self, no: usize, id: String) {
+            match &self.last {
+                Some(last) if id == *last => self.valid = false,
+                Some(last) if id < *last => {
+                    self.unsorted.get_or_insert(no);
+                }
+                _ => {}
+            }
+            self.last = Some(id);
+        }
+    }
+    let (mut with_id, mut stem) = (
+        Form {
+            valid: true,
+            ..Form::default()
+        },
+        Form {
+            valid: true,
+            ..Form::default()
+        },
+    );
+    let mut first = true;
+    let (mut any2, mut any4) = (false, false);
+    let (mut all_split, mut all_audio1, mut all_audio0) = (true, true, true);
+    let mut lines = 0usize;
+    let pass = for_each_kept_line(list, &mut |no, line| {
+        if first && header(line).is_some() {
+            return Err(Error::Config {
+                field: "list",
+                reason: "a table".into(),
+            });
+        }
+        first = false;
+        lines += 1;
+        let f = fields(line);
+        match f.len() {
+            2 => any2 = true,
+            3 => {
+                all_split &= f[2].parse::<Split>().is_ok();
+                all_audio1 &= looks_like_audio(f[1]);
+                all_audio0 &= looks_like_audio(f[0]);
+            }
+            4 => any4 = true,
+            _ => {
+                return Err(Error::Config {
+                    field: "list",
+                    reason: "fields".into(),
+                })
+            }
+        }
+        // As `id path speaker [split]`.
+        if f.len() >= 3
+            && check_id(f[0]).is_ok()
+            && f.get(3).is_none_or(|s| s.parse::<Split>().is_ok())
+        {
+            with_id.see(no, f[0].to_string());
+        } else {
+            with_id.valid = false;
+        }
+        // As `path speaker [split]`.
+        if f.len() <= 3 && f.get(2).is_none_or(|s| s.parse::<Split>().is_ok()) {
+            stem.see(no, stem_id(Path::new(f[0])));
+        } else {
+            stem.valid = false;
+        }
+        Ok(())
+    });
+    if pass.is_err() || lines == 0 {
+        return Err(None);
+    }
+    // The form `read_lines` decides on.
+    let use_id = match (any2, any4) {
+        (true, true) => return Err(None),
+        (true, false) => false,
+        (false, true) => true,
+        (false, false) => {
+            let old = all_split;
+            let new = all_audio1 && !all_audio0;
+            match (old, new) {
+                (true, true) => return Err(None),
+                (false, true) => true,
+                _ => false,
+            }
+        }
+    };
+    let form = if use_id { with_id } else { stem };
+    if !form.valid {
+        return Err(None);
+    }
+    if let Some(line) = form.unsorted {
+        return Err(Some(line));
+    }
+    Ok(LineList {
+        list: list.to_path_buf(),
+        with_id: use_id,
+    })
+}
+
+impl LineList {
+    /// Calls `emit` with each line's utterance, in file (= id) order.
+    pub(crate) fn for_each(&self, emit: &mut dyn FnMut(Utterance) -> Result<()>) -> Result<()> {
+        let list = &self.list;
+        let base = list.parent().map(Path::to_path_buf).unwrap_or_default();
+        for_each_kept_line(list, &mut |no, line| {
+            let f = fields(line);
+            let (id, rest) = if self.with_id {
+                (f.first().map(|s| s.to_string()), f.get(1..).unwrap_or(&[]))
+            } else {
+                (None, &f[..])
+            };
+            let (Some(file), Some(speaker)) = (rest.first(), rest.get(1)) else {
+                return Err(Error::malformed(
+                    list,
+                    no,
+                    "`path speaker [split]` or `id path speaker [split]`",
+                    excerpt(&f.join(" ")),
+                ));
+            };
+            let split = match rest.get(2) {
+                Some(s) => parse_split(list, no, s)?,
+                None => Split::Unassigned,
+            };
+            let rel = Path::new(file);
+            let path: PathBuf = if rel.is_absolute() {
+                rel.to_path_buf()
+            } else {
+                base.join(rel)
+            };
+            let id = id.unwrap_or_else(|| stem_id(rel));
+            emit(Utterance::new(id, *speaker, path, split))
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,6 +23,28 @@ pub fn read_timit(root: &Path) -> Result<Corpus> {
 /// [`read_timit`]; with `alignments` false the `.PHN`, `.WRD` and `.TXT` files are not read (nor
 /// checked): every utterance's `phones` and `words` are `None` and there are no transcripts.
 pub(crate) fn read_timit_with(root: &Path, alignments: bool) -> Result<Corpus> {
+    let speaker_dirs = speaker_dirs(root)?;
+    let per_speaker: Vec<SpeakerFiles> = speaker_dirs
+        .par_iter()
+        .map(|(split, dir)| read_speaker(*split, dir, alignments))
+        .collect::<Result<_>>()?;
+    // Sized once (issue #24: extending by doubling held up to twice the list beside the
+    // per-speaker lists while a large corpus was listed).
+    let mut utterances = Vec::with_capacity(per_speaker.iter().map(|(u, _)| u.len()).sum());
+    let mut transcripts = BTreeMap::new();
+    for (utts, txts) in per_speaker {
+        utterances.extend(utts);
+        transcripts.extend(txts);
+    }
+    if utterances.is_empty() {
+        return Err(no_wav_files(root));
+    }
+    Corpus::new(Layout::Timit, root.to_path_buf(), utterances, transcripts)
+}
+
+/// The speaker folders of the corpus at `root`, with the split each is under (`TRAIN/DRn/<speaker>`,
+/// `TEST/DRn/<speaker>`); none is an error.
+pub(crate) fn speaker_dirs(root: &Path) -> Result<Vec<(Split, Entry)>> {
     let base = locate_root(root)?;
     let top = list_dir(&base)?;
     let mut speaker_dirs: Vec<(Split, Entry)> = Vec::new();
@@ -43,26 +65,16 @@ pub(crate) fn read_timit_with(root: &Path, alignments: bool) -> Result<Corpus> {
             reason: "no speaker folders under TRAIN/DRn/ or TEST/DRn/".into(),
         });
     }
-    let per_speaker: Vec<SpeakerFiles> = speaker_dirs
-        .par_iter()
-        .map(|(split, dir)| read_speaker(*split, dir, alignments))
-        .collect::<Result<_>>()?;
-    // Sized once (issue #24: extending by doubling held up to twice the list beside the
-    // per-speaker lists while a large corpus was listed).
-    let mut utterances = Vec::with_capacity(per_speaker.iter().map(|(u, _)| u.len()).sum());
-    let mut transcripts = BTreeMap::new();
-    for (utts, txts) in per_speaker {
-        utterances.extend(utts);
-        transcripts.extend(txts);
+    Ok(speaker_dirs)
+}
+
+/// The error of a TIMIT folder whose speaker folders hold no recordings.
+pub(crate) fn no_wav_files(root: &Path) -> Error {
+    Error::NotACorpus {
+        path: root.to_path_buf(),
+        layout: LAYOUT,
+        reason: "speaker folders hold no .WAV files".into(),
     }
-    if utterances.is_empty() {
-        return Err(Error::NotACorpus {
-            path: root.to_path_buf(),
-            layout: LAYOUT,
-            reason: "speaker folders hold no .WAV files".into(),
-        });
-    }
-    Corpus::new(Layout::Timit, root.to_path_buf(), utterances, transcripts)
 }
 
 /// `root` itself if it holds TRAIN or TEST, else its only sub-folder that does.
@@ -99,11 +111,11 @@ fn locate_root(root: &Path) -> Result<PathBuf> {
 }
 
 /// One speaker folder's utterances and its transcripts by utterance id.
-type SpeakerFiles = (Vec<Utterance>, Vec<(String, Segment)>);
+pub(crate) type SpeakerFiles = (Vec<Utterance>, Vec<(String, Segment)>);
 
 /// Reads one speaker folder: its recordings and, with `alignments`, the alignments and
 /// transcripts beside them.
-fn read_speaker(split: Split, dir: &Entry, alignments: bool) -> Result<SpeakerFiles> {
+pub(crate) fn read_speaker(split: Split, dir: &Entry, alignments: bool) -> Result<SpeakerFiles> {
     let mut chars = dir.name.chars();
     let sex = chars.next().and_then(Sex::from_code);
     let rest_ok = !chars.as_str().is_empty() && chars.all(|c| c.is_ascii_alphanumeric());

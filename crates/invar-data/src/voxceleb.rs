@@ -4,7 +4,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use crate::fsutil::{list_dir, split_ext};
+use crate::fsutil::{list_dir, split_ext, Entry};
 use crate::text::{excerpt, numbered_lines, read_text};
 use crate::{check_id, Corpus, Error, Layout, Result, Split, Utterance};
 
@@ -41,32 +41,32 @@ pub fn voxceleb_id(path: &str) -> Option<String> {
 /// folder above the speakers is named `dev` or `test` (VoxCeleb2's `dev/aac`, `test/aac`), else
 /// unassigned. Files other than `.wav` and `.m4a` are ignored.
 pub fn read_voxceleb(root: &Path) -> Result<Corpus> {
+    let speakers = speaker_dirs(root)?;
     let mut utterances = Vec::new();
+    for (dir, split) in &speakers {
+        utterances.extend(read_speaker(dir, *split)?);
+    }
+    if utterances.is_empty() {
+        return Err(no_audio(root, !speakers.is_empty()));
+    }
+    Corpus::new(
+        Layout::Voxceleb,
+        root.to_path_buf(),
+        utterances,
+        Default::default(),
+    )
+}
+
+/// The `id…` speaker folders within three levels of `root`, in reading order, with the split the
+/// folders above them imply.
+pub(crate) fn speaker_dirs(root: &Path) -> Result<Vec<(Entry, Split)>> {
+    let mut speakers = Vec::new();
     // (folder, split, depth): look for speaker folders at most three levels down.
     let mut stack: Vec<(PathBuf, Split, usize)> = vec![(root.to_path_buf(), Split::Unassigned, 0)];
-    let mut found_speakers = false;
     while let Some((dir, split, depth)) = stack.pop() {
         for e in list_dir(&dir)?.into_iter().filter(|e| e.is_dir) {
             if is_speaker(&e.name) {
-                found_speakers = true;
-                for video in list_dir(&e.path)?.into_iter().filter(|v| v.is_dir) {
-                    for f in list_dir(&video.path)?.into_iter().filter(|f| !f.is_dir) {
-                        let (stem, ext) = split_ext(&f.name);
-                        if !matches!(ext.as_str(), "wav" | "m4a") {
-                            continue;
-                        }
-                        let rel = format!("{}/{}/{stem}", e.name, video.name);
-                        let Some(id) = voxceleb_id(&rel) else {
-                            return Err(Error::BadName {
-                                path: f.path,
-                                layout: LAYOUT,
-                                expected: "<id>/<video>/<n>.wav|m4a with letters, digits, '_' \
-                                           and '-' in the names",
-                            });
-                        };
-                        utterances.push(Utterance::new(id, e.name.clone(), f.path, split));
-                    }
-                }
+                speakers.push((e, split));
             } else if depth < 3 {
                 let sub_split = match e.name.to_ascii_lowercase().as_str() {
                     "dev" => Split::Train,
@@ -77,23 +77,44 @@ pub fn read_voxceleb(root: &Path) -> Result<Corpus> {
             }
         }
     }
-    if utterances.is_empty() {
-        return Err(Error::NotACorpus {
-            path: root.to_path_buf(),
-            layout: LAYOUT,
-            reason: if found_speakers {
-                "the id… speaker folders hold no <video>/<n>.wav or .m4a files".into()
-            } else {
-                "no id<digits> speaker folders within three levels".into()
-            },
-        });
+    Ok(speakers)
+}
+
+/// The error of a folder with no VoxCeleb audio (`found_speakers`: it has speaker folders).
+pub(crate) fn no_audio(root: &Path, found_speakers: bool) -> Error {
+    Error::NotACorpus {
+        path: root.to_path_buf(),
+        layout: LAYOUT,
+        reason: if found_speakers {
+            "the id… speaker folders hold no <video>/<n>.wav or .m4a files".into()
+        } else {
+            "no id<digits> speaker folders within three levels".into()
+        },
     }
-    Corpus::new(
-        Layout::Voxceleb,
-        root.to_path_buf(),
-        utterances,
-        Default::default(),
-    )
+}
+
+/// The recordings of one speaker folder (`<video>/<n>.wav|m4a`), in folder order.
+pub(crate) fn read_speaker(e: &Entry, split: Split) -> Result<Vec<Utterance>> {
+    let mut utterances = Vec::new();
+    for video in list_dir(&e.path)?.into_iter().filter(|v| v.is_dir) {
+        for f in list_dir(&video.path)?.into_iter().filter(|f| !f.is_dir) {
+            let (stem, ext) = split_ext(&f.name);
+            if !matches!(ext.as_str(), "wav" | "m4a") {
+                continue;
+            }
+            let rel = format!("{}/{}/{stem}", e.name, video.name);
+            let Some(id) = voxceleb_id(&rel) else {
+                return Err(Error::BadName {
+                    path: f.path,
+                    layout: LAYOUT,
+                    expected: "<id>/<video>/<n>.wav|m4a with letters, digits, '_' \
+                               and '-' in the names",
+                });
+            };
+            utterances.push(Utterance::new(id, e.name.clone(), f.path, split));
+        }
+    }
+    Ok(utterances)
 }
 
 /// One line of a VoxCeleb trial list: whether both sides are the same speaker, and the two
