@@ -226,10 +226,8 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
     for note in overrides {
         tracing::warn!("{note}");
     }
-    let items = invar_eval::CompactItems::read(&args.item)?;
     tracing::info!(
-        "{} items; frames every {} ms, {} ms long",
-        items.items.len(),
+        "frames every {} ms, {} ms long",
         timing.hop_s * 1000.0,
         timing.win_s * 1000.0
     );
@@ -254,15 +252,15 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
             reason: other.to_string(),
         },
     };
-    let plan = AbxPlan::new(
-        &items,
+    // With --max-size-group, only the drawn items are ever held: the .item file is read twice,
+    // counting the blocks, then keeping the draw (issue #24).
+    let plan = AbxPlan::from_item_file(
+        &args.item,
         item_timing,
         args.max_size_group,
         args.seed,
         |file| find(file).map(|e| (e.frames, e.dims)),
     )?;
-    // The parsed .item file is not needed past here (issue #24: held through scoring before).
-    drop(items);
     let ds = plan.dataset();
     if !ds.empty_items.is_empty() {
         tracing::warn!(

@@ -88,6 +88,7 @@ pub fn parse_items(text: &str, path: &Path) -> Result<ItemFile> {
                 speaker: fields[layout.speaker].to_string(),
                 line,
             });
+            Ok(())
         },
     )?;
     Ok(ItemFile {
@@ -108,7 +109,7 @@ struct Layout {
 fn parse_lines(
     lines: impl Iterator<Item = std::io::Result<String>>,
     path: &Path,
-    mut item: impl FnMut(usize, &[&str], f64, f64, &Layout),
+    mut item: impl FnMut(usize, &[&str], f64, f64, &Layout) -> Result<()>,
 ) -> Result<ItemColumns> {
     let io = |source| Error::Io {
         path: path.to_path_buf(),
@@ -152,7 +153,7 @@ fn parse_lines(
                 format!("onset {onset}, offset {offset}"),
             ));
         }
-        item(line, &fields, onset, offset, &layout);
+        item(line, &fields, onset, offset, &layout)?;
     }
     header.ok_or_else(|| {
         Error::parse(
@@ -211,12 +212,68 @@ impl Interner {
     }
 }
 
+/// The labels of an `.item` file numbered in first-seen order, kept from one pass over the file to
+/// the next (so a second pass numbers every label as the first did).
+#[derive(Default)]
+pub struct ItemLabels {
+    phones: Interner,
+    contexts: Interner,
+    speakers: Interner,
+}
+
+/// One item line as a pass over an `.item` file sees it ([`CompactItems::pass`]): its labels as
+/// numbers of the pass's [`ItemLabels`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ItemLine<'a> {
+    /// The feature file's stem.
+    pub file: &'a str,
+    pub phone: u32,
+    /// The context labels joined by `+` ([`ItemFile::context_key`]).
+    pub context: u32,
+    pub speaker: u32,
+    pub onset: f64,
+    pub offset: f64,
+    /// 1-based line number in the file.
+    pub line: usize,
+}
+
+impl ItemLabels {
+    /// The phone names, by number.
+    pub fn phones(&self) -> &[String] {
+        &self.phones.names
+    }
+
+    /// The context keys, by number.
+    pub fn contexts(&self) -> &[String] {
+        &self.contexts.names
+    }
+
+    /// The talkers, by number.
+    pub fn speakers(&self) -> &[String] {
+        &self.speakers.names
+    }
+}
+
+/// The `.item` file at `path` opened for a pass, and its size and modification time (to tell
+/// whether it changed between two passes).
+fn open_item_file(path: &Path) -> Result<(std::fs::File, (u64, Option<std::time::SystemTime>))> {
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    Ok((file, (meta.len(), meta.modified().ok())))
+}
+
 impl CompactItems {
     fn build(
         lines: impl Iterator<Item = std::io::Result<String>>,
         path: &Path,
+        labels: &mut ItemLabels,
+        mut keep: impl FnMut(&ItemLine<'_>) -> Result<bool>,
     ) -> Result<CompactItems> {
-        let (mut files, mut phones, mut contexts, mut speakers) = Default::default();
+        let mut files = Interner::default();
         let mut items = Vec::new();
         let mut key = String::new();
         let columns = parse_lines(lines, path, |line, fields, onset, offset, layout| {
@@ -227,40 +284,80 @@ impl CompactItems {
                 }
                 key.push_str(fields[i]);
             }
-            let (f, p, c, s): (&mut Interner, &mut Interner, &mut Interner, &mut Interner) =
-                (&mut files, &mut phones, &mut contexts, &mut speakers);
-            items.push(CompactItem {
-                file: f.number(fields[0]),
-                phone: p.number(fields[3]),
-                context: c.number(&key),
-                speaker: s.number(fields[layout.speaker]),
+            let seen = ItemLine {
+                file: fields[0],
+                phone: labels.phones.number(fields[3]),
+                context: labels.contexts.number(&key),
+                speaker: labels.speakers.number(fields[layout.speaker]),
                 onset,
                 offset,
                 line,
-            });
+            };
+            if keep(&seen)? {
+                items.push(CompactItem {
+                    file: files.number(seen.file),
+                    phone: seen.phone,
+                    context: seen.context,
+                    speaker: seen.speaker,
+                    onset,
+                    offset,
+                    line,
+                });
+            }
+            Ok(())
         })?;
         items.shrink_to_fit();
-        let names = |i: Interner| i.names;
         Ok(CompactItems {
             path: path.to_path_buf(),
             columns,
-            files: names(files),
-            phones: names(phones),
-            contexts: names(contexts),
-            speakers: names(speakers),
+            files: files.names,
+            phones: labels.phones.names.clone(),
+            contexts: labels.contexts.names.clone(),
+            speakers: labels.speakers.names.clone(),
             items,
         })
     }
 
-    /// Reads an `.item` file line by line (the same checks and errors as [`read_items`]).
-    pub fn read(path: impl AsRef<Path>) -> Result<CompactItems> {
+    /// One pass over the `.item` file at `path`, line by line (the checks and errors of
+    /// [`read_items`]): every item line is numbered with `labels` (which keep their numbers from an
+    /// earlier pass and gain the new ones) and handed to `keep`; the items it keeps are returned,
+    /// with every label `labels` holds and the files of the kept items only. Several passes over
+    /// one file see the same labels with the same numbers; [`CompactItems::read`] is one pass
+    /// keeping every item. `unchanged_since`: the size and modification time an earlier pass
+    /// found (returned by this one), so that a file changed in between is an error, not a mix of
+    /// two files.
+    pub fn pass(
+        path: impl AsRef<Path>,
+        labels: &mut ItemLabels,
+        unchanged_since: Option<(u64, Option<std::time::SystemTime>)>,
+        keep: impl FnMut(&ItemLine<'_>) -> Result<bool>,
+    ) -> Result<(CompactItems, (u64, Option<std::time::SystemTime>))> {
         use std::io::BufRead;
         let path = path.as_ref();
-        let file = std::fs::File::open(path).map_err(|source| Error::Io {
+        let (file, stamp) = open_item_file(path)?;
+        let changed = |now| Error::Io {
             path: path.to_path_buf(),
-            source,
-        })?;
-        Self::build(std::io::BufReader::new(file).lines(), path)
+            source: std::io::Error::other(format!(
+                "the file changed while it was read twice (size and time {:?}, then {:?}); \
+                 run again on a file that is not being written",
+                unchanged_since, now
+            )),
+        };
+        if unchanged_since.is_some_and(|before| before != stamp) {
+            return Err(changed(stamp));
+        }
+        let items = Self::build(std::io::BufReader::new(file).lines(), path, labels, keep)?;
+        let (_, after) = open_item_file(path)?;
+        if after != stamp {
+            return Err(changed(after));
+        }
+        Ok((items, stamp))
+    }
+
+    /// Reads an `.item` file line by line (the same checks and errors as [`read_items`]).
+    pub fn read(path: impl AsRef<Path>) -> Result<CompactItems> {
+        let mut labels = ItemLabels::default();
+        Ok(Self::pass(path, &mut labels, None, |_| Ok(true))?.0)
     }
 
     /// The parsed file's items, interned.
@@ -418,7 +515,12 @@ mod tests {
 
     /// The line-by-line compact reader of `text`, as `CompactItems::read` reads a file.
     fn compact(text: &str) -> Result<CompactItems> {
-        CompactItems::build(text.lines().map(|l| Ok(l.to_string())), Path::new("x.item"))
+        CompactItems::build(
+            text.lines().map(|l| Ok(l.to_string())),
+            Path::new("x.item"),
+            &mut ItemLabels::default(),
+            |_| Ok(true),
+        )
     }
 
     #[test]

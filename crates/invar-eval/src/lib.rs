@@ -25,7 +25,10 @@ pub use backend::{Backend, BackendConfig, Scoring};
 pub use embeddings::Embeddings;
 pub use error::{Error, Result};
 pub use identify::{identify, read_predictions, IdentifyReport, Prediction};
-pub use item::{parse_items, read_items, CompactItem, CompactItems, Item, ItemColumns, ItemFile};
+pub use item::{
+    parse_items, read_items, CompactItem, CompactItems, Item, ItemColumns, ItemFile, ItemLabels,
+    ItemLine,
+};
 pub use scores::{
     check_unique, read_lines, read_scores, read_trial_list, score_report, write_scores, NamedTrial,
     ScoreReport,

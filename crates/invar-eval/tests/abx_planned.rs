@@ -34,6 +34,17 @@ fn corpus(
     dim: usize,
     simplex: bool,
 ) -> (ItemFile, BTreeMap<String, Matrix>) {
+    let (text, mats) = corpus_text(seed, files, dim, simplex);
+    (parse_items(&text, Path::new("random.item")).unwrap(), mats)
+}
+
+/// [`corpus`] with its `.item` file as text.
+fn corpus_text(
+    seed: u64,
+    files: usize,
+    dim: usize,
+    simplex: bool,
+) -> (String, BTreeMap<String, Matrix>) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut mats = BTreeMap::new();
     let mut text = String::from("#file onset offset #phone prev next speaker\n");
@@ -60,7 +71,7 @@ fn corpus(
             );
         }
     }
-    (parse_items(&text, Path::new("random.item")).unwrap(), mats)
+    (text, mats)
 }
 
 fn config(
@@ -154,6 +165,84 @@ proptest! {
             prop_assert!(reads.borrow().len() <= files.len());
         }
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// `AbxPlan::from_item_file` (with a cap: two passes over the file, holding only the drawn
+    /// items) plans what `AbxPlan::new` plans from the whole file: the same items, blocks,
+    /// labels and empty items, and the same results, byte for byte. Many items per block (3
+    /// files a talker, up to 40 items a file) so that the cap drops most of them.
+    #[test]
+    fn the_two_pass_plan_is_the_whole_files_plan(
+        data in 0u64..10_000, seed in 0u64..1000, cap in prop::option::of(2usize..5),
+        x in prop::option::of(1usize..3),
+    ) {
+        let (text, mats) = corpus_text(data, 9, 2, false);
+        // Every item twice (the copies on lines of their own, after blank lines).
+        let text = text.clone() + &text.lines().skip(1).map(|l| format!("\n{l}\n")).collect::<String>();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("random.item");
+        std::fs::write(&path, &text).unwrap();
+        let shape = |f: &str| Ok(mats[f].shape());
+        let whole = AbxPlan::new(&CompactItems::read(&path).unwrap(), TIMING, cap, seed, shape).unwrap();
+        let two = AbxPlan::from_item_file(&path, TIMING, cap, seed, shape).unwrap();
+        prop_assert_eq!(format!("{:?}", whole.dataset()), format!("{:?}", two.dataset()));
+        if cap == Some(2) {
+            // About 4 items a block: the draw leaves some out.
+            let every = AbxPlan::new(&CompactItems::read(&path).unwrap(), TIMING, None, seed, shape).unwrap();
+            prop_assert!(two.dataset().items.len() < every.dataset().items.len());
+        }
+        let summary = whole.scan(|f| Ok(mats[f].clone())).unwrap();
+        prop_assert_eq!(&summary, &two.scan(|f| Ok(mats[f].clone())).unwrap());
+        let configs: Vec<AbxConfig> = [AbxMode::Within, AbxMode::Across]
+            .into_iter()
+            .map(|m| config(m, FrameDistance::Euclidean, cap, x, seed))
+            .collect();
+        let read = |f: &str, rows: Range<usize>| Ok(rows_of(&mats[f], rows));
+        prop_assert_eq!(
+            outcome(evaluate_planned(&whole, &summary, &configs, 37, read, &|| {})),
+            outcome(evaluate_planned(&two, &summary, &configs, 37, read, &|| {}))
+        );
+    }
+}
+
+/// An `.item` file written to while `from_item_file` reads it is an error naming the file, not a
+/// plan mixing two files; so is a dims mismatch met on the first pass.
+#[test]
+fn an_item_file_changed_between_passes_is_refused() {
+    let (text, mats) = corpus_text(3, 6, 2, false);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("growing.item");
+    std::fs::write(&path, &text).unwrap();
+    let mut appended = false;
+    let err = AbxPlan::from_item_file(&path, TIMING, Some(2), 1, |f| {
+        if !appended {
+            appended = true;
+            let mut more = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .unwrap();
+            std::io::Write::write_all(&mut more, b"u00 0.100 0.150 a w w s1\n").unwrap();
+        }
+        Ok(mats[f].shape())
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("growing.item") && err.contains("changed"),
+        "{err}"
+    );
+    // The file as it now is plans fine; a file of other dims is named.
+    AbxPlan::from_item_file(&path, TIMING, Some(2), 1, |f| Ok(mats[f].shape())).unwrap();
+    let err = AbxPlan::from_item_file(&path, TIMING, Some(2), 1, |f| {
+        let (r, c) = mats[f].shape();
+        Ok((r, if f == "u03" { c + 1 } else { c }))
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("u03"), "{err}");
 }
 
 /// Posteriorgram-like frames: the default distance, symmetric KL, scored by context equals the

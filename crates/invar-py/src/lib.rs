@@ -306,7 +306,6 @@ fn abx(
         };
     let results = py
         .allow_threads(|| -> invar_eval::Result<Vec<abx_lib::AbxResult>> {
-            let items = invar_eval::CompactItems::read(&item)?;
             let missing = |file: &str, dir: &std::path::Path| invar_eval::Error::MissingFeatures {
                 file: file.to_string(),
                 dir: dir.to_path_buf(),
@@ -321,8 +320,8 @@ fn abx(
             };
             // As `invar eval abx`: planned from the shapes (with max_size_group, the draw too),
             // scanned once a file at a time, then read and scored a group of contexts at a time.
-            let plan = AbxPlan::new(
-                &items,
+            let plan = AbxPlan::from_item_file(
+                &item,
                 ItemTiming { timing, frames },
                 max_size_group,
                 seed,
@@ -337,7 +336,6 @@ fn abx(
                         .ok_or_else(|| missing(file, dict)),
                 },
             )?;
-            drop(items);
             let summary = plan.scan(|file| match &source {
                 AbxSource::Set(set) => {
                     let entry = set.find(file).ok_or_else(|| missing(file, set.dir()))?;

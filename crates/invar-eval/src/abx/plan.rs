@@ -13,8 +13,9 @@
 //! vectors", the divergences' domain) comes from one [`AbxPlan::scan`] over the files before scoring,
 //! one file in memory at a time.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
+use std::path::Path;
 
 use invar_io::Matrix;
 use invar_ops::FrameDistance;
@@ -23,7 +24,7 @@ use super::dataset::{blocks_of, AbxDataset, AbxItem, Block, ItemTiming};
 use super::score::{score_units, CellScore};
 use super::task::Unit;
 use super::{result_of, AbxConfig, AbxResult};
-use crate::item::CompactItems;
+use crate::item::{CompactItems, ItemLabels, ItemLine};
 use crate::{Error, Result};
 
 /// Where a planned item's frames are: its file (an index into the plan's files) and rows in it.
@@ -312,6 +313,103 @@ impl AbxPlan {
         })
     }
 
+    /// Plans the `.item` file at `path` as [`AbxPlan::new`] plans its [`CompactItems::read`], the
+    /// same plan to the byte, but with `max_size_group` set holds only the items the draw keeps:
+    /// a first pass over the file counts the items of each (context, talker, phone) block (and
+    /// finds the empty ones from `shape`), the draw is made per block as [`AbxPlan::new`] makes it
+    /// (the same block index and stream), and a second pass keeps the drawn items. Memory is then
+    /// bounded by the blocks (at most `max_size_group` items each), not by the file's lines
+    /// (issue #24). Without a cap every item takes part, and the file is read once as a whole. A
+    /// file that changes between the two passes is an error.
+    pub fn from_item_file(
+        path: impl AsRef<Path>,
+        timing: impl Into<ItemTiming>,
+        max_size_group: Option<usize>,
+        seed: u64,
+        mut shape: impl FnMut(&str) -> Result<(usize, usize)>,
+    ) -> Result<AbxPlan> {
+        let path = path.as_ref();
+        let timing: ItemTiming = timing.into();
+        let Some(max) = max_size_group else {
+            return AbxPlan::new(&CompactItems::read(path)?, timing, None, seed, shape);
+        };
+        super::check_timing(&timing.timing)?;
+        // Whether an item covers frames (as `new` finds it), its file's shape checked on the way.
+        let mut dim: Option<(usize, String)> = None;
+        let mut covers = |item: &ItemLine<'_>| -> Result<bool> {
+            let (rows, cols) = shape(item.file)?;
+            match &dim {
+                None => dim = Some((cols, item.file.to_string())),
+                Some((d, _)) if *d != cols => {
+                    return Err(Error::DimMismatch {
+                        file: item.file.to_string(),
+                        expected: *d,
+                        found: cols,
+                    })
+                }
+                Some(_) => {}
+            }
+            Ok(!timing.range(item.onset, item.offset, rows).is_empty())
+        };
+        // Pass 1: the size of every block, by first-seen label numbers.
+        let mut labels = ItemLabels::default();
+        let mut sizes: HashMap<BlockKey, usize> = HashMap::new();
+        let (_, stamp) = CompactItems::pass(path, &mut labels, None, |item| {
+            if covers(item)? {
+                *sizes
+                    .entry((item.context, item.speaker, item.phone))
+                    .or_default() += 1;
+            }
+            Ok(false)
+        })?;
+        // Blocks in dataset order (labels by name, as `new` numbers them), each one's draw.
+        let (_, phone_ix) = sorted(labels.phones());
+        let (_, speaker_ix) = sorted(labels.speakers());
+        let (_, context_ix) = sorted(labels.contexts());
+        let mut blocks: Vec<(BlockKey, BlockKey)> = sizes
+            .keys()
+            .map(|&(c, s, p)| {
+                let ranked = (
+                    context_ix[c as usize],
+                    speaker_ix[s as usize],
+                    phone_ix[p as usize],
+                );
+                (ranked, (c, s, p))
+            })
+            .collect();
+        blocks.sort_unstable();
+        // Per block: the positions (in line order, as `new` orders a block) the draw keeps, or
+        // `None` for every one, and how many of its items the second pass has seen.
+        let mut draws: HashMap<BlockKey, (Option<Vec<usize>>, usize)> =
+            HashMap::with_capacity(blocks.len());
+        for (index, (_, key)) in blocks.iter().enumerate() {
+            let n = sizes[key];
+            let drawn = (n > max).then(|| super::sample::draw_block(n, max, seed, index as u64));
+            draws.insert(*key, (drawn, 0));
+        }
+        drop(sizes);
+        drop(blocks);
+        // Pass 2: the drawn items, and every empty one (for `new`'s count of them).
+        let (kept, _) = CompactItems::pass(path, &mut labels, Some(stamp), |item| {
+            if !covers(item)? {
+                return Ok(true);
+            }
+            let Some((drawn, seen)) = draws.get_mut(&(item.context, item.speaker, item.phone))
+            else {
+                return Err(changed_between_passes(path, item.line));
+            };
+            let position = *seen;
+            *seen += 1;
+            Ok(drawn
+                .as_ref()
+                .is_none_or(|d| d.binary_search(&position).is_ok()))
+        })?;
+        drop(draws);
+        // Every block now holds at most `max` items, so `new`'s draw keeps them all, under the
+        // same block indices (a block is present iff it has an item with frames).
+        AbxPlan::new(&kept, timing, max_size_group, seed, shape)
+    }
+
     /// The plan's items, blocks and labels; its `frames` are empty.
     pub fn dataset(&self) -> &AbxDataset {
         &self.ds
@@ -458,6 +556,20 @@ impl AbxPlan {
             item_frames: self.ds.item_frames,
         })
     }
+}
+
+/// A (context, talker, phone) block by its label numbers.
+type BlockKey = (u32, u32, u32);
+
+/// The error of an `.item` file whose second pass meets a block its first did not.
+fn changed_between_passes(path: &Path, line: usize) -> Error {
+    Error::parse(
+        path,
+        line,
+        "the item the first pass over the file read here",
+        "another one: the file changed between the two passes; run again on a file that is not \
+         being written",
+    )
 }
 
 /// `names` sorted, and each name's place in the sorted list (by its first-seen number).
