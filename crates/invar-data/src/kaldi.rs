@@ -180,31 +180,8 @@ pub fn read_kaldi(dir: &Path, options: &CorpusOptions) -> Result<Corpus> {
         }
     }
 
-    let mut genders: BTreeMap<String, Sex> = BTreeMap::new();
-    let spk2gender = dir.join("spk2gender");
-    if spk2gender.is_file() {
-        for (spk, line) in read_table(&spk2gender)? {
-            let sex = match line.rest.as_str() {
-                "m" | "M" => Sex::Male,
-                "f" | "F" => Sex::Female,
-                other => {
-                    return Err(Error::malformed(
-                        &spk2gender,
-                        line.no,
-                        "`<speaker> m|f`",
-                        excerpt(&format!("{spk} {other}")),
-                    ))
-                }
-            };
-            genders.insert(spk, sex);
-        }
-    }
-
-    let split = dir
-        .file_name()
-        .and_then(|n| n.to_str())
-        .and_then(|n| n.parse::<Split>().ok())
-        .unwrap_or(Split::Unassigned);
+    let genders = read_genders(dir)?;
+    let split = dir_split(dir);
     let mut utterances = Vec::with_capacity(utt2spk_table.len());
     for (utt, line) in &utt2spk_table {
         let Some((reco, span)) = placed.get(utt) else {
@@ -278,6 +255,38 @@ pub fn read_kaldi(dir: &Path, options: &CorpusOptions) -> Result<Corpus> {
         return Err(no_utterances(dir));
     }
     Corpus::new(Layout::Kaldi, dir.to_path_buf(), utterances, transcripts)
+}
+
+/// The speakers' sexes from the directory's `spk2gender`, if it has one (`m`/`f`, either case).
+fn read_genders(dir: &Path) -> Result<BTreeMap<String, Sex>> {
+    let mut genders = BTreeMap::new();
+    let spk2gender = dir.join("spk2gender");
+    if spk2gender.is_file() {
+        for (spk, line) in read_table(&spk2gender)? {
+            let sex = match line.rest.as_str() {
+                "m" | "M" => Sex::Male,
+                "f" | "F" => Sex::Female,
+                other => {
+                    return Err(Error::malformed(
+                        &spk2gender,
+                        line.no,
+                        "`<speaker> m|f`",
+                        excerpt(&format!("{spk} {other}")),
+                    ))
+                }
+            };
+            genders.insert(spk, sex);
+        }
+    }
+    Ok(genders)
+}
+
+/// The split a data directory's name gives (`train`, `test`, …), else unassigned.
+fn dir_split(dir: &Path) -> Split {
+    dir.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.parse::<Split>().ok())
+        .unwrap_or(Split::Unassigned)
 }
 
 /// The error of a data directory whose `utt2spk` is empty.
@@ -493,30 +502,8 @@ impl SortedDir {
         // With `segments`, every recording by id (as `read_kaldi` holds them).
         let mut recordings: BTreeMap<String, (usize, Recording)> = BTreeMap::new();
         let mut lengths: BTreeMap<String, Option<(u32, u64)>> = BTreeMap::new();
-        let mut genders: BTreeMap<String, Sex> = BTreeMap::new();
-        let spk2gender = dir.join("spk2gender");
-        if spk2gender.is_file() {
-            for (spk, line) in read_table(&spk2gender)? {
-                let sex = match line.rest.as_str() {
-                    "m" | "M" => Sex::Male,
-                    "f" | "F" => Sex::Female,
-                    other => {
-                        return Err(Error::malformed(
-                            &spk2gender,
-                            line.no,
-                            "`<speaker> m|f`",
-                            excerpt(&format!("{spk} {other}")),
-                        ))
-                    }
-                };
-                genders.insert(spk, sex);
-            }
-        }
-        let split = dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.parse::<Split>().ok())
-            .unwrap_or(Split::Unassigned);
+        let genders = read_genders(dir)?;
+        let split = dir_split(dir);
         // The table merged with utt2spk: segments, or wav.scp.
         let mut other = if has_segments {
             for (reco, line) in read_table(&wav_scp)? {
