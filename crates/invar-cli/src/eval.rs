@@ -48,7 +48,9 @@ pub struct AbxArgs {
     /// folder of <id>.npy; the .item's file column names ids.
     #[arg(long)]
     pub features: PathBuf,
-    /// Output folder: results.json, config.json, abx-<mode>.svg/.png.
+    /// Output folder: results.json, config.json, abx-<mode>.svg/.png. While scoring, the cells
+    /// (every one is listed in results.json) wait in a temporary file in $TMPDIR (36 bytes a
+    /// cell), not in memory.
     #[arg(long)]
     pub out: PathBuf,
     /// Delete what OUT holds before writing (a non-empty OUT is refused otherwise).
@@ -305,7 +307,10 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
     let units: usize = configs.iter().map(|c| abx::work_unit_count(ds, c)).sum();
     let progress = ItemProgress::new(units as u64, "ABX units");
     let max_frames = args.frame_memory_mb.saturating_mul(1 << 20) / (4 * ds.dim.max(1));
-    let results = abx::evaluate_planned(
+    // The scored cells go to a temporary file as each group of contexts is scored (they are
+    // what grows with the corpus across speaker, issue #24) and are read back into results.json.
+    let spill = std::env::temp_dir();
+    let results = abx::evaluate_planned_with(
         &plan,
         &summary,
         &configs,
@@ -315,6 +320,7 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
                 .map_err(|e| load_error(file, e))
         },
         &|| progress.inc(),
+        Some(&spill),
     )?;
     progress.finish();
     drop(plan);

@@ -11,8 +11,8 @@ use std::ops::Range;
 use std::path::Path;
 
 use invar_eval::abx::{
-    default_distance, evaluate, evaluate_planned, AbxConfig, AbxDataset, AbxMode, AbxPlan,
-    Convention, FrameSummary, FrameTiming,
+    default_distance, evaluate, evaluate_planned, evaluate_planned_with, AbxConfig, AbxDataset,
+    AbxMode, AbxPlan, Convention, FrameSummary, FrameTiming,
 };
 use invar_eval::{parse_items, CompactItems, ItemFile};
 use invar_io::Matrix;
@@ -205,6 +205,53 @@ proptest! {
             outcome(evaluate_planned(&whole, &summary, &configs, 37, read, &|| {})),
             outcome(evaluate_planned(&two, &summary, &configs, 37, read, &|| {}))
         );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// With a spill folder the cells go to a file as each group is scored and the pair means are
+    /// accumulated as they come: the results are equal to the held cells' and serialise to the
+    /// same bytes (what `results.json` holds), walked or serialised any number of times; the
+    /// files are gone when the results are dropped.
+    #[test]
+    fn spilled_cells_give_the_same_results_and_bytes(
+        data in 0u64..10_000, seed in 0u64..1000, cap in prop::option::of(2usize..4),
+        x in prop::option::of(1usize..3), max_frames in prop::sample::select(vec![0usize, 37, usize::MAX]),
+    ) {
+        let (items, mats) = corpus(data, 12, 3, false);
+        let plan = AbxPlan::new(&CompactItems::of(&items), TIMING, cap, seed, |f| Ok(mats[f].shape())).unwrap();
+        let summary = plan.scan(|f| Ok(mats[f].clone())).unwrap();
+        let configs: Vec<AbxConfig> = [AbxMode::Within, AbxMode::Across]
+            .into_iter()
+            .map(|m| config(m, FrameDistance::Euclidean, cap, x, seed))
+            .collect();
+        let read = |f: &str, rows: Range<usize>| Ok(rows_of(&mats[f], rows));
+        let held = evaluate_planned(&plan, &summary, &configs, max_frames, read, &|| {});
+        let dir = tempfile::tempdir().unwrap();
+        let spilled = evaluate_planned_with(&plan, &summary, &configs, max_frames, read, &|| {}, Some(dir.path()));
+        match (held, spilled) {
+            (Ok(held), Ok(spilled)) => {
+                prop_assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), configs.len());
+                for (h, s) in held.iter().zip(&spilled) {
+                    prop_assert!(!s.cell_scores.is_empty());
+                    prop_assert_eq!(h.cell_scores.len(), s.cell_scores.len());
+                    prop_assert_eq!(h.cell_scores.iter().collect::<Vec<_>>(), s.cell_scores.iter().collect::<Vec<_>>());
+                    prop_assert_eq!(h, s);
+                }
+                let bytes = serde_json::to_string_pretty(&held).unwrap();
+                prop_assert_eq!(&bytes, &serde_json::to_string_pretty(&spilled).unwrap());
+                prop_assert_eq!(&bytes, &serde_json::to_string_pretty(&spilled).unwrap());
+                // Read back, a spilled result is the held one.
+                let back: Vec<invar_eval::abx::AbxResult> = serde_json::from_str(&bytes).unwrap();
+                prop_assert_eq!(&back, &spilled);
+                drop(spilled);
+                prop_assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+            }
+            (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+            (a, b) => prop_assert!(false, "held {:?} / spilled {:?}", a.is_ok(), b.is_ok()),
+        }
     }
 }
 

@@ -17,7 +17,7 @@ use invar_ops::FrameDistance;
 use serde::{Deserialize, Serialize};
 
 pub use dataset::{AbxDataset, AbxItem, Block, FrameTiming, ItemFrames, ItemTiming};
-pub use plan::{evaluate_planned, AbxPlan, FrameSummary};
+pub use plan::{evaluate_planned, evaluate_planned_with, AbxPlan, FrameSummary};
 pub use score::CellScore;
 pub use task::{units, AbxMode, Unit};
 
@@ -191,12 +191,46 @@ struct OwnedCellRecord {
 /// the label names held once, not five `String`s per cell (issue #24: across speaker, the cells grow
 /// with the corpus). Serialised as a list of [`CellRecord`]s, the labels spelled out, exactly as a
 /// `Vec<CellRecord>` would be; two are equal when their records are.
+///
+/// The cells of [`evaluate_planned_with`] given a spill folder are not held: they are written to
+/// a temporary file there as they are scored (36 bytes each) and read back when serialised or
+/// walked; the file is removed when the last clone of the scores is dropped.
 #[derive(Debug, Clone, Default)]
 pub struct CellScores {
     contexts: Vec<String>,
     phones: Vec<String>,
     speakers: Vec<String>,
     cells: Vec<CellScore>,
+    /// The cells in a file, when spilled (then `cells` is empty).
+    spilled: Option<std::sync::Arc<SpilledCells>>,
+}
+
+/// Cells written to a temporary file in scoring order, [`score::CELL_BYTES`] each.
+#[derive(Debug)]
+pub(crate) struct SpilledCells {
+    file: tempfile::NamedTempFile,
+    len: usize,
+}
+
+impl SpilledCells {
+    pub(crate) fn new(file: tempfile::NamedTempFile, len: usize) -> Self {
+        SpilledCells { file, len }
+    }
+
+    /// A reader from the first cell.
+    fn reader(&self) -> std::io::Result<std::io::BufReader<std::fs::File>> {
+        Ok(std::io::BufReader::with_capacity(
+            1 << 16,
+            self.file.reopen()?,
+        ))
+    }
+}
+
+/// The next cell of a spilled store's file.
+fn read_cell(r: &mut impl std::io::Read) -> std::io::Result<CellScore> {
+    let mut b = [0u8; score::CELL_BYTES];
+    r.read_exact(&mut b)?;
+    Ok(CellScore::from_bytes(&b))
 }
 
 impl CellScores {
@@ -207,22 +241,65 @@ impl CellScores {
             phones: ds.phones.clone(),
             speakers: ds.speakers.clone(),
             cells,
+            spilled: None,
+        }
+    }
+
+    /// The cells in `spilled`, their labels indexing `ds`'s.
+    pub(crate) fn spilled(ds: &AbxDataset, spilled: SpilledCells) -> Self {
+        CellScores {
+            spilled: Some(std::sync::Arc::new(spilled)),
+            ..CellScores::new(ds, Vec::new())
         }
     }
 
     pub fn len(&self) -> usize {
-        self.cells.len()
+        self.spilled.as_ref().map_or(self.cells.len(), |s| s.len)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.cells.is_empty()
+        self.len() == 0
     }
 
-    /// The cells with their labels spelled out, in scoring order.
+    /// The cells with their labels spelled out, in scoring order. Spilled cells are read from
+    /// their file as the walk goes; a read error (the temporary file damaged under the run) ends
+    /// the walk early: [`CellScores::try_for_each`] reports it instead, as serialising does.
     pub fn iter(&self) -> CellRecords<'_> {
+        let cells = match &self.spilled {
+            None => CellSource::Memory(self.cells.iter()),
+            Some(s) => match s.reader() {
+                Ok(reader) => CellSource::File {
+                    reader,
+                    left: s.len,
+                },
+                Err(e) => {
+                    tracing::error!("cannot read the scored cells back: {e}");
+                    CellSource::Memory([].iter())
+                }
+            },
+        };
         CellRecords {
             scores: self,
-            cells: self.cells.iter(),
+            cells,
+        }
+    }
+
+    /// Calls `f` with every cell in scoring order, its labels spelled out; a spilled store's read
+    /// error is returned.
+    pub fn try_for_each<E: From<std::io::Error>>(
+        &self,
+        mut f: impl FnMut(CellRecord<'_>) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        match &self.spilled {
+            None => self.cells.iter().try_for_each(|c| f(self.record(c))),
+            Some(s) => {
+                let mut reader = s.reader()?;
+                for _ in 0..s.len {
+                    let c = read_cell(&mut reader)?;
+                    f(self.record(&c))?;
+                }
+                Ok(())
+            }
         }
     }
 
@@ -242,22 +319,50 @@ impl CellScores {
 /// The iterator of [`CellScores::iter`].
 pub struct CellRecords<'a> {
     scores: &'a CellScores,
-    cells: std::slice::Iter<'a, CellScore>,
+    cells: CellSource<'a>,
+}
+
+/// Where [`CellRecords`] takes its cells from.
+enum CellSource<'a> {
+    Memory(std::slice::Iter<'a, CellScore>),
+    File {
+        reader: std::io::BufReader<std::fs::File>,
+        left: usize,
+    },
 }
 
 impl<'a> Iterator for CellRecords<'a> {
     type Item = CellRecord<'a>;
 
     fn next(&mut self) -> Option<CellRecord<'a>> {
-        self.cells.next().map(|c| self.scores.record(c))
+        match &mut self.cells {
+            CellSource::Memory(cells) => cells.next().map(|c| self.scores.record(c)),
+            CellSource::File { reader, left } => {
+                if *left == 0 {
+                    return None;
+                }
+                match read_cell(reader) {
+                    Ok(c) => {
+                        *left -= 1;
+                        Some(self.scores.record(&c))
+                    }
+                    Err(e) => {
+                        tracing::error!("cannot read the scored cells back: {e}");
+                        *left = 0;
+                        None
+                    }
+                }
+            }
+        }
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        self.cells.size_hint()
+        match &self.cells {
+            CellSource::Memory(cells) => cells.size_hint(),
+            CellSource::File { left, .. } => (0, Some(*left)),
+        }
     }
 }
-
-impl ExactSizeIterator for CellRecords<'_> {}
 
 impl<'a> IntoIterator for &'a CellScores {
     type Item = CellRecord<'a>;
@@ -279,7 +384,28 @@ impl Serialize for CellScores {
         &self,
         serializer: S,
     ) -> std::result::Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.iter())
+        use serde::ser::{Error as _, SerializeSeq};
+        let mut seq = serializer.serialize_seq(Some(self.len()))?;
+        self.try_for_each(|r| -> std::result::Result<(), SerError<S::Error>> {
+            seq.serialize_element(&r).map_err(SerError::Ser)
+        })
+        .map_err(|e| match e {
+            SerError::Ser(e) => e,
+            SerError::Io(e) => S::Error::custom(format!("cannot read the scored cells back: {e}")),
+        })?;
+        seq.end()
+    }
+}
+
+/// A serialiser's error or a spilled store's read error, while [`CellScores`] is serialised.
+enum SerError<E> {
+    Ser(E),
+    Io(std::io::Error),
+}
+
+impl<E> From<std::io::Error> for SerError<E> {
+    fn from(e: std::io::Error) -> Self {
+        SerError::Io(e)
     }
 }
 
@@ -377,14 +503,29 @@ pub fn evaluate(
 
 /// The result of `config` from its scored `cells` (in unit order) on `ds` (its items and labels).
 fn result_of(ds: &AbxDataset, config: &AbxConfig, cells: Vec<CellScore>) -> Result<AbxResult> {
-    if cells.is_empty() {
+    let mut means = score::PairMeans::new(config.convention);
+    cells.iter().for_each(|c| means.add(c));
+    let cell_scores = CellScores::new(ds, cells);
+    result_of_means(ds, config, means, cell_scores)
+}
+
+/// The result of `config` from its cells' pair means (`means`, every cell added in unit order)
+/// and the cells themselves (in memory or spilled).
+fn result_of_means(
+    ds: &AbxDataset,
+    config: &AbxConfig,
+    means: score::PairMeans,
+    cell_scores: CellScores,
+) -> Result<AbxResult> {
+    if means.cells == 0 {
         return Err(Error::degenerate(
             format!("ABX {}", config.mode),
             "no cell has a triplet: each (context, talker) needs two phones and, within speaker, two items of \
              a phone (across speaker, the phone also from another talker in the same context)",
         ));
     }
-    let pair_map: BTreeMap<(u32, u32), f64> = score::pair_errors(&cells, config.convention);
+    let (n_cells, triplets) = (means.cells, means.triplets);
+    let pair_map: BTreeMap<(u32, u32), f64> = means.finish();
     let error = pair_map.values().sum::<f64>() / pair_map.len() as f64;
     let name = |names: &[String], i: u32| names[i as usize].clone();
     let pairs = pair_map
@@ -395,9 +536,6 @@ fn result_of(ds: &AbxDataset, config: &AbxConfig, cells: Vec<CellScore>) -> Resu
             error: e,
         })
         .collect();
-    let triplets = cells.iter().map(|c| c.triplets).sum();
-    let n_cells = cells.len();
-    let cell_scores = CellScores::new(ds, cells);
     Ok(AbxResult {
         mode: config.mode,
         convention: config.convention,

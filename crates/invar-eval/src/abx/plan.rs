@@ -14,6 +14,7 @@
 //! one file in memory at a time.
 
 use std::collections::{BTreeMap, HashMap};
+use std::io::Write as _;
 use std::ops::Range;
 use std::path::Path;
 
@@ -21,9 +22,9 @@ use invar_io::Matrix;
 use invar_ops::FrameDistance;
 
 use super::dataset::{blocks_of, AbxDataset, AbxItem, Block, ItemTiming};
-use super::score::{score_units, CellScore};
+use super::score::{score_units, CellScore, PairMeans};
 use super::task::Unit;
-use super::{result_of, AbxConfig, AbxResult};
+use super::{result_of, result_of_means, AbxConfig, AbxResult, CellScores, SpilledCells};
 use crate::item::{CompactItems, ItemLabels, ItemLine};
 use crate::{Error, Result};
 
@@ -627,8 +628,25 @@ pub fn evaluate_planned(
     summary: &FrameSummary,
     configs: &[AbxConfig],
     max_frames: usize,
+    read: impl FnMut(&str, Range<usize>) -> Result<Matrix>,
+    on_unit: &(dyn Fn() + Sync),
+) -> Result<Vec<AbxResult>> {
+    evaluate_planned_with(plan, summary, configs, max_frames, read, on_unit, None)
+}
+
+/// [`evaluate_planned`], and with `spill` a folder, the cells are not held: each group's cells are
+/// written to a temporary file in that folder as they are scored and the pair means accumulated
+/// as they go (issue #24: across speaker the cells are what grows with the corpus), so the
+/// results' [`CellScores`](super::CellScores) read them back when serialised; the same results,
+/// serialised byte for byte. The files are removed when the results are dropped.
+pub fn evaluate_planned_with(
+    plan: &AbxPlan,
+    summary: &FrameSummary,
+    configs: &[AbxConfig],
+    max_frames: usize,
     mut read: impl FnMut(&str, Range<usize>) -> Result<Matrix>,
     on_unit: &(dyn Fn() + Sync),
+    spill: Option<&Path>,
 ) -> Result<Vec<AbxResult>> {
     for c in configs {
         c.validate()?;
@@ -655,6 +673,27 @@ pub fn evaluate_planned(
             "ABX by context",
             "a group of contexts splits a (context, talker) group (invar's bug: please report it)",
         )
+    };
+    let mut means: Vec<PairMeans> = configs
+        .iter()
+        .map(|c| PairMeans::new(c.convention))
+        .collect();
+    let spill_io = |dir: &Path, e: std::io::Error| Error::Io {
+        path: dir.to_path_buf(),
+        source: std::io::Error::other(format!("cannot write the scored cells there: {e}")),
+    };
+    let mut spills: Vec<std::io::BufWriter<tempfile::NamedTempFile>> = match spill {
+        None => Vec::new(),
+        Some(dir) => configs
+            .iter()
+            .map(|_| {
+                tempfile::Builder::new()
+                    .prefix(".invar-abx-cells-")
+                    .tempfile_in(dir)
+                    .map(|f| std::io::BufWriter::with_capacity(1 << 16, f))
+                    .map_err(|e| spill_io(dir, e))
+            })
+            .collect::<Result<_>>()?,
     };
     let mut covered = 0;
     for run in context_groups(blocks, max_frames) {
@@ -711,14 +750,34 @@ pub fn evaluate_planned(
                 on_unit,
                 &mut cells[k],
             )?;
+            if let (Some(dir), Some(w)) = (spill, spills.get_mut(k)) {
+                // The group's cells go to the file and into the means; none is kept.
+                for cell in cells[k].drain(..) {
+                    means[k].add(&cell);
+                    w.write_all(&cell.to_bytes())
+                        .map_err(|e| spill_io(dir, e))?;
+                }
+            }
         }
     }
     if covered != groups.len() {
         return Err(split());
     }
-    configs
-        .iter()
-        .zip(cells)
-        .map(|(c, cells)| result_of(&plan.ds, c, cells))
-        .collect()
+    match spill {
+        None => configs
+            .iter()
+            .zip(cells)
+            .map(|(c, cells)| result_of(&plan.ds, c, cells))
+            .collect(),
+        Some(dir) => configs
+            .iter()
+            .zip(means)
+            .zip(spills)
+            .map(|((c, means), w)| {
+                let file = w.into_inner().map_err(|e| spill_io(dir, e.into_error()))?;
+                let spilled = SpilledCells::new(file, means.cells);
+                result_of_means(&plan.ds, c, means, CellScores::spilled(&plan.ds, spilled))
+            })
+            .collect(),
+    }
 }

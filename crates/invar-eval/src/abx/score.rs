@@ -217,31 +217,109 @@ pub(crate) fn score_units(
 ///   mean over contexts.
 /// - `fastabx`: mean over contexts (together with X's talker across speaker) within each (phone pair,
 ///   talker of A), then mean over talkers.
+#[cfg(test)]
 pub(crate) fn pair_errors(
     cells: &[CellScore],
     convention: Convention,
 ) -> BTreeMap<(u32, u32), f64> {
-    // First level: the key kept, everything else averaged.
-    let mut level1: BTreeMap<(u32, u32, u32), (f64, usize)> = BTreeMap::new();
-    for c in cells {
-        let inner = match convention {
+    let mut acc = PairMeans::new(convention);
+    cells.iter().for_each(|c| acc.add(c));
+    acc.finish()
+}
+
+/// [`pair_errors`] a cell at a time, for cells that are not all held (issue #24): the first
+/// level's sums per (phone a, phone b, context or talker), which are fewer than the cells, in
+/// the order the cells come, so the same cells in the same order give the same bits.
+pub(crate) struct PairMeans {
+    convention: Convention,
+    /// First level: the key kept, everything else averaged.
+    level1: BTreeMap<(u32, u32, u32), (f64, usize)>,
+    /// Cells and triplets added.
+    pub(crate) cells: usize,
+    pub(crate) triplets: u64,
+}
+
+impl PairMeans {
+    pub(crate) fn new(convention: Convention) -> Self {
+        PairMeans {
+            convention,
+            level1: BTreeMap::new(),
+            cells: 0,
+            triplets: 0,
+        }
+    }
+
+    pub(crate) fn add(&mut self, c: &CellScore) {
+        let inner = match self.convention {
             Convention::Zs2015 => c.context,
             Convention::Fastabx => c.speaker_a,
         };
-        let e = level1.entry((c.phone_a, c.phone_b, inner)).or_default();
+        let e = self
+            .level1
+            .entry((c.phone_a, c.phone_b, inner))
+            .or_default();
         e.0 += c.error;
         e.1 += 1;
+        self.cells += 1;
+        self.triplets += c.triplets;
     }
-    let mut level2: BTreeMap<(u32, u32), (f64, usize)> = BTreeMap::new();
-    for ((pa, pb, _), (sum, n)) in level1 {
-        let e = level2.entry((pa, pb)).or_default();
-        e.0 += sum / n as f64;
-        e.1 += 1;
+
+    /// The mean error of each ordered phone pair.
+    pub(crate) fn finish(self) -> BTreeMap<(u32, u32), f64> {
+        let mut level2: BTreeMap<(u32, u32), (f64, usize)> = BTreeMap::new();
+        for ((pa, pb, _), (sum, n)) in self.level1 {
+            let e = level2.entry((pa, pb)).or_default();
+            e.0 += sum / n as f64;
+            e.1 += 1;
+        }
+        level2
+            .into_iter()
+            .map(|(k, (sum, n))| (k, sum / n as f64))
+            .collect()
     }
-    level2
+}
+
+/// Bytes of one cell in a spilled store ([`CellScore::to_bytes`]).
+pub(crate) const CELL_BYTES: usize = 36;
+
+impl CellScore {
+    /// The cell as 36 little-endian bytes: the five label numbers, the error, the triplets.
+    pub(crate) fn to_bytes(&self) -> [u8; CELL_BYTES] {
+        let mut b = [0u8; CELL_BYTES];
+        for (k, v) in [
+            self.context,
+            self.phone_a,
+            self.phone_b,
+            self.speaker_a,
+            self.speaker_x,
+        ]
         .into_iter()
-        .map(|(k, (sum, n))| (k, sum / n as f64))
-        .collect()
+        .enumerate()
+        {
+            b[4 * k..4 * k + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        b[20..28].copy_from_slice(&self.error.to_le_bytes());
+        b[28..36].copy_from_slice(&self.triplets.to_le_bytes());
+        b
+    }
+
+    /// The cell [`CellScore::to_bytes`] wrote.
+    pub(crate) fn from_bytes(b: &[u8; CELL_BYTES]) -> CellScore {
+        let u32_at = |k: usize| u32::from_le_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]);
+        let mut f = [0u8; 8];
+        f.copy_from_slice(&b[20..28]);
+        let mut t = [0u8; 8];
+        t.copy_from_slice(&b[28..36]);
+        CellScore {
+            context: u32_at(0),
+            phone_a: u32_at(4),
+            phone_b: u32_at(8),
+            speaker_a: u32_at(12),
+            speaker_x: u32_at(16),
+            error: f64::from_le_bytes(f),
+            triplets: u64::from_le_bytes(t),
+        }
+    }
 }
 
 #[cfg(test)]
