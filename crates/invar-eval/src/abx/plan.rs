@@ -680,7 +680,10 @@ pub fn evaluate_planned_with(
         .collect();
     let spill_io = |dir: &Path, e: std::io::Error| Error::Io {
         path: dir.to_path_buf(),
-        source: std::io::Error::other(format!("cannot write the scored cells there: {e}")),
+        source: std::io::Error::other(format!(
+            "cannot keep the scored cells in a temporary file in this folder (`eval abx` uses \
+             $TMPDIR: set it to a writable folder): {e}"
+        )),
     };
     let mut spills: Vec<std::io::BufWriter<tempfile::NamedTempFile>> = match spill {
         None => Vec::new(),
