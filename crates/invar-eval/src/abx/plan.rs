@@ -681,8 +681,8 @@ pub fn evaluate_planned_with(
     let spill_io = |dir: &Path, e: std::io::Error| Error::Io {
         path: dir.to_path_buf(),
         source: std::io::Error::other(format!(
-            "cannot keep the scored cells in a temporary file in this folder (`eval abx` uses \
-             $TMPDIR: set it to a writable folder): {e}"
+            "cannot keep the scored cells in a temporary file in this folder (for `invar eval \
+             abx`, $TMPDIR or /tmp): {e}"
         )),
     };
     let mut spills: Vec<std::io::BufWriter<tempfile::NamedTempFile>> = match spill {
