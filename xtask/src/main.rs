@@ -74,3 +74,45 @@ fn workspace_root() -> std::path::PathBuf {
     let manifest = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     manifest.parent().map(ToOwned::to_owned).unwrap_or(manifest)
 }
+
+/// Cargo's target folder: `CARGO_TARGET_DIR` when set (relative to the root), else `root/target`:
+/// where `cargo build` run from here puts what it builds.
+fn target_dir(root: &std::path::Path) -> std::path::PathBuf {
+    target_dir_from(root, std::env::var_os("CARGO_TARGET_DIR"))
+}
+
+/// [`target_dir`] with `CARGO_TARGET_DIR`'s value given.
+fn target_dir_from(root: &std::path::Path, var: Option<std::ffi::OsString>) -> std::path::PathBuf {
+    match var {
+        Some(d) if !d.is_empty() => root.join(d),
+        _ => root.join("target"),
+    }
+}
+
+#[cfg(test)]
+mod target_tests {
+    use std::path::Path;
+
+    /// The bench must run the binary `cargo build` made: with `CARGO_TARGET_DIR` set, that is
+    /// under it, not under `root/target` (the Scale bench ran a stale binary from there).
+    #[test]
+    fn the_target_folder_follows_cargo_target_dir() {
+        let root = Path::new("/repo");
+        assert_eq!(
+            super::target_dir_from(root, None),
+            Path::new("/repo/target")
+        );
+        assert_eq!(
+            super::target_dir_from(root, Some("".into())),
+            Path::new("/repo/target")
+        );
+        assert_eq!(
+            super::target_dir_from(root, Some("/tmp/t".into())),
+            Path::new("/tmp/t")
+        );
+        assert_eq!(
+            super::target_dir_from(root, Some("out".into())),
+            Path::new("/repo/out")
+        );
+    }
+}

@@ -20,7 +20,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-use crate::{cargo, workspace_root};
+use crate::{cargo, target_dir, workspace_root};
 
 /// The pinned PyTorch of the peers' virtual environment (the PyPI wheel).
 const TORCH: &str = "torch==2.5.1";
@@ -624,14 +624,6 @@ fn root() -> PathBuf {
         built
     } else {
         std::env::current_dir().unwrap_or(built)
-    }
-}
-
-/// Cargo's target folder: `CARGO_TARGET_DIR` when set (relative to the root), else `root/target`.
-fn target_dir(root: &Path) -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(d) if !d.is_empty() => root.join(d),
-        _ => root.join("target"),
     }
 }
 

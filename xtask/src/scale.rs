@@ -12,7 +12,7 @@ use std::process::Command;
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::{json, Value};
 
-use crate::{cargo, workspace_root};
+use crate::{cargo, target_dir, workspace_root};
 
 /// The heading of the section this task owns in `BENCHMARKS.md`.
 pub(crate) const HEADING: &str = "## Scale: stages against corpus size";
@@ -789,7 +789,9 @@ pub fn run(args: &[String]) -> Result<()> {
         None if opts.render_only => PathBuf::new(),
         None => {
             cargo(&["build", "--release", "-p", "invar-cli"])?;
-            root.join("target").join("release").join("invar")
+            // Where that build put it (`CARGO_TARGET_DIR` honoured): not `root/target`, whose
+            // binary may be stale.
+            target_dir(&root).join("release").join("invar")
         }
     };
     ensure!(
@@ -861,7 +863,10 @@ pub fn run(args: &[String]) -> Result<()> {
         "invar binary".to_owned(),
         match &opts.bin {
             Some(b) => format!("`{}` (given with --bin)", b.display()),
-            None => "built by this run (`cargo build --release -p invar-cli`)".to_owned(),
+            None => format!(
+                "built by this run (`cargo build --release -p invar-cli`): {}",
+                bin.display()
+            ),
         },
     ));
     if let Some(note) = &opts.note {
