@@ -194,7 +194,7 @@ struct OwnedCellRecord {
 ///
 /// The cells of [`evaluate_planned_with`] given a spill folder are not held: they are written to
 /// a temporary file there as they are scored (36 bytes each) and read back when serialised or
-/// walked; the file is removed when the last clone of the scores is dropped.
+/// walked; the file has no name and goes with the last clone of the scores.
 #[derive(Debug, Clone, Default)]
 pub struct CellScores {
     contexts: Vec<String>,
@@ -205,24 +205,53 @@ pub struct CellScores {
     spilled: Option<std::sync::Arc<SpilledCells>>,
 }
 
-/// Cells written to a temporary file in scoring order, [`score::CELL_BYTES`] each.
+/// Cells written to a temporary file in scoring order, [`score::CELL_BYTES`] each. The file has no
+/// name (`tempfile::tempfile_in`: unlinked as soon as made), so nothing is left behind even when
+/// the process is killed; it is read by position, so walks do not disturb one another.
 #[derive(Debug)]
 pub(crate) struct SpilledCells {
-    file: tempfile::NamedTempFile,
+    file: std::sync::Mutex<std::fs::File>,
     len: usize,
 }
 
 impl SpilledCells {
-    pub(crate) fn new(file: tempfile::NamedTempFile, len: usize) -> Self {
-        SpilledCells { file, len }
+    pub(crate) fn new(file: std::fs::File, len: usize) -> Self {
+        SpilledCells {
+            file: std::sync::Mutex::new(file),
+            len,
+        }
     }
 
     /// A reader from the first cell.
-    fn reader(&self) -> std::io::Result<std::io::BufReader<std::fs::File>> {
-        Ok(std::io::BufReader::with_capacity(
+    fn reader(&self) -> std::io::BufReader<ReadAt<'_>> {
+        std::io::BufReader::with_capacity(
             1 << 16,
-            self.file.reopen()?,
-        ))
+            ReadAt {
+                file: &self.file,
+                pos: 0,
+            },
+        )
+    }
+}
+
+/// A read of a shared file from its own position (seek and read under the file's lock).
+#[derive(Debug)]
+struct ReadAt<'a> {
+    file: &'a std::sync::Mutex<std::fs::File>,
+    pos: u64,
+}
+
+impl std::io::Read for ReadAt<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::io::Seek;
+        let mut file = self
+            .file
+            .lock()
+            .map_err(|_| std::io::Error::other("a walk of the scored cells panicked"))?;
+        file.seek(std::io::SeekFrom::Start(self.pos))?;
+        let n = file.read(buf)?;
+        self.pos += n as u64;
+        Ok(n)
     }
 }
 
@@ -267,15 +296,9 @@ impl CellScores {
     pub fn iter(&self) -> CellRecords<'_> {
         let cells = match &self.spilled {
             None => CellSource::Memory(self.cells.iter()),
-            Some(s) => match s.reader() {
-                Ok(reader) => CellSource::File {
-                    reader,
-                    left: s.len,
-                },
-                Err(e) => {
-                    tracing::error!("cannot read the scored cells back: {e}");
-                    CellSource::Memory([].iter())
-                }
+            Some(s) => CellSource::File {
+                reader: s.reader(),
+                left: s.len,
             },
         };
         CellRecords {
@@ -293,7 +316,7 @@ impl CellScores {
         match &self.spilled {
             None => self.cells.iter().try_for_each(|c| f(self.record(c))),
             Some(s) => {
-                let mut reader = s.reader()?;
+                let mut reader = s.reader();
                 for _ in 0..s.len {
                     let c = read_cell(&mut reader)?;
                     f(self.record(&c))?;
@@ -326,7 +349,7 @@ pub struct CellRecords<'a> {
 enum CellSource<'a> {
     Memory(std::slice::Iter<'a, CellScore>),
     File {
-        reader: std::io::BufReader<std::fs::File>,
+        reader: std::io::BufReader<ReadAt<'a>>,
         left: usize,
     },
 }

@@ -638,7 +638,7 @@ pub fn evaluate_planned(
 /// written to a temporary file in that folder as they are scored and the pair means accumulated
 /// as they go (issue #24: across speaker the cells are what grows with the corpus), so the
 /// results' [`CellScores`](super::CellScores) read them back when serialised; the same results,
-/// serialised byte for byte. The files are removed when the results are dropped.
+/// serialised byte for byte. The files have no name (nothing is left in `spill`, even by a killed run) and go with the results.
 pub fn evaluate_planned_with(
     plan: &AbxPlan,
     summary: &FrameSummary,
@@ -685,14 +685,13 @@ pub fn evaluate_planned_with(
              abx`, $TMPDIR or /tmp): {e}"
         )),
     };
-    let mut spills: Vec<std::io::BufWriter<tempfile::NamedTempFile>> = match spill {
+    // Files without a name: a killed run leaves nothing in the folder.
+    let mut spills: Vec<std::io::BufWriter<std::fs::File>> = match spill {
         None => Vec::new(),
         Some(dir) => configs
             .iter()
             .map(|_| {
-                tempfile::Builder::new()
-                    .prefix(".invar-abx-cells-")
-                    .tempfile_in(dir)
+                tempfile::tempfile_in(dir)
                     .map(|f| std::io::BufWriter::with_capacity(1 << 16, f))
                     .map_err(|e| spill_io(dir, e))
             })
