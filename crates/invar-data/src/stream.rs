@@ -91,7 +91,6 @@ enum Plan {
 /// [`read_corpus_with`](crate::read_corpus_with)'s order (see the module documentation for how
 /// each layout streams, and which are held in memory).
 pub struct CorpusStream {
-    layout: Layout,
     path: PathBuf,
     options: CorpusOptions,
     plan: Plan,
@@ -167,16 +166,10 @@ impl CorpusStream {
             Layout::Elsdsr => Plan::InMemory(read_corpus_with(layout, &path, options)?.utterances),
         };
         Ok(CorpusStream {
-            layout,
             path,
             options: *options,
             plan,
         })
-    }
-
-    /// The corpus's layout.
-    pub fn layout(&self) -> Layout {
-        self.layout
     }
 
     /// Whether passes read the corpus from disk (false: its utterances are held in memory, for a
