@@ -7,7 +7,7 @@ use crate::out_dir::opt;
 use clap::{Args, Subcommand};
 use invar_data::{FeatureSet, Layout};
 use invar_partition::{
-    apply_featureset, gold_classes, run as run_partition, Partition, PartitionConfig,
+    apply_featureset, gold_classes, run_owned as run_partition, Partition, PartitionConfig,
     Posteriorgrams, SilhouetteConfig, Trained,
 };
 
@@ -228,8 +228,9 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
         "training a partition into {} outputs",
         cfg.model.outputs
     );
+    // Given, not lent: its frames move into training instead of being copied (held once).
     let report = run_partition(
-        &post,
+        post,
         &classes,
         &cfg,
         &a.out,

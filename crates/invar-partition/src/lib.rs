@@ -26,7 +26,7 @@ pub use output::{
     W_FILE,
 };
 pub use pairs::{build_pairs, diagonal, gold_classes, used_fragments, FramePairs, PairStats};
-pub use pipeline::{run, Report};
+pub use pipeline::{run, run_owned, Report};
 pub use posteriors::Posteriorgrams;
 pub use silhouette::{silhouette, SilhouetteConfig};
-pub use train::{pair_loss, train, PairBatch, PairBatches, PartitionStep, Trained};
+pub use train::{pair_loss, train, train_frames, PairBatch, PairBatches, PartitionStep, Trained};

@@ -1,5 +1,6 @@
 //! The whole method in one call: pairs from classes, training, the model's files and a report.
 
+use std::borrow::Cow;
 use std::path::Path;
 
 use candle_core::Device;
@@ -8,8 +9,8 @@ use invar_train::StopReason;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    build_pairs, silhouette, train, write_model, Error, PairStats, Partition, PartitionConfig,
-    Posteriorgrams, Result, SilhouetteConfig,
+    build_pairs, silhouette, train_frames, write_model, Error, PairStats, Partition,
+    PartitionConfig, Posteriorgrams, Result, SilhouetteConfig,
 };
 
 /// What a run did and found; written as `results.json` beside the model.
@@ -48,8 +49,51 @@ pub fn run(
     resume: bool,
     silhouette_cfg: Option<&SilhouetteConfig>,
 ) -> Result<Report> {
+    run_cow(
+        Cow::Borrowed(post),
+        classes,
+        cfg,
+        out,
+        device,
+        resume,
+        silhouette_cfg,
+    )
+}
+
+/// [`run`] on posteriorgrams it may consume: without a silhouette (the only reader of `post`
+/// after the pairs are built) their frames move into training instead of being copied, so the
+/// frames are held once, not twice (issue #24). Same outputs as [`run`].
+pub fn run_owned(
+    post: Posteriorgrams,
+    classes: &[Class],
+    cfg: &PartitionConfig,
+    out: &Path,
+    device: &Device,
+    resume: bool,
+    silhouette_cfg: Option<&SilhouetteConfig>,
+) -> Result<Report> {
+    run_cow(
+        Cow::Owned(post),
+        classes,
+        cfg,
+        out,
+        device,
+        resume,
+        silhouette_cfg,
+    )
+}
+
+fn run_cow(
+    mut post: Cow<'_, Posteriorgrams>,
+    classes: &[Class],
+    cfg: &PartitionConfig,
+    out: &Path,
+    device: &Device,
+    resume: bool,
+    silhouette_cfg: Option<&SilhouetteConfig>,
+) -> Result<Report> {
     cfg.validate()?;
-    let (pairs, stats) = build_pairs(post, classes, &cfg.pairs, cfg.seed)?;
+    let (pairs, stats) = build_pairs(&post, classes, &cfg.pairs, cfg.seed)?;
     tracing::info!(
         same = stats.same_frame_pairs,
         different = stats.diff_frame_pairs,
@@ -57,13 +101,19 @@ pub fn run(
         "frame pairs built from {} classes",
         stats.classes_used
     );
-    let trained = train(post, &pairs, cfg, &out.join("train"), device, resume)?;
+    // `to_mut` on an owned value takes it as it is (no clone).
+    let frames = if silhouette_cfg.is_none() && matches!(post, Cow::Owned(_)) {
+        Cow::Owned(std::mem::take(&mut post.to_mut().frames))
+    } else {
+        Cow::Borrowed(&post.frames)
+    };
+    let trained = train_frames(frames, &pairs, cfg, &out.join("train"), device, resume)?;
     write_model(out, &trained.partition, trained.v.as_ref())?;
     invar_io::write_json(out.join("config.json"), cfg)?;
     let (silhouette_input, silhouette_output) = match silhouette_cfg {
         Some(s) => (
-            Some(silhouette(post, classes, None, s)?),
-            Some(silhouette(post, classes, Some(&trained.partition), s)?),
+            Some(silhouette(&post, classes, None, s)?),
+            Some(silhouette(&post, classes, Some(&trained.partition), s)?),
         ),
         None => (None, None),
     };

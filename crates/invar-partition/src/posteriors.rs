@@ -70,18 +70,33 @@ impl Posteriorgrams {
                 .or_default()
                 .push((f.start, f.end));
         }
-        let mut stack = Stack::with_capacity(0);
-        for e in set.entries() {
+        // The spans come from the manifest's frame counts (`load` refuses a matrix of another
+        // shape), so the stack is sized exactly before any frames are read: grown by doubling, it
+        // would hold up to twice the frames, and a copy of them while growing.
+        let spans: Vec<Vec<Range<usize>>> = set
+            .entries()
+            .iter()
+            .map(|e| {
+                let mut ranges: Vec<Range<usize>> = times
+                    .get(e.id.as_str())
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|&(on, off)| timings.iter().map(move |t| t.frames(on, off, e.frames)))
+                    .filter(|r| !r.is_empty())
+                    .collect();
+                merge(&mut ranges)
+            })
+            .collect();
+        let floats = set
+            .entries()
+            .iter()
+            .zip(&spans)
+            .map(|(e, s)| s.iter().map(|r| r.len()).sum::<usize>() * e.dims)
+            .sum();
+        let mut stack = Stack::with_capacity(floats);
+        for (e, spans) in set.entries().iter().zip(spans) {
             let m = set.load(e)?;
-            let rows = m.rows;
-            let mut ranges: Vec<Range<usize>> = times
-                .get(e.id.as_str())
-                .into_iter()
-                .flatten()
-                .flat_map(|&(on, off)| timings.iter().map(move |t| t.frames(on, off, rows)))
-                .filter(|r| !r.is_empty())
-                .collect();
-            stack.push_spans(e.id.clone(), e.speaker.clone(), &m, merge(&mut ranges))?;
+            stack.push_spans(e.id.clone(), e.speaker.clone(), &m, spans)?;
         }
         stack.finish()
     }

@@ -2,6 +2,7 @@
 //! [`TrainStep`] whose forward pass is two gathers and a `[B, M]×[M, D]` product per side.
 
 use invar_train::MethodConfig as _;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -201,8 +202,29 @@ pub fn train(
     device: &Device,
     resume: bool,
 ) -> Result<Trained> {
+    train_frames(
+        Cow::Borrowed(&post.frames),
+        pairs,
+        cfg,
+        run_dir,
+        device,
+        resume,
+    )
+}
+
+/// [`train`] on the posteriorgrams' stacked frames (`Posteriorgrams::frames`, which `pairs`
+/// index), borrowed or given: given frames whose rows the pairs all use move to the device
+/// without a copy, so they are held once (issue #24).
+pub fn train_frames(
+    frames: Cow<'_, Matrix>,
+    pairs: &FramePairs,
+    cfg: &PartitionConfig,
+    run_dir: &Path,
+    device: &Device,
+    resume: bool,
+) -> Result<Trained> {
     cfg.validate()?;
-    let total = post.frames.rows;
+    let total = frames.rows;
     if pairs
         .same
         .iter()
@@ -240,7 +262,7 @@ pub fn train(
             }
         }
     }
-    let (m, d) = (post.dim(), cfg.model.outputs);
+    let (m, d) = (frames.cols, cfg.model.outputs);
 
     let varmap = VarMap::new();
     let vb = invar_train::seeded_var_builder(&varmap, cfg.seed, DType::F32, device);
@@ -263,7 +285,7 @@ pub fn train(
 
     // Only the frames the pairs use go to the device (the pairs are capped per class, the corpus is
     // not); the pairs are renumbered into them, which gathers the same rows.
-    let used = compact(&post.frames, &mut train_pairs, &mut val_pairs)?;
+    let used = compact(frames, &mut train_pairs, &mut val_pairs)?;
     tracing::info!(
         frames = used.rows,
         of = total,
@@ -294,8 +316,9 @@ pub fn train(
 
 /// The rows of `frames` that `train` and `val` use, in increasing order, as a matrix, with every
 /// pair's indices renumbered into it: a pair gathers the same two rows from the result as it did
-/// from `frames`, and nothing else is kept.
-fn compact(frames: &Matrix, train: &mut [Pair], val: &mut [Pair]) -> Result<Matrix> {
+/// from `frames`, and nothing else is kept. When the pairs use every row, given frames are
+/// returned as they are (no copy; the pairs keep their indices).
+fn compact(frames: Cow<'_, Matrix>, train: &mut [Pair], val: &mut [Pair]) -> Result<Matrix> {
     let mut rows: Vec<u32> = train
         .iter()
         .chain(val.iter())
@@ -303,6 +326,10 @@ fn compact(frames: &Matrix, train: &mut [Pair], val: &mut [Pair]) -> Result<Matr
         .collect();
     rows.sort_unstable();
     rows.dedup();
+    // Sorted, distinct and each below `frames.rows`: as many as the rows means every row.
+    if rows.len() == frames.rows {
+        return Ok(frames.into_owned());
+    }
     let renumber = |i: u32| -> u32 {
         // Every index is one of `rows`, which has at most as many entries as `frames` rows (u32).
         rows.binary_search(&i).map_or(u32::MAX, |k| k as u32)
@@ -416,7 +443,7 @@ mod tests {
         };
         let (train0, val0) = (draw(&mut rng, 120), draw(&mut rng, 40));
         let (mut train, mut val) = (train0.clone(), val0.clone());
-        let used = compact(&frames, &mut train, &mut val).expect("compact");
+        let used = compact(Cow::Borrowed(&frames), &mut train, &mut val).expect("compact");
         let mut distinct: Vec<u32> = train0
             .iter()
             .chain(&val0)
@@ -431,6 +458,33 @@ mod tests {
             assert_eq!(frames.row(old.0 as usize), used.row(new.0 as usize));
             assert_eq!(frames.row(old.1 as usize), used.row(new.1 as usize));
         }
+    }
+
+    /// Pairs that use every row keep their indices, and given frames come back as they are: the
+    /// allocation itself, not a copy (issue #24: `partition train` holds the frames once).
+    #[test]
+    fn compaction_of_pairs_over_every_row_moves_the_frames() {
+        let frames = Matrix::new(4, 2, (0..8).map(|v| v as f32).collect()).expect("shape");
+        let (train0, val0) = (vec![(3, 0, true), (1, 3, false)], vec![(2, 2, true)]);
+        let (mut train, mut val) = (train0.clone(), val0.clone());
+        let at = frames.data.as_ptr();
+        let used = compact(Cow::Owned(frames.clone()), &mut train, &mut val).expect("compact");
+        assert_eq!(
+            (used.clone(), &train, &val),
+            (frames.clone(), &train0, &val0)
+        );
+        let used = compact(Cow::Owned(frames), &mut train, &mut val).expect("compact");
+        assert_eq!(
+            used.data.as_ptr(),
+            at,
+            "the given frames are moved, not copied"
+        );
+        // One row fewer: a compacted copy, the pairs renumbered.
+        let (mut train, mut val) = (vec![(3, 0, true)], vec![(2, 2, true)]);
+        let m = Matrix::new(4, 2, (0..8).map(|v| v as f32).collect()).expect("shape");
+        let used = compact(Cow::Borrowed(&m), &mut train, &mut val).expect("compact");
+        assert_eq!(used.rows, 3);
+        assert_eq!((train, val), (vec![(2, 0, true)], vec![(1, 1, true)]));
     }
 
     /// Group `g` of `sizes[g]` pairs, pair values unique so each maps back to its group.

@@ -278,6 +278,41 @@ fn loading_only_the_fragments_frames_pairs_and_trains_the_same_bits() {
     };
     assert_eq!(bits(&a), bits(&b));
 
+    // `run_owned` (what `partition train` calls) moves the frames into training when the pairs
+    // use every held row (a set loaded for the pairs' fragments, as the command loads it) and
+    // writes the bytes `run` writes, which copies them; also on the whole set, where it copies.
+    let mut ucfg = pcfg.clone();
+    ucfg.pairs.max_fragment_pairs_per_class = None;
+    let held = invar_partition::used_fragments(&classes, &ucfg.pairs, ucfg.seed, |f| {
+        set.find(f).map(|e| e.frames)
+    })
+    .unwrap();
+    let used = Posteriorgrams::from_featureset_fragments(&set, &held, &[timing]).unwrap();
+    let (pu, _) = build_pairs(&used, &classes, &ucfg.pairs, ucfg.seed).unwrap();
+    let mut rows: Vec<u32> = pu.same.iter().chain(&pu.diff).flatten().copied().collect();
+    rows.sort_unstable();
+    rows.dedup();
+    assert_eq!(rows.len(), used.frames.rows, "the pairs use every held row");
+    for (post, tag) in [(&used, "used"), (&full, "full")] {
+        let (lent, given) = (
+            dir.path().join(format!("{tag}-lent")),
+            dir.path().join(format!("{tag}-given")),
+        );
+        let dev = candle_core::Device::Cpu;
+        let r1 = invar_partition::run(post, &classes, &ucfg, &lent, &dev, false, None).unwrap();
+        let r2 =
+            invar_partition::run_owned(post.clone(), &classes, &ucfg, &given, &dev, false, None)
+                .unwrap();
+        assert_eq!(r1.pairs, r2.pairs);
+        for f in ["V.npy", "W.npy", "mapping.json"] {
+            assert_eq!(
+                std::fs::read(lent.join(f)).unwrap(),
+                std::fs::read(given.join(f)).unwrap(),
+                "{tag}: {f}"
+            );
+        }
+    }
+
     // Classes the set was not loaded for.
     let others: Vec<Class> = c.word_classes().into_iter().skip(3).collect();
     let err = build_pairs(&part, &others, &cfg, 3).unwrap_err();
