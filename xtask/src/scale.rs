@@ -366,11 +366,7 @@ fn parse_usage(text: &str) -> Result<Usage> {
 fn measure(bin: &Path, dir: &Path, threads: usize, s: &Stage) -> Result<Usage> {
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs)?;
-    let slug: String = s
-        .name
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect();
+    let slug = slug(s.name);
     let usage_file = logs.join(format!("{slug}.time"));
     let log = logs.join(format!("{slug}.log"));
     let out = std::fs::File::create(&log)?;
@@ -459,37 +455,158 @@ fn utd_quality(path: &Path) -> Result<Value> {
 }
 
 /// A stage's own cap on what it holds, read from its outputs, when the stage has one that can
-/// bind: `partition train` holds the frames of at most `--max-pairs` fragment pairs (its
-/// `results.json`: `pairs.fragment_pairs` used of `pairs.fragment_pairs_offered`). `None` for
-/// other stages and for results written before the offered count was recorded.
+/// bind: `{"setting", "binds", "detail", "holds"}` (what the flag is, whether it bound, what was
+/// capped, what stops growing past it). `None` for stages without one and for outputs written
+/// before what they record was added.
+///
+/// - `partition train` holds the frames of at most `--max-pairs` fragment pairs (its
+///   `results.json`: `pairs.fragment_pairs` used of `pairs.fragment_pairs_offered`);
+/// - `utd` holds at most `--hit-buffer` frame pairs and merges the rest from sorted runs on disk
+///   (its log line "frame pairs spilled to sorted runs hits=… runs=…");
+/// - `supervector train` reads the rows from disk past `--row-memory-mb` (log line "supervector
+///   rows over the row memory setting") and samples its trials past `--max-target-trials` /
+///   `--max-nontarget-trials` (`sampled_from` in its `results.json` table);
+/// - `speaker train` spills its features past `--feature-memory-mb` (log line "features past the
+///   memory budget").
 fn stage_cap(stage: &str, dir: &Path) -> Result<Option<Value>> {
-    if !stage.starts_with("partition train") {
-        return Ok(None);
-    }
-    let path = dir.join("partition").join("results.json");
-    let r: Value = serde_json::from_str(
-        &std::fs::read_to_string(&path)
-            .with_context(|| format!("cannot read {}", path.display()))?,
-    )
-    .with_context(|| format!("{} is not JSON", path.display()))?;
-    let (Some(used), Some(offered), Some(cap)) = (
-        r["pairs"]["fragment_pairs"].as_u64(),
-        r["pairs"]["fragment_pairs_offered"].as_u64(),
-        r["config"]["pairs"]["max_fragment_pairs"].as_u64(),
-    ) else {
-        return Ok(None);
+    let read_json = |path: PathBuf| -> Result<Value> {
+        serde_json::from_str(
+            &std::fs::read_to_string(&path)
+                .with_context(|| format!("cannot read {}", path.display()))?,
+        )
+        .with_context(|| format!("{} is not JSON", path.display()))
     };
-    Ok(Some(json!({
-        "setting": format!("--max-pairs {cap}"),
-        "what": "fragment pairs",
-        "used": used,
-        "offered": offered,
-    })))
+    // The stage's own log (`measure` writes it); its lines are invar's, `key=value` fields.
+    let log = || std::fs::read_to_string(dir.join("logs").join(format!("{}.log", slug(stage))));
+    let field = |line: &str, key: &str| -> Option<u64> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+    };
+    if stage.starts_with("partition train") {
+        let r = read_json(dir.join("partition").join("results.json"))?;
+        let (Some(used), Some(offered), Some(cap)) = (
+            r["pairs"]["fragment_pairs"].as_u64(),
+            r["pairs"]["fragment_pairs_offered"].as_u64(),
+            r["config"]["pairs"]["max_fragment_pairs"].as_u64(),
+        ) else {
+            return Ok(None);
+        };
+        return Ok(Some(json!({
+            "setting": format!("--max-pairs {cap}"),
+            "binds": offered > used,
+            "detail": format!("{used} of {offered} fragment pairs offered"),
+            "holds": "neither the fragment pairs nor the frames they hold grow",
+        })));
+    }
+    if stage == "utd" {
+        let Ok(text) = log() else { return Ok(None) };
+        let cfg = read_json(dir.join("utd").join("config.json")).ok();
+        let buffer = cfg
+            .as_ref()
+            .and_then(|c| c["search"]["hit_buffer"].as_u64())
+            .map_or_else(
+                || "--hit-buffer".to_owned(),
+                |b| format!("--hit-buffer {b}"),
+            );
+        let spilled = text
+            .lines()
+            .find(|l| l.contains("frame pairs spilled to sorted runs"));
+        let detail = match spilled {
+            Some(l) => format!(
+                "{} frame pairs found, merged from {} sorted runs on disk",
+                field(l, "hits").map_or("?".to_owned(), |v| v.to_string()),
+                field(l, "runs").map_or("?".to_owned(), |v| v.to_string())
+            ),
+            None => "every frame pair found fitted in the buffer".to_owned(),
+        };
+        return Ok(Some(json!({
+            "setting": buffer,
+            "binds": spilled.is_some(),
+            "detail": detail,
+            "holds": "the frame pairs held do not grow (the runs on disk do, merged a bounded number at a time)",
+        })));
+    }
+    if stage.starts_with("supervector train") {
+        let Ok(text) = log() else { return Ok(None) };
+        let r = read_json(dir.join("ae").join("results.json"))?;
+        let streamed_line = text
+            .lines()
+            .find(|l| l.contains("supervector rows over the row memory setting"));
+        let streamed = streamed_line.is_some();
+        let protocol = &r["config"]["protocol"];
+        let setting = format!(
+            "--row-memory-mb {}, --max-target-trials {}, --max-nontarget-trials {}",
+            streamed_line
+                .and_then(|l| field(l, "memory_mb"))
+                .map_or("(default)".to_owned(), |v| v.to_string()),
+            protocol["max_target_trials"],
+            protocol["max_nontarget_trials"]
+        );
+        let sampled = r["table"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|row| !row["sampled_from"].is_null()));
+        let mut what = Vec::new();
+        if streamed {
+            what.push("rows read from disk");
+        }
+        if sampled {
+            what.push("trials sampled");
+        }
+        return Ok(Some(json!({
+            "setting": setting,
+            "binds": streamed && sampled,
+            "detail": if what.is_empty() { "rows held, every trial scored".to_owned() } else { what.join(", ") },
+            "holds": "neither the rows held nor the trials grow",
+        })));
+    }
+    if stage.starts_with("speaker train") {
+        let Ok(text) = log() else { return Ok(None) };
+        let spilled_line = text
+            .lines()
+            .find(|l| l.contains("features past the memory budget"));
+        let spilled = spilled_line.is_some();
+        // "… memory budget (128 MB): spilled to …"
+        let budget = spilled_line
+            .and_then(|l| l.split("budget (").nth(1)?.split(" MB)").next())
+            .unwrap_or("(default)");
+        return Ok(Some(json!({
+            "setting": format!("--feature-memory-mb {budget}"),
+            "binds": spilled,
+            "detail": if spilled { "features spilled to disk" } else { "features held" },
+            "holds": "the features held do not grow",
+        })));
+    }
+    Ok(None)
 }
 
-/// Whether a stage's recorded cap bound (it used fewer than it was offered).
+/// Whether a stage's recorded cap bound: its `binds`, or for results written before it (only
+/// `partition train`'s) whether it used fewer than it was offered.
 fn cap_binds(cap: &Value) -> bool {
+    if let Some(b) = cap["binds"].as_bool() {
+        return b;
+    }
     matches!((cap["used"].as_u64(), cap["offered"].as_u64()), (Some(u), Some(o)) if o > u)
+}
+
+/// What a cap note says was capped: its `detail`, or for results written before it, `used of
+/// offered what offered`.
+fn cap_detail(cap: &Value) -> String {
+    match cap["detail"].as_str() {
+        Some(d) => d.to_owned(),
+        None => format!(
+            "{} of {} {} offered",
+            cap["used"],
+            cap["offered"],
+            cap["what"].as_str().unwrap_or("items")
+        ),
+    }
+}
+
+/// A stage's name as a file name (its log and time files).
+fn slug(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect()
 }
 
 fn fmt_s(s: f64) -> String {
@@ -623,15 +740,21 @@ fn render(
                 .filter(|(_, cap)| cap_binds(cap))
                 .map(|(h, _)| *h)
                 .fold(f64::INFINITY, f64::min);
+            let holds = cap["holds"].as_str().map_or_else(
+                || {
+                    format!(
+                        "neither the {} nor the frames they hold grow",
+                        cap["what"].as_str().unwrap_or("items")
+                    )
+                },
+                str::to_owned,
+            );
             capped_notes.push(format!(
-                "{name}: its cap (`{}`) binds from {first:.2} h ({} of {} {} offered at {h:.2} h); \
-                 past it neither the {} nor the frames they hold grow, so its projected 100-hour \
-                 peak is the {h:.2} h peak (marked \"cap binds\"), not an extrapolation",
+                "{name}: its cap (`{}`) binds from {first:.2} h ({} at {h:.2} h); past it {holds}, \
+                 so its projected 100-hour peak is the {h:.2} h peak (marked \"cap binds\"), not \
+                 an extrapolation",
                 cap["setting"].as_str().unwrap_or("?"),
-                cap["used"],
-                cap["offered"],
-                cap["what"].as_str().unwrap_or("items"),
-                cap["what"].as_str().unwrap_or("items"),
+                cap_detail(cap),
             ));
         }
         if let (Some((h, u)), Some(e)) = (last, e_cpu) {
@@ -1049,6 +1172,72 @@ mod tests {
             "{md}"
         );
         assert!(utd_quality(&dir.join("missing.json")).is_err());
+    }
+
+    /// Issue #24: `utd`, `supervector train` and `speaker train` report whether their memory
+    /// setting bound, read from the lines invar logs (copied from the 15.68 h Scale run) and their
+    /// results; a run under the settings says so, and a stage without a cap has none.
+    #[test]
+    fn the_caps_of_utd_supervector_and_speaker_training_are_read_from_their_outputs() {
+        let dir = std::env::temp_dir().join(format!("xtask-scale-caps-{}", std::process::id()));
+        for d in ["logs", "utd", "ae"] {
+            std::fs::create_dir_all(dir.join(d)).unwrap();
+        }
+        let write = |name: &str, text: &str| std::fs::write(dir.join(name), text).unwrap();
+        let sv = "supervector train (5 epochs, ≤ 200 pairs a speaker)";
+        let sp = "speaker train (1 epoch)";
+        let log = |stage: &str| format!("logs/{}.log", slug(stage));
+        write("utd/config.json", r#"{"search": {"hit_buffer": 16777216}}"#);
+        write(&log("utd"), "2026-11-28T21:14:28.810592Z  INFO frame pairs spilled to sorted runs hits=1089910990 runs=77\n");
+        write(&log(sv), "2026-11-28T21:16:23.901684Z  INFO supervector rows over the row memory setting: read from sv/supervectors.npy on demand rows=26440 cols=832 megabytes=83.916015625 memory_mb=64\n");
+        write(
+            "ae/results.json",
+            r#"{"config": {"protocol": {"max_target_trials": 1000000, "max_nontarget_trials": 1000000}},
+                "table": [{"sampled_from": null}, {"sampled_from": {"target": 1745040, "nontarget": 12233788}}]}"#,
+        );
+        write(&log(sp), "2026-11-28T21:16:38.637910Z  INFO features past the memory budget (128 MB): spilled to speaker/.feature-spill held_mb=128\n");
+        let utd = stage_cap("utd", &dir).unwrap().unwrap();
+        assert!(cap_binds(&utd));
+        assert_eq!(utd["setting"], "--hit-buffer 16777216");
+        assert_eq!(
+            cap_detail(&utd),
+            "1089910990 frame pairs found, merged from 77 sorted runs on disk"
+        );
+        let svc = stage_cap(sv, &dir).unwrap().unwrap();
+        assert!(cap_binds(&svc), "{svc}");
+        assert_eq!(
+            svc["setting"],
+            "--row-memory-mb 64, --max-target-trials 1000000, --max-nontarget-trials 1000000"
+        );
+        assert_eq!(cap_detail(&svc), "rows read from disk, trials sampled");
+        let spc = stage_cap(sp, &dir).unwrap().unwrap();
+        assert!(cap_binds(&spc));
+        assert_eq!(spc["setting"], "--feature-memory-mb 128");
+        // Under the settings (the 0.99 h run): nothing spilled, streamed or sampled.
+        write(&log("utd"), "INFO LSH pass\n");
+        write(&log(sv), "INFO autoencoder widths\n");
+        write(&log(sp), "INFO training from epoch 1 to 1\n");
+        write(
+            "ae/results.json",
+            r#"{"config": {"protocol": {"max_target_trials": 1000000, "max_nontarget_trials": 1000000}},
+                "table": [{"sampled_from": null}]}"#,
+        );
+        for stage in ["utd", sv, sp] {
+            let cap = stage_cap(stage, &dir).unwrap().unwrap();
+            assert!(!cap_binds(&cap), "{stage}: {cap}");
+        }
+        // Only the trials sampled: the rows held still grow, so the cap does not bind yet.
+        write(&log(sv), "INFO autoencoder widths\n");
+        write(
+            "ae/results.json",
+            r#"{"config": {"protocol": {}}, "table": [{"sampled_from": {"target": 5}}]}"#,
+        );
+        assert!(!cap_binds(&stage_cap(sv, &dir).unwrap().unwrap()));
+        assert!(stage_cap("gmm posteriors", &dir).unwrap().is_none());
+        // A stage that did not run (no log) records no cap rather than failing the bench.
+        std::fs::remove_file(dir.join(log(sp))).unwrap();
+        assert!(stage_cap(sp, &dir).unwrap().is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A stage whose cap binds at the largest size is projected at that size's peak, not by its
