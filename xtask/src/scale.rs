@@ -24,7 +24,7 @@ const SPEAKERS: usize = 40;
 /// real hours.
 const SECONDS_PER_UTTERANCE: f64 = 2.18;
 
-const HELP: &str = "cargo xtask bench --scale [--hours 1,4,16] [--threads 2] [--bin PATH]
+const HELP: &str = "cargo xtask bench --scale [--hours 1,4,16] [--threads 2] [--repeat 1] [--bin PATH]
       [--work DIR (target/xtask-scale)] [--out FILE (BENCHMARKS.md)] [--keep] [--render-only] [--note TEXT]
 
 Generates one corpus per size (40 speakers, invar synth), runs every stage of the three pipelines
@@ -32,13 +32,17 @@ on it with the release binary (built here unless --bin is given), each under /us
 writes the Scale section of BENCHMARKS.md (wall, CPU and peak RSS per stage against hours, growth
 exponents, projections to 100 h and 1000 h) with a log-log figure of peak RSS and CPU time beside it
 (BENCHMARKS-scale.png and .svg, named after --out). --keep keeps each size's outputs (they are removed
-after measuring, as the larger ones take many GB). --render-only rewrites the section from
+after measuring, as the larger ones take many GB). --repeat N runs every stage N times (its output
+folder removed between runs) and reports the median of each measure: a single run's peak RSS moves by
+a few MB, utd's by tens, with the threads' timing. --render-only rewrites the section from
 WORK/results.json of an earlier run; --note adds a line on the run's conditions.";
 
 #[derive(Debug, PartialEq)]
 struct Options {
     hours: Vec<f64>,
     threads: usize,
+    /// Runs of every stage at every size; each measure is reported as its median.
+    repeat: usize,
     bin: Option<PathBuf>,
     work: Option<PathBuf>,
     out: Option<PathBuf>,
@@ -53,6 +57,7 @@ fn parse(args: &[String]) -> Result<Option<Options>> {
     let mut o = Options {
         hours: vec![1.0, 4.0, 16.0],
         threads: 2,
+        repeat: 1,
         bin: None,
         work: None,
         out: None,
@@ -82,6 +87,13 @@ fn parse(args: &[String]) -> Result<Option<Options>> {
                     .ok()
                     .filter(|n| *n > 0)
                     .context("--threads must be a positive whole number")?
+            }
+            "--repeat" => {
+                o.repeat = value("a number")?
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .context("--repeat must be a positive whole number")?
             }
             "--bin" => o.bin = Some(PathBuf::from(value("a path")?)),
             "--work" => o.work = Some(PathBuf::from(value("a folder")?)),
@@ -329,6 +341,33 @@ fn stages(utterances: usize) -> Vec<Stage> {
             ],
         ),
     ]
+}
+
+impl Stage {
+    /// The folder the stage writes (its `--out`), relative to the size's folder.
+    fn out(&self) -> Option<&Path> {
+        let at = self.args.iter().position(|a| a == "--out")?;
+        self.args.get(at + 1).map(Path::new)
+    }
+}
+
+/// Each measure's median over `runs` (the middle run's, or the mean of the two middle ones), taken
+/// measure by measure.
+fn median_usage(runs: &[Usage]) -> Usage {
+    let median = |f: fn(&Usage) -> f64| -> f64 {
+        let mut v: Vec<f64> = runs.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        match v.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => v[n / 2],
+            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        }
+    };
+    Usage {
+        wall_s: median(|u| u.wall_s),
+        cpu_s: median(|u| u.cpu_s),
+        peak_mb: median(|u| u.peak_mb),
+    }
 }
 
 /// What the kernel accounted for one finished stage.
@@ -643,6 +682,27 @@ fn render(
          projection scales the largest size's wall time (and peak RSS) by that exponent, except the \
          peak of a stage whose own cap binds at the largest size (listed under the table).\n\n"
     );
+    let repeats: Vec<usize> = results
+        .iter()
+        .flat_map(|r| r["stages"].as_array().into_iter().flatten())
+        .map(|s| s["runs"].as_array().map_or(1, Vec::len))
+        .collect();
+    let (most, fewest) = (
+        repeats.iter().copied().max().unwrap_or(1),
+        repeats.iter().copied().min().unwrap_or(1),
+    );
+    if most > 1 {
+        let runs = if most == fewest {
+            format!("{most}")
+        } else {
+            format!("{fewest} to {most}")
+        };
+        let _ = write!(
+            md,
+            "Each figure is the median of {runs} runs of the stage (its output folder removed \
+             between them); a single run's peak RSS moves by a few MB with the threads' timing.\n\n"
+        );
+    }
     let hours: Vec<f64> = results.iter().filter_map(|r| r["hours"].as_f64()).collect();
     let names: Vec<String> = results
         .first()
@@ -946,11 +1006,32 @@ pub fn run(args: &[String]) -> Result<()> {
         let mut utd = Value::Null;
         for s in stages(utterances.max(2)) {
             eprintln!("[{h} h] invar {}", s.args.join(" "));
-            let u = measure(&bin.canonicalize()?, &dir, opts.threads, &s)?;
-            eprintln!(
-                "[{h} h] {}: wall {:.2} s, CPU {:.2} s, peak {:.0} MB",
-                s.name, u.wall_s, u.cpu_s, u.peak_mb
-            );
+            let mut runs = Vec::with_capacity(opts.repeat);
+            for k in 0..opts.repeat {
+                if k > 0 {
+                    // The stage refuses a folder it already wrote: each run starts from none.
+                    if let Some(out) = s.out() {
+                        std::fs::remove_dir_all(dir.join(out)).with_context(|| {
+                            format!("cannot clear {} before rerunning", out.display())
+                        })?;
+                    }
+                }
+                let u = measure(&bin.canonicalize()?, &dir, opts.threads, &s)?;
+                eprintln!(
+                    "[{h} h] {}: wall {:.2} s, CPU {:.2} s, peak {:.0} MB{}",
+                    s.name,
+                    u.wall_s,
+                    u.cpu_s,
+                    u.peak_mb,
+                    if opts.repeat > 1 {
+                        format!(" (run {} of {})", k + 1, opts.repeat)
+                    } else {
+                        String::new()
+                    }
+                );
+                runs.push(u);
+            }
+            let u = median_usage(&runs);
             if s.name == "synth" {
                 real_hours = corpus_hours(&dir.join("corpus"))?;
             }
@@ -961,6 +1042,12 @@ pub fn run(args: &[String]) -> Result<()> {
                 "name": s.name, "pipeline": s.pipeline, "args": s.args,
                 "wall_s": u.wall_s, "cpu_s": u.cpu_s, "peak_mb": u.peak_mb,
             });
+            if runs.len() > 1 {
+                entry["runs"] = runs
+                    .iter()
+                    .map(|r| json!([r.wall_s, r.cpu_s, r.peak_mb]))
+                    .collect();
+            }
             if let Some(cap) = stage_cap(s.name, &dir)? {
                 entry["cap"] = cap;
             }
@@ -977,9 +1064,14 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let hours_arg: Vec<String> = opts.hours.iter().map(|h| h.to_string()).collect();
     let reproduce = format!(
-        "cargo xtask bench --scale --hours {} --threads {}",
+        "cargo xtask bench --scale --hours {} --threads {}{}",
         hours_arg.join(","),
-        opts.threads
+        opts.threads,
+        if opts.repeat > 1 {
+            format!(" --repeat {}", opts.repeat)
+        } else {
+            String::new()
+        }
     );
     let mut machine = crate::bench::machine(&root);
     machine.push((
@@ -1070,15 +1162,32 @@ mod tests {
 
     #[test]
     fn arguments_parse() {
-        let args: Vec<String> = ["--scale", "--hours", "4,1,1", "--threads", "1", "--keep"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let args: Vec<String> = [
+            "--scale",
+            "--hours",
+            "4,1,1",
+            "--threads",
+            "1",
+            "--keep",
+            "--repeat",
+            "3",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         let o = parse(&args).unwrap().unwrap();
         assert_eq!(o.hours, vec![1.0, 4.0]);
         assert_eq!(o.threads, 1);
+        assert_eq!(o.repeat, 3);
         assert!(o.keep);
-        for bad in [["--hours", "0"], ["--hours", "x"], ["--threads", "0"]] {
+        assert_eq!(parse(&[]).unwrap().unwrap().repeat, 1);
+        for bad in [
+            ["--hours", "0"],
+            ["--hours", "x"],
+            ["--threads", "0"],
+            ["--repeat", "0"],
+            ["--repeat", "two"],
+        ] {
             let args: Vec<String> = bad.iter().map(|s| s.to_string()).collect();
             assert!(parse(&args).is_err(), "{bad:?} accepted");
         }
@@ -1099,6 +1208,45 @@ mod tests {
             parse_usage("Command exited with non-zero status 1\n0.10 0.05 0.01 1024\n").unwrap();
         assert_eq!(u.peak_mb, 1.0);
         assert!(parse_usage("0.1 0.2\n").is_err());
+    }
+
+    /// The median is taken measure by measure (each from its own middle run), the mean of the two
+    /// middle values for an even count; the section says how many runs each figure is the median
+    /// of; every stage's `--out` folder is found (what a repeat removes).
+    #[test]
+    fn repeated_runs_are_reported_as_their_medians() {
+        let u = |w: f64, c: f64, p: f64| Usage {
+            wall_s: w,
+            cpu_s: c,
+            peak_mb: p,
+        };
+        let m = median_usage(&[u(3.0, 1.0, 90.0), u(1.0, 2.0, 80.0), u(2.0, 9.0, 70.0)]);
+        assert_eq!(m, u(2.0, 2.0, 80.0));
+        let m = median_usage(&[u(1.0, 1.0, 10.0), u(4.0, 3.0, 20.0)]);
+        assert_eq!(m, u(2.5, 2.0, 15.0));
+        assert_eq!(median_usage(&[u(5.0, 6.0, 7.0)]), u(5.0, 6.0, 7.0));
+        for s in stages(2) {
+            assert!(s.out().is_some(), "{}: no --out", s.name);
+        }
+        assert_eq!(stages(2)[0].out(), Some(Path::new("corpus")));
+        let stage = |runs: usize| {
+            json!([{ "name": "p", "pipeline": "000", "wall_s": 1.0, "cpu_s": 1.0, "peak_mb": 1.0,
+                     "runs": vec![json!([1.0, 1.0, 1.0]); runs] }])
+        };
+        let md = render(
+            &[json!({ "hours": 1.0, "stages": stage(3) })],
+            &[],
+            2,
+            "cmd",
+        );
+        assert!(md.contains("Each figure is the median of 3 runs"), "{md}");
+        let md = render(
+            &[json!({ "hours": 1.0, "stages": stage(1) })],
+            &[],
+            2,
+            "cmd",
+        );
+        assert!(!md.contains("median of"), "{md}");
     }
 
     /// The exponent of y = c·x^k is k (here 1, 2 and 0 on exact points), and one point gives none.
