@@ -202,10 +202,12 @@ impl SynthConfig {
                 self.speakers,
             ));
         }
-        if self.utterances == 0 || self.utterances > 1000 {
+        // A guard against a mistyped count (100 000 utterances are about 60 hours a speaker),
+        // not a limit of the plan: its pool grows so that no speaker repeats a sentence.
+        if self.utterances == 0 || self.utterances > 100_000 {
             return Err(Error::config(
                 "utterances",
-                "must be in 1..=1000",
+                "must be in 1..=100000",
                 self.utterances,
             ));
         }
@@ -373,6 +375,13 @@ mod tests {
                 ..
             })
         ));
+        // Utterances a speaker: a guard against a mistyped count, wide enough for the Scale
+        // bench's 64-hour corpus (2 643 a speaker at 40 speakers).
+        for (n, ok) in [(0, false), (2643, true), (100_000, true), (100_001, false)] {
+            let mut cfg = SynthConfig::quick();
+            cfg.utterances = n;
+            assert_eq!(cfg.validate().is_ok(), ok, "{n} utterances");
+        }
         let mut cfg = SynthConfig::quick();
         cfg.channel.snr_db = [f32::NAN, 10.0];
         assert!(matches!(
