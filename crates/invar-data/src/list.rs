@@ -4,7 +4,9 @@
 //! - `id path speaker [split]` lines: the id is the first column;
 //! - a CSV or TSV whose first line names the columns (SpeechBrain's `ID,duration,wav,spk_id`):
 //!   an id column (`id`), a path column (`wav`, `path`, `audio`, `file`), a speaker column
-//!   (`spk_id`, `speaker`, `spk`, `speaker_id`) and optionally `split`; other columns are ignored.
+//!   (`spk_id`, `speaker`, `spk`, `speaker_id`) and optionally `split`; other columns are ignored,
+//!   except those that cut a row to part of its file (`start`, `stop`, …: SpeechBrain's VoxCeleb
+//!   tables), which are refused: each row would otherwise be its whole file.
 //!
 //! Lines are tab-separated when they have tabs (so paths may hold spaces), otherwise
 //! whitespace-separated; `#` starts a comment line.
@@ -24,6 +26,20 @@ const AUDIO_EXTS: &[&str] = &[
 const ID_COLUMNS: &[&str] = &["id", "utt", "utt_id", "utterance", "utterance_id"];
 const PATH_COLUMNS: &[&str] = &["wav", "path", "audio", "file", "wav_path", "audio_path"];
 const SPEAKER_COLUMNS: &[&str] = &["spk_id", "speaker", "spk", "speaker_id"];
+/// Columns that cut a row to part of its file (SpeechBrain's VoxCeleb tables: `start`, `stop` in
+/// samples). invar reads a listed file whole, so a table with one is refused rather than read as
+/// whole files (every segment of a file would be the same audio).
+const SEGMENT_COLUMNS: &[&str] = &[
+    "start",
+    "stop",
+    "end",
+    "begin",
+    "offset",
+    "start_time",
+    "end_time",
+    "onset",
+    "offset_time",
+];
 
 fn looks_like_audio(field: &str) -> bool {
     let name = Path::new(field)
@@ -184,6 +200,19 @@ fn read_table(list: &Path, text: &str, delimiter: u8) -> Result<Vec<Row>> {
             excerpt(kept[0].1),
         ));
     };
+    if let Some(c) = names.iter().find(|n| SEGMENT_COLUMNS.contains(&n.as_str())) {
+        return Err(Error::malformed(
+            list,
+            kept[0].0,
+            format!(
+                "a header without a `{c}` column: a list names whole files, and reading each row \
+                 as its whole file would give every segment of a file the same audio; list the \
+                 corpus in its own layout (`--layout voxceleb` for VoxCeleb) or as a Kaldi data \
+                 directory whose `segments` file gives the times in seconds"
+            ),
+            excerpt(kept[0].1),
+        ));
+    }
     let split = col(&["split"]);
     let mut rows = Vec::new();
     for (i, record) in reader.records().enumerate() {

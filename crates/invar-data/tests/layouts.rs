@@ -183,6 +183,42 @@ fn list_forms_are_told_apart_or_refused() {
         ),
         named
     );
+    // SpeechBrain's VoxCeleb tables cut files into segments (`start`, `stop` in samples): read
+    // as whole files, every segment of a file would be the same audio, so the table is refused,
+    // naming the column and the header line (after a comment line).
+    for header in [
+        "ID,duration,wav,start,stop,spk_id",
+        "id\tpath\tspeaker\tSTART_TIME",
+    ] {
+        let sep = if header.contains('\t') { "\t" } else { "," };
+        let row = if sep == "," {
+            "k1,3.0,a/x.wav,0,48000,s1"
+        } else {
+            "k1\ta/x.wav\ts1\t0.0"
+        };
+        write(
+            &d.join("seg.csv"),
+            &format!("# made by a recipe\n{header}\n{row}\n"),
+        );
+        let err = read_corpus(Layout::List, d.join("seg.csv"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("seg.csv:2"), "{err}");
+        assert!(
+            err.contains("`start") && err.contains("whole file"),
+            "{err}"
+        );
+        // The streaming reader of `invar features` goes to the same reader and error.
+        let Err(err) = invar_data::CorpusStream::open(
+            Layout::List,
+            d.join("seg.csv"),
+            &invar_data::CorpusOptions::default(),
+        ) else {
+            panic!("a table with a `start` column opened for streaming");
+        };
+        let err = err.to_string();
+        assert!(err.contains("seg.csv:2") && err.contains("`start"), "{err}");
+    }
     // `k1 a/x.wav test` reads both ways (path k1, speaker a/x.wav, split test; or id k1, path
     // a/x.wav, speaker test): refused, saying how to fix it.
     write(&d.join("amb.txt"), "k1 a/x.wav test\n");
