@@ -338,11 +338,75 @@ fn read_lines(list: &Path, lines: &[(usize, &str)]) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// A header-less list whose lines are sorted by id, read line by line ([`crate::CorpusStream`]).
+/// A list whose lines are sorted by id, read line by line ([`crate::CorpusStream`]): header-less
+/// lines, or a CSV/TSV table without quotes.
 pub(crate) struct LineList {
     list: PathBuf,
-    /// Whether the first column is the id (else the id is the file stem).
+    /// Whether the first column is the id (else the id is the file stem); header-less lines.
     with_id: bool,
+    /// The columns of a table (its header is the first kept line); `None`: header-less lines.
+    table: Option<Table>,
+}
+
+/// A table's delimiter and the positions of the columns read.
+struct Table {
+    delimiter: char,
+    width: usize,
+    id: usize,
+    file: usize,
+    speaker: usize,
+    split: Option<usize>,
+}
+
+impl Table {
+    /// The table whose header is `line`, when it streams: a header naming id, path and speaker
+    /// columns and no segment column, without quotes. Anything else is left to [`read_table`].
+    fn of_header(line: &str) -> Option<Table> {
+        let delimiter = header(line)? as char;
+        if line.contains('"') {
+            return None;
+        }
+        let names: Vec<String> = table_fields(line, delimiter)
+            .map(str::to_ascii_lowercase)
+            .collect();
+        if names.iter().any(|n| SEGMENT_COLUMNS.contains(&n.as_str())) {
+            return None;
+        }
+        let col = |set: &[&str]| names.iter().position(|n| set.contains(&n.as_str()));
+        Some(Table {
+            delimiter,
+            width: names.len(),
+            id: col(ID_COLUMNS)?,
+            file: col(PATH_COLUMNS)?,
+            speaker: col(SPEAKER_COLUMNS)?,
+            split: col(&["split"]),
+        })
+    }
+
+    /// A row's id, path, speaker and split text, when it reads as [`read_table`] reads it: the
+    /// header's number of fields, no quotes.
+    fn row<'a>(&self, line: &'a str) -> Option<(&'a str, &'a str, &'a str, Option<&'a str>)> {
+        if line.contains('"') {
+            return None;
+        }
+        let f: Vec<&str> = table_fields(line, self.delimiter).collect();
+        if f.len() != self.width {
+            return None;
+        }
+        Some((
+            f[self.id],
+            f[self.file],
+            f[self.speaker],
+            self.split.map(|c| f[c]),
+        ))
+    }
+}
+
+/// The fields of a table line without quotes, as the `csv` reader of [`read_table`] splits them
+/// (at every delimiter, each trimmed of ASCII whitespace, as `csv::Trim::All` trims).
+fn table_fields(line: &str, delimiter: char) -> impl Iterator<Item = &str> {
+    line.split(delimiter)
+        .map(|f| f.trim_matches(|c: char| c.is_ascii_whitespace()))
 }
 
 /// Calls `f(line number, line)` for each line of `list` that is not blank or a comment, reading
@@ -383,11 +447,79 @@ fn for_each_kept_line(list: &Path, f: &mut dyn FnMut(usize, &str) -> Result<()>)
     }
 }
 
-/// A first pass over `list`: `Ok` if it streams (header-less, no fault the in-memory reader
-/// would report, ids strictly increasing); `Err(Some(line))` if it would read but its ids are out
-/// of order at `line`; `Err(None)` for anything else (a table with a header, a fault), left to the
-/// in-memory reader.
+/// A first pass over `list`: `Ok` if it streams (no fault the in-memory reader would report, ids
+/// strictly increasing); `Err(Some(line))` if it would read but its ids are out of order at
+/// `line`; `Err(None)` for anything else (a fault, a table with quotes), left to the in-memory
+/// reader.
 pub(crate) fn open_sorted(list: &Path) -> std::result::Result<LineList, Option<usize>> {
+    // A table: its header is the first kept line.
+    if let Some(line) = first_kept_line(list).filter(|l| header(l).is_some()) {
+        return open_sorted_table(list, Table::of_header(&line).ok_or(None)?);
+    }
+    open_sorted_lines(list)
+}
+
+/// The first line of `list` that is not blank or a comment, as [`for_each_kept_line`] gives it;
+/// `None` when there is none or it cannot be read (the in-memory reader then reports why).
+fn first_kept_line(list: &Path) -> Option<String> {
+    let mut first = None;
+    // The first line ends the pass: the `Err` is that stop, not a fault.
+    let _ = for_each_kept_line(list, &mut |_, line| {
+        first = Some(line.to_owned());
+        Err(Error::Config {
+            field: "list",
+            reason: "the first line is read".into(),
+        })
+    });
+    first
+}
+
+/// [`open_sorted`] for a table: every row as [`read_table`] reads it, its id valid and after the
+/// one before it.
+fn open_sorted_table(list: &Path, table: Table) -> std::result::Result<LineList, Option<usize>> {
+    let mut header = true;
+    let mut last: Option<String> = None;
+    let mut unsorted: Option<usize> = None;
+    let mut rows = 0usize;
+    let pass = for_each_kept_line(list, &mut |no, line| {
+        if std::mem::replace(&mut header, false) {
+            return Ok(());
+        }
+        let fault = || Error::Config {
+            field: "list",
+            reason: "a row the in-memory reader reports".into(),
+        };
+        let (id, _, _, split) = table.row(line).ok_or_else(fault)?;
+        if check_id(id).is_err() || split.is_some_and(|s| s.parse::<Split>().is_err()) {
+            return Err(fault());
+        }
+        match last.as_deref() {
+            // One id twice: the in-memory reader's error.
+            Some(l) if id == l => return Err(fault()),
+            Some(l) if id < l => {
+                unsorted.get_or_insert(no);
+            }
+            _ => {}
+        }
+        last = Some(id.to_owned());
+        rows += 1;
+        Ok(())
+    });
+    if pass.is_err() || rows == 0 {
+        return Err(None);
+    }
+    if let Some(line) = unsorted {
+        return Err(Some(line));
+    }
+    Ok(LineList {
+        list: list.to_path_buf(),
+        with_id: true,
+        table: Some(table),
+    })
+}
+
+/// [`open_sorted`] for header-less lines.
+fn open_sorted_lines(list: &Path) -> std::result::Result<LineList, Option<usize>> {
     #[derive(Default)]
     struct Form {
         valid: bool,
@@ -490,6 +622,7 @@ pub(crate) fn open_sorted(list: &Path) -> std::result::Result<LineList, Option<u
     Ok(LineList {
         list: list.to_path_buf(),
         with_id: use_id,
+        table: None,
     })
 }
 
@@ -498,6 +631,35 @@ impl LineList {
     pub(crate) fn for_each(&self, emit: &mut dyn FnMut(Utterance) -> Result<()>) -> Result<()> {
         let list = &self.list;
         let base = list.parent().map(Path::to_path_buf).unwrap_or_default();
+        let join = |file: &str| -> PathBuf {
+            let rel = Path::new(file);
+            if rel.is_absolute() {
+                rel.to_path_buf()
+            } else {
+                base.join(rel)
+            }
+        };
+        if let Some(table) = &self.table {
+            let mut header = true;
+            return for_each_kept_line(list, &mut |no, line| {
+                if std::mem::replace(&mut header, false) {
+                    return Ok(());
+                }
+                let Some((id, file, speaker, split)) = table.row(line) else {
+                    return Err(Error::malformed(
+                        list,
+                        no,
+                        format!("{} fields as the header has", table.width),
+                        excerpt(line),
+                    ));
+                };
+                let split = match split {
+                    Some(s) => parse_split(list, no, s)?,
+                    None => Split::Unassigned,
+                };
+                emit(Utterance::new(id, speaker, join(file), split))
+            });
+        }
         for_each_kept_line(list, &mut |no, line| {
             let f = fields(line);
             let (id, rest) = if self.with_id {
@@ -517,14 +679,8 @@ impl LineList {
                 Some(s) => parse_split(list, no, s)?,
                 None => Split::Unassigned,
             };
-            let rel = Path::new(file);
-            let path: PathBuf = if rel.is_absolute() {
-                rel.to_path_buf()
-            } else {
-                base.join(rel)
-            };
-            let id = id.unwrap_or_else(|| stem_id(rel));
-            emit(Utterance::new(id, *speaker, path, split))
+            let id = id.unwrap_or_else(|| stem_id(Path::new(file)));
+            emit(Utterance::new(id, *speaker, join(file), split))
         })
     }
 }

@@ -5,11 +5,11 @@
 //! How each layout streams:
 //! - TIMIT: one speaker at a time (its folders under TRAIN and TEST read together, one speaker
 //!   per thread in parallel); only the list of speaker folders is held.
-//! - List (`[id] path speaker [split]` lines): line by line, when the lines are sorted by id
-//!   (checked by a first pass over the file). An unsorted list, a CSV/TSV table with a header,
-//!   and any list the first pass finds a fault in are read by the in-memory reader instead (an
-//!   unsorted list with a warning saying to sort it), so results and errors are the in-memory
-//!   reader's.
+//! - List (`[id] path speaker [split]` lines, or a CSV/TSV table with a header): line by line,
+//!   when the lines are sorted by id (checked by a first pass over the file). An unsorted list, a
+//!   table with a quoted field, and any list the first pass finds a fault in are read by the
+//!   in-memory reader instead (an unsorted list with a warning saying to sort it), so results and
+//!   errors are the in-memory reader's.
 //! - Kaldi: `utt2spk` merged with `segments` (the recordings of `wav.scp` held by id: there are
 //!   fewer of them than segments) or with `wav.scp`, line by line. Kaldi requires these files
 //!   sorted by key (`LC_ALL=C sort`); one that is not (or any fault a first pass finds) sends the

@@ -206,9 +206,72 @@ fn lists_stream_at_chunk_boundaries_and_fall_back_when_unsorted() {
     std::fs::copy(list(d, 5, None, |i| (i * 3) % 5), &unsorted).unwrap();
     let read = assert_streams_as_read(Layout::List, &unsorted, false);
     assert_eq!(read[0].id, "u000");
-    // A CSV with a header: held in memory, same utterances.
+    // A CSV with a header, sorted: streamed (issue #24), same utterances.
     let csv = list(d, 4, Some("ID,wav,spk_id,split"), |i| i);
+    assert_streams_as_read(Layout::List, &csv, true);
+    // Unsorted: held in memory, same utterances.
+    let csv = list(d, 5, Some("ID,wav,spk_id,split"), |i| (i * 3) % 5);
     assert_streams_as_read(Layout::List, &csv, false);
+    let w = d.join("wavs/s0/u000.wav");
+    let w = w.display();
+    // SpeechBrain's columns in their order, extra ones ignored; a TSV whose paths and speakers
+    // hold spaces, its columns in another order; a space-separated header; padded fields.
+    for (name, text) in [
+        (
+            "sb.csv",
+            format!("ID,duration,wav,spk_id\na1,1.0,{w},s1\nb2,1.0,{w},s2\n"),
+        ),
+        (
+            "t.tsv",
+            format!("speaker\tPATH\tid\nspk 1\t{w}\ta1\nspk 2\t{w}\tb2\n"),
+        ),
+        (
+            "sp.txt",
+            format!("id path speaker split\na1 {w} s1 train\nb2 {w} s2 test\n"),
+        ),
+        (
+            "pad.csv",
+            format!("\u{feff}id , wav , spk\r\n# c\n a1 , {w} ,s1\r\n\nb2,{w} , s2 \n"),
+        ),
+    ] {
+        let path = d.join(name);
+        write(&path, &text);
+        let read = assert_streams_as_read(Layout::List, &path, true);
+        assert_eq!(read.len(), 2, "{name}");
+    }
+    // Quotes (a field may hold the delimiter) and rows the reader refuses (a field short, a bad
+    // id, a bad split, one id twice): the in-memory reader, its utterances or its error.
+    let cases = [
+        (
+            "q.csv",
+            format!("id,wav,spk\na1,{w},\"s, 1\"\nb2,{w},s2\n"),
+            true,
+        ),
+        ("short.csv", format!("id,wav,spk\na1,{w}\n"), false),
+        ("badid.csv", format!("id,wav,spk\na/1,{w},s1\n"), false),
+        (
+            "badsplit.csv",
+            format!("id,wav,spk,split\na1,{w},s1,later\n"),
+            false,
+        ),
+        (
+            "twice.csv",
+            format!("id,wav,spk\na1,{w},s1\na1,{w},s2\n"),
+            false,
+        ),
+    ];
+    for (name, text, reads) in cases {
+        let path = d.join(name);
+        write(&path, &text);
+        if reads {
+            let read = assert_streams_as_read(Layout::List, &path, false);
+            assert_eq!(read[0].speaker, "s, 1");
+        } else {
+            let read = read_corpus_with(Layout::List, &path, &BOTH[1]).unwrap_err();
+            let stream = CorpusStream::open(Layout::List, &path, &BOTH[1]).map(|_| ());
+            assert_eq!(stream.unwrap_err().to_string(), read.to_string(), "{name}");
+        }
+    }
     // An id column, sorted: streamed.
     let with_id = d.join("ids.txt");
     let wavs = d.join("wavs/s0/u000.wav");
