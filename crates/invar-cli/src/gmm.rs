@@ -7,9 +7,7 @@ use anyhow::{bail, Context};
 
 use crate::out_dir::{opt, paths};
 use clap::{Args, Subcommand};
-use invar_data::{
-    FeatureFormat, FeatureSet, FeatureStream, MapSummary, Shard, Split, SupervectorSet,
-};
+use invar_data::{FeatureFormat, FeatureStream, MapSummary, Shard, Split, SupervectorSet};
 use invar_gmm::{DiagGmm, EmConfig, FrameSource, GmmMeta, InitMethod, MapConfig};
 use invar_io::Matrix;
 use invar_train::ItemProgress;
@@ -222,15 +220,15 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         cfg.seed = v;
     }
     cfg.validate()?;
-    let set = FeatureSet::open(&args.features)?;
-    let source = set.frames_of(args.split)?;
+    // One pass over the manifest: the utterances' files and lengths are held, not its entries.
+    let source = FeatureStream::open(&args.features)?.frames_of(args.split)?;
     let frames = source.total_frames();
     tracing::info!(
         "UBM: {} components on {} utterances, {} frames × {} dims",
         cfg.components,
         source.len(),
         frames,
-        set.dims()?
+        source.dims()
     );
     let _out = crate::out_dir::claim(
         &args.out,
@@ -305,9 +303,8 @@ fn accumulate(args: AccumulateArgs) -> anyhow::Result<()> {
     // that the shards repeat the single-process E-step exactly.
     let ubm = DiagGmm::load_exact(&args.ubm)
         .with_context(|| format!("cannot load the UBM {}", args.ubm.display()))?;
-    let set = FeatureSet::open(&args.features)?;
     let shard = Shard::parse_or_all(args.shard.as_deref())?;
-    let source = set.frames_of(args.split)?;
+    let source = FeatureStream::open(&args.features)?.frames_of(args.split)?;
     let job = serde_json::json!({
         "stage": "gmm accumulate",
         "ubm": args.ubm,
@@ -644,6 +641,7 @@ fn supervectors(args: SupervectorsArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use invar_data::FeatureSet;
 
     /// A feature set of `speakers × 4` utterances (120 frames × 4 dims): phone-like clusters
     /// shifted per speaker, from a fixed linear congruential generator.

@@ -205,8 +205,8 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     }
     let ubm = load_ubm(&args.ubm)?;
     cfg.validate(ubm.components() * ubm.dims())?;
-    let set = FeatureSet::open(&args.features)?;
-    let source = set.frames_of(args.split)?;
+    // One pass over the manifest: the utterances' files and lengths are held, not its entries.
+    let source = invar_data::FeatureStream::open(&args.features)?.frames_of(args.split)?;
     let _out = crate::out_dir::claim(
         &args.out,
         "ivector train",
@@ -351,9 +351,8 @@ fn load_models(
 
 fn accumulate(args: AccumulateArgs) -> anyhow::Result<()> {
     let (ubm, model) = load_models(&args.ubm, &args.extractor)?;
-    let set = FeatureSet::open(&args.features)?;
     let shard = invar_data::Shard::parse_or_all(args.shard.as_deref())?;
-    let source = set.frames_of(args.split)?;
+    let source = invar_data::FeatureStream::open(&args.features)?.frames_of(args.split)?;
     let job = serde_json::json!({
         "stage": "ivector accumulate",
         "ubm": args.ubm,

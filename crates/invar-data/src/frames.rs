@@ -3,84 +3,189 @@
 //! statistics stream a set larger than memory.
 
 use std::borrow::Cow;
+use std::path::{Path, PathBuf};
 
 use invar_io::{FrameSource, Matrix, SourceError};
 
-use crate::{Error, FeatureEntry, FeatureSet, Result, Shard, Split};
+use crate::{Error, FeatureEntry, FeatureSet, FeatureStream, Result, Shard, Split, MANIFEST};
 
-/// Some utterances of a [`FeatureSet`], in manifest order, each loaded (and its shape checked
-/// against the manifest) only when asked for. Made by [`FeatureSet::frames_of`].
+/// Some utterances of a feature set, in manifest order, each loaded (and its shape checked
+/// against the manifest) only when asked for. Made by [`FeatureSet::frames_of`] or, without
+/// holding the set's entries, [`FeatureStream::frames_of`].
+///
+/// Per utterance it holds its file's path (relative to the set's folder, all in one string) and
+/// its frame count, about 30 bytes, not a manifest entry (issue #24: `gmm train`, `ivector train`
+/// and their shards hold this for the whole set; the set's entries were ≈ 0.3 KB an utterance).
 #[derive(Debug, Clone)]
-pub struct SetFrames<'a> {
-    set: &'a FeatureSet,
-    entries: Vec<&'a FeatureEntry>,
+pub struct SetFrames {
+    dir: PathBuf,
+    /// Every utterance's path, one after the other; utterance `i`'s is `paths[ends[i - 1]..ends[i]]`.
+    paths: String,
+    ends: Vec<usize>,
+    frames: Vec<usize>,
+    dims: usize,
+}
+
+/// [`SetFrames`] being built, entry by entry in manifest order.
+struct Builder {
+    frames: SetFrames,
+    /// The first entry, for an error naming it when a later one has other dims.
+    first: Option<String>,
+    split: Option<Split>,
+}
+
+impl Builder {
+    fn new(dir: &Path, split: Option<Split>, capacity: usize) -> Self {
+        Builder {
+            frames: SetFrames {
+                dir: dir.to_path_buf(),
+                paths: String::new(),
+                ends: Vec::with_capacity(capacity),
+                frames: Vec::with_capacity(capacity),
+                dims: 0,
+            },
+            first: None,
+            split,
+        }
+    }
+
+    /// Takes `e` if it is of the split; every utterance must have the first one's dimension.
+    fn push(&mut self, e: &FeatureEntry) -> Result<()> {
+        if self.split.is_some_and(|s| e.split != s) {
+            return Ok(());
+        }
+        let f = &mut self.frames;
+        match &self.first {
+            None => {
+                self.first = Some(e.id.clone());
+                f.dims = e.dims;
+            }
+            Some(first) if e.dims != f.dims => {
+                return Err(Error::Mismatch {
+                    path: f.dir.join(MANIFEST),
+                    what: "feature dimensions",
+                    expected: format!("{} (as {first})", f.dims),
+                    found: format!("{} for {}", e.dims, e.id),
+                })
+            }
+            Some(_) => {}
+        }
+        f.paths.push_str(&e.path.to_string_lossy());
+        f.ends.push(f.paths.len());
+        f.frames.push(e.frames);
+        Ok(())
+    }
+
+    /// The utterances taken; an error naming the set's folder when there are none, since
+    /// nothing can be trained on them.
+    fn finish(self) -> Result<SetFrames> {
+        let mut f = self.frames;
+        if f.ends.is_empty() {
+            return Err(Error::NoUtterances {
+                path: f.dir,
+                split: self.split,
+            });
+        }
+        f.paths.shrink_to_fit();
+        Ok(f)
+    }
 }
 
 impl FeatureSet {
     /// The utterances of `split` (every utterance for `None`) as a streamed frame source; an
-    /// error naming the set's folder when there are none, since nothing can be trained on them.
-    pub fn frames_of(&self, split: Option<Split>) -> Result<SetFrames<'_>> {
-        let entries: Vec<&FeatureEntry> = self
-            .entries()
-            .iter()
-            .filter(|e| split.is_none_or(|s| e.split == s))
-            .collect();
-        if entries.is_empty() {
-            return Err(Error::NoUtterances {
-                path: self.dir().to_path_buf(),
-                split,
-            });
+    /// error naming the set's folder when there are none, since nothing can be trained on them,
+    /// and one naming the first utterance whose dimension differs from the first one's.
+    pub fn frames_of(&self, split: Option<Split>) -> Result<SetFrames> {
+        let mut b = Builder::new(self.dir(), split, 0);
+        for e in self.entries() {
+            b.push(e)?;
         }
-        Ok(SetFrames { set: self, entries })
+        b.finish()
     }
 }
 
-impl<'a> SetFrames<'a> {
+impl FeatureStream {
+    /// [`FeatureSet::frames_of`] from one pass over the manifest: the set's entries are never
+    /// all held (the seal is checked at the pass's end, as every pass checks it).
+    pub fn frames_of(&self, split: Option<Split>) -> Result<SetFrames> {
+        let mut b = Builder::new(
+            self.dir(),
+            split,
+            if split.is_none() { self.len() } else { 0 },
+        );
+        self.for_each_chunk(1024, &mut |_, chunk| {
+            chunk.iter().try_for_each(|e| b.push(e))
+        })?;
+        b.finish()
+    }
+}
+
+impl SetFrames {
     /// Keeps only the utterances of `shard` (round robin over the current order, as
     /// [`Shard::contains`] counts); a shard may be left with none.
-    pub fn in_shard(self, shard: Shard) -> SetFrames<'a> {
-        let entries = self
-            .entries
-            .into_iter()
-            .enumerate()
-            .filter(|(i, _)| shard.contains(*i))
-            .map(|(_, e)| e)
-            .collect();
-        SetFrames {
-            set: self.set,
-            entries,
+    pub fn in_shard(self, shard: Shard) -> SetFrames {
+        let mut out = SetFrames {
+            dir: self.dir.clone(),
+            paths: String::new(),
+            ends: Vec::new(),
+            frames: Vec::new(),
+            dims: self.dims,
+        };
+        for i in (0..self.len()).filter(|&i| shard.contains(i)) {
+            out.paths.push_str(self.path(i));
+            out.ends.push(out.paths.len());
+            out.frames.push(self.frames[i]);
         }
+        out
     }
 
-    /// The set the utterances come from.
-    pub fn set(&self) -> &'a FeatureSet {
-        self.set
+    /// The folder of the set the utterances come from.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
-    /// The utterances' manifest entries, in order.
-    pub fn entries(&self) -> &[&'a FeatureEntry] {
-        &self.entries
+    /// Utterance `i`'s file, relative to [`SetFrames::dir`] (`<id>.npy`, or `feats.ark:OFFSET`).
+    pub fn path(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.paths[start..self.ends[i]]
+    }
+
+    /// The feature dimension of every utterance.
+    pub fn dims(&self) -> usize {
+        self.dims
     }
 
     /// Frames over all the utterances, from the manifest (nothing is loaded).
     pub fn total_frames(&self) -> usize {
-        self.entries.iter().map(|e| e.frames).sum()
+        self.frames.iter().sum()
     }
 
     /// Loads utterance `index` (`0..len()`), its shape checked against the manifest.
     pub fn load(&self, index: usize) -> Result<Matrix> {
-        let entry = self.entries.get(index).ok_or(Error::OutOfRange {
-            what: "utterance",
-            index,
-            len: self.entries.len(),
-        })?;
-        self.set.load(entry)
+        let Some(&frames) = self.frames.get(index) else {
+            return Err(Error::OutOfRange {
+                what: "utterance",
+                index,
+                len: self.frames.len(),
+            });
+        };
+        let rel = Path::new(self.path(index));
+        let m = crate::backend::load_matrix(&self.dir, rel)?;
+        if m.shape() != (frames, self.dims) {
+            return Err(Error::Mismatch {
+                path: self.dir.join(rel),
+                what: "matrix shape",
+                expected: format!("{}×{} (from {MANIFEST})", frames, self.dims),
+                found: format!("{}×{}", m.rows, m.cols),
+            });
+        }
+        Ok(m)
     }
 }
 
-impl FrameSource for SetFrames<'_> {
+impl FrameSource for SetFrames {
     fn len(&self) -> usize {
-        self.entries.len()
+        self.frames.len()
     }
     fn frames(&self, index: usize) -> std::result::Result<Cow<'_, Matrix>, SourceError> {
         Ok(Cow::Owned(self.load(index)?))
@@ -118,8 +223,11 @@ mod tests {
         FeatureSet::open(dir).unwrap()
     }
 
-    fn ids<'a>(frames: &'a SetFrames<'_>) -> Vec<&'a str> {
-        frames.entries().iter().map(|e| e.id.as_str()).collect()
+    /// The utterances' ids, from their file names (`<id>.npy`).
+    fn ids(frames: &SetFrames) -> Vec<&str> {
+        (0..frames.len())
+            .map(|i| frames.path(i).trim_end_matches(".npy"))
+            .collect()
     }
 
     #[test]
@@ -163,6 +271,48 @@ mod tests {
             err.contains("u3.npy") && err.contains("matrix shape"),
             "{err}"
         );
+    }
+
+    /// Issue #24: from a streamed manifest the same utterances, paths, frame counts and matrices
+    /// as from the opened set, for every split, without holding the entries.
+    #[test]
+    fn a_stream_gives_the_sets_frames() {
+        let dir = tempfile::tempdir().unwrap();
+        let set = six(dir.path());
+        let stream = FeatureStream::open(dir.path()).unwrap();
+        for split in [
+            None,
+            Some(Split::Train),
+            Some(Split::Test),
+            Some(Split::Validation),
+        ] {
+            let (a, b) = (
+                set.frames_of(split).unwrap(),
+                stream.frames_of(split).unwrap(),
+            );
+            assert_eq!(ids(&a), ids(&b), "{split:?}");
+            assert_eq!(
+                (a.len(), a.total_frames(), a.dims()),
+                (b.len(), b.total_frames(), 3)
+            );
+            for i in 0..a.len() {
+                assert_eq!(a.load(i).unwrap(), b.load(i).unwrap());
+            }
+        }
+        let err = stream.frames_of(Some(Split::Unassigned)).unwrap_err();
+        assert!(matches!(err, Error::NoUtterances { .. }), "{err}");
+    }
+
+    /// A set of `.npy` files without a manifest may mix dimensions: refused when its frames are
+    /// taken, naming the first utterance and the one that differs.
+    #[test]
+    fn mixed_dimensions_are_refused_naming_both_utterances() {
+        let dir = tempfile::tempdir().unwrap();
+        invar_io::write_npy(dir.path().join("a.npy"), &mat(2, 3, 0.0)).unwrap();
+        invar_io::write_npy(dir.path().join("b.npy"), &mat(2, 4, 0.0)).unwrap();
+        let set = FeatureSet::open(dir.path()).unwrap();
+        let err = set.frames_of(None).unwrap_err().to_string();
+        assert!(err.contains("3 (as a)") && err.contains("4 for b"), "{err}");
     }
 
     #[test]
