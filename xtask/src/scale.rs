@@ -550,11 +550,16 @@ fn stage_cap(stage: &str, dir: &Path) -> Result<Option<Value>> {
         let spilled = text
             .lines()
             .find(|l| l.contains("frame pairs spilled to sorted runs"));
+        // A spilled frame pair is 12 bytes on disk (two u32 frames and an f32 similarity).
         let detail = match spilled {
             Some(l) => format!(
-                "{} frame pairs found, merged from {} sorted runs on disk",
+                "{} frame pairs found, merged from {} sorted runs on disk ({})",
                 field(l, "hits").map_or("?".to_owned(), |v| v.to_string()),
-                field(l, "runs").map_or("?".to_owned(), |v| v.to_string())
+                field(l, "runs").map_or("?".to_owned(), |v| v.to_string()),
+                field(l, "hits").map_or("?".to_owned(), |v| format!(
+                    "{:.1} GB of temporary files",
+                    v as f64 * 12.0 / 1e9
+                ))
             ),
             None => "every frame pair found fitted in the buffer".to_owned(),
         };
@@ -1349,7 +1354,8 @@ mod tests {
         assert_eq!(utd["setting"], "--hit-buffer 16777216");
         assert_eq!(
             cap_detail(&utd),
-            "1089910990 frame pairs found, merged from 77 sorted runs on disk"
+            "1089910990 frame pairs found, merged from 77 sorted runs on disk (13.1 GB of \
+             temporary files)"
         );
         let svc = stage_cap(sv, &dir).unwrap().unwrap();
         assert!(cap_binds(&svc), "{svc}");
