@@ -51,6 +51,16 @@ pub fn read(layout: Layout, path: &Path, allow_pipes: bool) -> anyhow::Result<Co
     Ok(read_corpus_with(layout, path, &options)?)
 }
 
+/// Opens a corpus for passes over its utterances (a [`CorpusStream`], a chunk at a time), with
+/// [`read`]'s options (alignments and transcripts kept).
+pub fn open(layout: Layout, path: &Path, allow_pipes: bool) -> anyhow::Result<CorpusStream> {
+    let options = CorpusOptions {
+        allow_pipes,
+        skip_alignments: false,
+    };
+    Ok(CorpusStream::open(layout, path, &options)?)
+}
+
 /// Opens a corpus for passes over its utterances' audio (a [`CorpusStream`], a chunk at a time),
 /// with [`read_audio_only`]'s options.
 pub fn open_audio_only(

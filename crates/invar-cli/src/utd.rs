@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use anyhow::Context;
 use clap::Args;
-use invar_data::{FeatureSet, Layout};
+use invar_data::{FeatureStream, Layout, UtteranceChunks};
 use invar_utd::{Cmvn, UtdConfig};
 
 use crate::out_dir::opt;
@@ -132,12 +132,13 @@ pub struct UtdArgs {
 }
 
 pub fn run(args: UtdArgs) -> anyhow::Result<()> {
-    let set = FeatureSet::open(&args.features)
+    // Opened for passes: its entries are never all held (issue #24).
+    let set = FeatureStream::open(&args.features)
         .with_context(|| format!("opening feature set {}", args.features.display()))?;
     let mut cfg: UtdConfig =
         crate::config_file::read_or(args.config.as_deref(), UtdConfig::default)?;
     // The frames' timing is the set's; a config file may not contradict it.
-    if let Some(t) = set.timing() {
+    if let Some(t) = set.meta().and_then(|m| m.timing) {
         let given = match &args.config {
             Some(path) => crate::config_file::read::<serde_json::Value>(path)?
                 .get("timing")
@@ -188,7 +189,7 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
         Some("none") => cfg.silence.energy_dim = None,
         Some("auto") | None => {
             if !in_config("energy_dim")? {
-                cfg.silence.energy_dim = invar_utd::energy_dim_of(&set);
+                cfg.silence.energy_dim = invar_utd::energy_dim_of(set.dir());
             }
         }
         Some(v) => {
@@ -253,14 +254,21 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
     cfg.validate()?;
     let gold = match &args.gold_corpus {
         Some(dir) => {
-            let corpus = crate::corpus::read(args.layout, dir, args.allow_pipes)?;
-            Some(invar_utd::gold_words(&corpus.utterances, args.sample_rate))
+            // A chunk of utterances at a time: only each utterance's words are kept, not the
+            // corpus with its phone alignments (≈ 2 KB an utterance on TIMIT; issue #24).
+            let stream = crate::corpus::open(args.layout, dir, args.allow_pipes)?;
+            let mut words = std::collections::HashMap::new();
+            stream.for_each_chunk(1024, &mut |_, chunk| {
+                words.extend(invar_utd::gold_words(chunk, args.sample_rate));
+                Ok(())
+            })?;
+            Some(words)
         }
         None => None,
     };
 
     tracing::info!(
-        utterances = set.entries().len(),
+        utterances = set.len(),
         "loading {}",
         args.features.display()
     );
@@ -280,7 +288,7 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
     let bar: OnceLock<ItemProgress> = OnceLock::new();
     // The features are read utterance by utterance into the run (a corpus of more than one pool
     // goes to the frame store), never held whole; `utts` keeps ids, speakers and lengths.
-    let (discovery, utts) = invar_utd::discover_featureset(&set, &cfg, &|stage, _done, total| {
+    let (discovery, utts) = invar_utd::discover_stream(&set, &cfg, &|stage, _done, total| {
         if stage == "lines" {
             bar.get_or_init(|| ItemProgress::new(total as u64, "utd: lines, by first utterance"))
                 .inc();

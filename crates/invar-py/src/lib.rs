@@ -545,7 +545,7 @@ fn utd_utterances(features: &Bound<'_, PyAny>) -> PyResult<UtdInput> {
         })?;
         let set = FeatureSet::open(&dir).py()?;
         let timing = set.timing();
-        let energy = invar_utd::energy_dim_of(&set);
+        let energy = invar_utd::energy_dim_of(set.dir());
         Ok((invar_utd::load_featureset(&set).py()?, timing, energy))
     }
 }

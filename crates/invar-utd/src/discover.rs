@@ -132,10 +132,39 @@ pub fn discover_featureset(
     progress: Progress<'_>,
 ) -> Result<(Discovery, Vec<UtteranceFeatures>)> {
     cfg.validate()?;
-    let entries = set.entries();
-    let dims = entries.first().map_or(0, |e| e.dims);
-    let mut utterances = Vec::with_capacity(entries.len());
-    for e in entries {
+    let mut listed = Listed::default();
+    for e in set.entries() {
+        listed.push(e)?;
+    }
+    discover_listed(listed, set.frames_of(None), cfg, progress)
+}
+
+/// [`discover_featureset`] over a set opened for passes: its manifest is read twice (the
+/// utterances' ids and speakers, their files and lengths) and its entries are never all held;
+/// the same discovery.
+pub fn discover_stream(
+    set: &invar_data::FeatureStream,
+    cfg: &UtdConfig,
+    progress: Progress<'_>,
+) -> Result<(Discovery, Vec<UtteranceFeatures>)> {
+    cfg.validate()?;
+    let mut listed = Listed::default();
+    set.for_each_chunk(1024, &mut |_, chunk| {
+        chunk.iter().try_for_each(|e| listed.push(e))
+    })?;
+    discover_listed(listed, set.frames_of(None), cfg, progress)
+}
+
+/// The utterances of a set as term discovery lists them, with the dimension they share.
+#[derive(Default)]
+struct Listed {
+    utterances: Vec<UtteranceFeatures>,
+    dims: Option<usize>,
+}
+
+impl Listed {
+    fn push(&mut self, e: &invar_data::FeatureEntry) -> Result<()> {
+        let dims = *self.dims.get_or_insert(e.dims);
         if e.dims != dims {
             return Err(Error::Dims {
                 utterance: e.id.clone(),
@@ -143,7 +172,7 @@ pub fn discover_featureset(
                 found: e.dims,
             });
         }
-        utterances.push(UtteranceFeatures {
+        self.utterances.push(UtteranceFeatures {
             id: e.id.clone(),
             speaker: Some(e.speaker.clone()).filter(|s| !s.is_empty()),
             frames: invar_io::Matrix {
@@ -152,17 +181,47 @@ pub fn discover_featureset(
                 data: Vec::new(),
             },
         });
+        Ok(())
     }
+}
+
+/// The run of [`discover_featureset`] once the utterances are listed; `frames` loads them (an
+/// empty set has none to load).
+fn discover_listed(
+    listed: Listed,
+    frames: invar_data::Result<invar_data::SetFrames>,
+    cfg: &UtdConfig,
+    progress: Progress<'_>,
+) -> Result<(Discovery, Vec<UtteranceFeatures>)> {
+    let utterances = listed.utterances;
+    let dims = listed.dims.unwrap_or(0);
     // The checks of the loaded set: its shapes are those of the manifest (the loader checks).
     let offsets = index(&utterances, cfg, dims)?;
+    // A set without utterances has no frames to load (and nothing asks for any).
+    let source = match frames {
+        Ok(f) => Some(f),
+        Err(invar_data::Error::NoUtterances { .. }) if utterances.is_empty() => None,
+        Err(e) => return Err(e.into()),
+    };
     let speakers: Vec<Option<&str>> = utterances.iter().map(|u| u.speaker.as_deref()).collect();
-    let load = |k: usize| -> Result<Vec<f32>> { Ok(set.load(&entries[k])?.data) };
+    let load = |k: usize| -> Result<Vec<f32>> {
+        match &source {
+            Some(s) => Ok(s.load(k)?.data),
+            None => Err(invar_data::Error::OutOfRange {
+                what: "utterance",
+                index: k,
+                len: 0,
+            }
+            .into()),
+        }
+    };
     let norms = norms(&speakers, cfg, dims, |k| Ok(load(k)?.into()))?;
     // Read ahead in parallel, a chunk of utterances at a time (`gather` takes them in order).
     let (mut chunk, mut start): (Vec<Vec<f32>>, usize) = (Vec::new(), 0);
+    let total = utterances.len();
     let frames = gather(cfg, dims, offsets, norms.as_ref(), |u| {
         if u >= start + chunk.len() {
-            let end = (u + READ_AHEAD).min(entries.len());
+            let end = (u + READ_AHEAD).min(total);
             chunk = (u..end).into_par_iter().map(load).collect::<Result<_>>()?;
             start = u;
         }

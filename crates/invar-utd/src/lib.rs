@@ -24,8 +24,8 @@ pub use config::{
     SilenceConfig, StoreConfig, StoreFrames, UtdConfig,
 };
 pub use discover::{
-    discover, discover_featureset, discover_taking, discover_with_progress, Discovery,
-    FragmentPair, FragmentRef, Progress, StageCounts, UtteranceFeatures,
+    discover, discover_featureset, discover_stream, discover_taking, discover_with_progress,
+    Discovery, FragmentPair, FragmentRef, Progress, StageCounts, UtteranceFeatures,
 };
 pub use error::{Error, Result};
 pub use invar_io::FrameTiming;

@@ -336,11 +336,11 @@ fn score_gold(
     }
 }
 
-/// The energy gate's dimension for a feature set: 0 when it is invar's MFCC with energy (c0 replaced
+/// The energy gate's dimension for the feature set in folder `dir`: 0 when it is invar's MFCC with energy (c0 replaced
 /// by the log energy, the default of `invar features --kind mfcc`), else none (posteriorgrams,
 /// filterbanks, MFCC without energy, sets without a readable config).
-pub fn energy_dim_of(set: &invar_data::FeatureSet) -> Option<usize> {
-    let cfg = set.config().ok()?;
+pub fn energy_dim_of(dir: &std::path::Path) -> Option<usize> {
+    let cfg: serde_json::Value = invar_io::read_json(dir.join(invar_data::CONFIG)).ok()?;
     let front = cfg.get("frontend").unwrap_or(&cfg);
     let mfcc = front.get("kind")?.as_str()? == "mfcc";
     let energy = front

@@ -488,11 +488,19 @@ fn reading_the_set_as_the_frames_are_gathered_finds_what_loading_finds() {
             assert!(!reference.pairs.is_empty());
             let (d, meta) = invar_utd::discover_featureset(&set, &cfg, &|_, _, _| {}).unwrap();
             assert_eq!(d, reference, "pools of {pool} frames, {over:?}");
-            for (m, u) in meta.iter().zip(&loaded) {
-                assert_eq!(
-                    (&m.id, &m.speaker, m.frames.rows),
-                    (&u.id, &u.speaker, u.frames.rows)
-                );
+            // Issue #24: `invar utd` opens the set for passes (its entries never all held).
+            let stream = invar_data::FeatureStream::open(&set_dir).unwrap();
+            let (ds, meta_s) = invar_utd::discover_stream(&stream, &cfg, &|_, _, _| {}).unwrap();
+            assert_eq!(ds, reference, "streamed: pools of {pool} frames, {over:?}");
+            assert_eq!(meta.len(), loaded.len());
+            assert_eq!(meta_s.len(), loaded.len());
+            for ((m, s), u) in meta.iter().zip(&meta_s).zip(&loaded) {
+                for m in [m, s] {
+                    assert_eq!(
+                        (&m.id, &m.speaker, m.frames.rows),
+                        (&u.id, &u.speaker, u.frames.rows)
+                    );
+                }
             }
             assert_eq!(std::fs::read_dir(&spill).unwrap().count(), 0);
         }
