@@ -120,7 +120,8 @@ impl CorpusStream {
                     if let Some(line) = why {
                         tracing::warn!(
                             "{}:{line}: the list is not sorted by id, so it is held in memory; \
-                             sort it by id (`LC_ALL=C sort`) to stream it",
+                             sort it by id (`LC_ALL=C sort`; a table's rows below its header \
+                             line) to stream it",
                             path.display()
                         );
                     }
