@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::out_dir::opt;
 use clap::{Args, Subcommand};
-use invar_data::{FeatureSet, Layout};
+use invar_data::Layout;
 use invar_partition::{
     apply_featureset, gold_classes, run_owned as run_partition, Partition, PartitionConfig,
     Posteriorgrams, SilhouetteConfig, Trained,
@@ -176,7 +176,8 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     }
     cfg.validate()?;
     let device = invar_ops::device(&a.device)?;
-    let set = FeatureSet::open(&a.posteriors)?;
+    // Opened for passes: its entries are never all held (issue #24).
+    let set = invar_data::FeatureStream::open(&a.posteriors)?;
     let classes = match (&a.classes, &a.gold_corpus) {
         (Some(path), _) => invar_data::read_classes(path)?,
         (None, Some(root)) => {
@@ -194,11 +195,19 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     // The total pair cap is drawn from the classes and the manifest's frame counts before any
     // frames are read, so only the chosen pairs' fragments are loaded (the silhouette reads every
     // class's fragments, so with --silhouette all are).
-    let lengths: std::collections::HashMap<&str, usize> = set
-        .entries()
+    // Only the lengths of the files the classes name (one pass over the manifest).
+    let named: std::collections::HashSet<&str> = classes
         .iter()
-        .map(|e| (e.id.as_str(), e.frames))
+        .flat_map(|c| &c.fragments)
+        .map(|f| f.file.as_str())
         .collect();
+    let mut lengths: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    set.for_each_chunk(1024, &mut |_, chunk| {
+        for e in chunk.iter().filter(|e| named.contains(e.id.as_str())) {
+            lengths.insert(e.id.clone(), e.frames);
+        }
+        Ok::<(), invar_data::Error>(())
+    })?;
     let held = if sil.is_some() {
         classes.clone()
     } else {
@@ -206,7 +215,7 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
             lengths.get(f).copied()
         })?
     };
-    let post = Posteriorgrams::from_featureset_fragments(&set, &held, &timings)?;
+    let post = Posteriorgrams::from_stream_fragments(&set, &held, &timings)?;
     let _out = crate::out_dir::claim(
         &a.out,
         "partition train",

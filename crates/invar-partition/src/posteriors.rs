@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use invar_data::{Class, FeatureSet};
+use invar_data::{Class, FeatureEntry, FeatureSet, FeatureStream};
 use invar_io::{FrameTiming, Matrix};
 
 use crate::{Error, Result};
@@ -63,42 +63,31 @@ impl Posteriorgrams {
         classes: &[Class],
         timings: &[FrameTiming],
     ) -> Result<Self> {
-        let mut times: HashMap<&str, Vec<(f64, f64)>> = HashMap::new();
-        for f in classes.iter().flat_map(|c| &c.fragments) {
-            times
-                .entry(f.file.as_str())
-                .or_default()
-                .push((f.start, f.end));
-        }
-        // The spans come from the manifest's frame counts (`load` refuses a matrix of another
-        // shape), so the stack is sized exactly before any frames are read: grown by doubling, it
-        // would hold up to twice the frames, and a copy of them while growing.
-        let spans: Vec<Vec<Range<usize>>> = set
-            .entries()
-            .iter()
-            .map(|e| {
-                let mut ranges: Vec<Range<usize>> = times
-                    .get(e.id.as_str())
-                    .into_iter()
-                    .flatten()
-                    .flat_map(|&(on, off)| timings.iter().map(move |t| t.frames(on, off, e.frames)))
-                    .filter(|r| !r.is_empty())
-                    .collect();
-                merge(&mut ranges)
-            })
-            .collect();
-        let floats = set
-            .entries()
-            .iter()
-            .zip(&spans)
-            .map(|(e, s)| s.iter().map(|r| r.len()).sum::<usize>() * e.dims)
-            .sum();
-        let mut stack = Stack::with_capacity(floats);
-        for (e, spans) in set.entries().iter().zip(spans) {
-            let m = set.load(e)?;
-            stack.push_spans(e.id.clone(), e.speaker.clone(), &m, spans)?;
-        }
-        stack.finish()
+        fragments_of(
+            classes,
+            timings,
+            &mut |f| set.entries().iter().try_for_each(&mut *f),
+            &|e| Ok(set.load(e)?),
+        )
+    }
+
+    /// [`Posteriorgrams::from_featureset_fragments`] over a set opened for passes: its manifest is
+    /// read twice (the spans, then the frames) and its entries are never all held (issue #24).
+    /// The same posteriorgrams.
+    pub fn from_stream_fragments(
+        set: &FeatureStream,
+        classes: &[Class],
+        timings: &[FrameTiming],
+    ) -> Result<Self> {
+        fragments_of(
+            classes,
+            timings,
+            &mut |f| {
+                set.for_each_chunk(1024, &mut |_, chunk| chunk.iter().try_for_each(&mut *f))?;
+                Ok(())
+            },
+            &|e| Ok(set.load(e)?),
+        )
     }
 
     /// M, the posteriorgram dimension.
@@ -160,6 +149,49 @@ impl Posteriorgrams {
             data: self.rows(s, e).to_vec(),
         }
     }
+}
+
+/// An entry visitor: calls its argument with every entry of a set, in manifest order.
+type EachEntry<'a> = dyn FnMut(&mut dyn FnMut(&FeatureEntry) -> Result<()>) -> Result<()> + 'a;
+
+/// The frames inside `classes`' fragments of the entries `each` visits (twice: the spans, then
+/// the frames), each loaded by `load`. The spans come from the manifest's frame counts (`load`
+/// refuses a matrix of another shape), so the stack is sized exactly before any frames are read:
+/// grown by doubling, it would hold up to twice the frames, and a copy of them while growing.
+fn fragments_of(
+    classes: &[Class],
+    timings: &[FrameTiming],
+    each: &mut EachEntry<'_>,
+    load: &dyn Fn(&FeatureEntry) -> Result<Matrix>,
+) -> Result<Posteriorgrams> {
+    let mut times: HashMap<&str, Vec<(f64, f64)>> = HashMap::new();
+    for f in classes.iter().flat_map(|c| &c.fragments) {
+        times
+            .entry(f.file.as_str())
+            .or_default()
+            .push((f.start, f.end));
+    }
+    let spans_of = |e: &FeatureEntry| -> Vec<Range<usize>> {
+        let mut ranges: Vec<Range<usize>> = times
+            .get(e.id.as_str())
+            .into_iter()
+            .flatten()
+            .flat_map(|&(on, off)| timings.iter().map(move |t| t.frames(on, off, e.frames)))
+            .filter(|r| !r.is_empty())
+            .collect();
+        merge(&mut ranges)
+    };
+    let mut floats = 0;
+    each(&mut |e| {
+        floats += spans_of(e).iter().map(|r| r.len()).sum::<usize>() * e.dims;
+        Ok(())
+    })?;
+    let mut stack = Stack::with_capacity(floats);
+    each(&mut |e| {
+        let m = load(e)?;
+        stack.push_spans(e.id.clone(), e.speaker.clone(), &m, spans_of(e))
+    })?;
+    stack.finish()
 }
 
 /// Posteriorgrams being stacked: utterances are checked and appended one at a time.

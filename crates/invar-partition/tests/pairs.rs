@@ -191,6 +191,17 @@ fn loading_only_the_fragments_frames_pairs_and_trains_the_same_bits() {
     let timing = common::timing();
     let full = Posteriorgrams::from_featureset(&set).unwrap();
     let part = Posteriorgrams::from_featureset_fragments(&set, &classes, &[timing]).unwrap();
+    // Issue #24: from a set opened for passes (what `partition train` reads), the same.
+    let stream = invar_data::FeatureStream::open(dir.path().join("post")).unwrap();
+    let streamed = Posteriorgrams::from_stream_fragments(&stream, &classes, &[timing]).unwrap();
+    assert_eq!(
+        (&streamed.ids, &streamed.speakers, &streamed.offsets, &streamed.frames),
+        (&part.ids, &part.speakers, &part.offsets, &part.frames)
+    );
+    assert_eq!(streamed.frames.data.capacity(), streamed.frames.data.len());
+    for u in 0..part.len() {
+        assert_eq!(streamed.frames_of(u), part.frames_of(u));
+    }
 
     // Held: the union of the fragments' frames, counted here frame by frame.
     let mut want = 0;
