@@ -195,7 +195,12 @@ fn loading_only_the_fragments_frames_pairs_and_trains_the_same_bits() {
     let stream = invar_data::FeatureStream::open(dir.path().join("post")).unwrap();
     let streamed = Posteriorgrams::from_stream_fragments(&stream, &classes, &[timing]).unwrap();
     assert_eq!(
-        (&streamed.ids, &streamed.speakers, &streamed.offsets, &streamed.frames),
+        (
+            &streamed.ids,
+            &streamed.speakers,
+            &streamed.offsets,
+            &streamed.frames
+        ),
         (&part.ids, &part.speakers, &part.offsets, &part.frames)
     );
     assert_eq!(streamed.frames.data.capacity(), streamed.frames.data.len());
