@@ -34,8 +34,9 @@ exponents, projections to 100 h and 1000 h) with a log-log figure of peak RSS an
 (BENCHMARKS-scale.png and .svg, named after --out). --keep keeps each size's outputs (they are removed
 after measuring, as the larger ones take many GB). --repeat N runs every stage N times (its output
 folder removed between runs) and reports the least wall and CPU time and the median peak RSS: a
-single run's peak RSS moves by a few MB, utd's by tens, with the threads' timing. --render-only rewrites the section from
-WORK/results.json of an earlier run; --note adds a line on the run's conditions.";
+single run's peak RSS moves by a few MB, utd's by tens, with the threads' timing. --render-only
+rewrites the section from WORK/results.json of an earlier run; --note adds a line on the run's
+conditions.";
 
 #[derive(Debug, PartialEq)]
 struct Options {
@@ -1096,6 +1097,7 @@ pub fn run(args: &[String]) -> Result<()> {
         }
         results.push(json!({
             "requested_hours": h, "hours": real_hours, "stages": measured, "utd": utd,
+            "binary": bin.display().to_string(),
         }));
         let json_path = work.join("results.json");
         std::fs::write(&json_path, serde_json::to_string_pretty(&results)?)?;
@@ -1117,12 +1119,30 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut machine = crate::bench::machine(&root);
     machine.push((
         "invar binary".to_owned(),
-        match &opts.bin {
-            Some(b) => format!("`{}` (given with --bin)", b.display()),
-            None => format!(
-                "built by this run (`cargo build --release -p invar-cli`): {}",
-                bin.display()
-            ),
+        if opts.render_only {
+            // The binary the recorded runs measured, not this invocation's (it runs none).
+            let mut measured: Vec<&str> = results
+                .iter()
+                .filter_map(|r| r["binary"].as_str())
+                .collect();
+            measured.dedup();
+            format!(
+                "the one the recorded runs used ({}); this section rendered again from \
+                 results.json with --render-only, so the commit above is the rendering's",
+                if measured.is_empty() {
+                    "not recorded".to_owned()
+                } else {
+                    measured.join(", ")
+                }
+            )
+        } else {
+            match &opts.bin {
+                Some(b) => format!("`{}` (given with --bin)", b.display()),
+                None => format!(
+                    "built by this run (`cargo build --release -p invar-cli`): {}",
+                    bin.display()
+                ),
+            }
         },
     ));
     if let Some(note) = &opts.note {
