@@ -131,15 +131,13 @@ pub(crate) fn search(
                     if !buffer.is_empty() && buffer.len() + (last - first) * cfg.beam > limit {
                         runs.spill(frames, &mut buffer, spill)?;
                     }
-                    let before = buffer.len();
-                    buffer.par_extend((first..last).into_par_iter().flat_map_iter(|idx| {
+                    found += append_hits(&mut buffer, cfg.beam, first..last, |idx| {
                         let la = keys[idx].2;
                         let end = (idx + 1 + cfg.beam).min(keys.len());
                         keys[idx + 1..end].iter().filter_map(move |&(_, _, lb)| {
                             candidate(view, la as usize, lb as usize, radius, cfg)
                         })
-                    }));
-                    found += buffer.len() - before;
+                    });
                 }
                 produced += found;
                 tracing::debug!(
@@ -164,6 +162,63 @@ pub(crate) fn search(
         "frame pairs spilled to sorted runs"
     );
     Ok(SortedHits::Merged(runs.merge(frames, spill)?))
+}
+
+/// Appends the hits of keys `range` (`hits_of(idx)`, at most `beam` each) to `buffer` in key
+/// order, inside the room the buffer already has: the range is cut into blocks of whole keys,
+/// each block's slots (`beam` a key) written and packed from its start by one task, then the
+/// blocks' hits moved together. Returns how many were appended.
+///
+/// Collecting them with rayon's `par_extend` put them in per-thread lists beside the buffer first
+/// (up to a quarter of the buffer more at the peak, and what each list's doubling left unused),
+/// which is what made `utd`'s peak RSS move by tens of MB from run to run (issue #24).
+fn append_hits<F, I>(
+    buffer: &mut Vec<Hit>,
+    beam: usize,
+    range: std::ops::Range<usize>,
+    hits_of: F,
+) -> usize
+where
+    F: Fn(usize) -> I + Sync,
+    I: Iterator<Item = Hit>,
+{
+    let start = buffer.len();
+    let keys = range.len();
+    if keys == 0 {
+        return 0;
+    }
+    let empty = Hit {
+        a: 0,
+        b: 0,
+        sim: 0.0,
+    };
+    buffer.resize(start + keys * beam, empty);
+    let per_block = keys.div_ceil(8 * rayon::current_num_threads()).max(1);
+    let counts: Vec<usize> = buffer[start..]
+        .par_chunks_mut(per_block * beam)
+        .enumerate()
+        .map(|(block, slots)| {
+            let first = range.start + block * per_block;
+            let last = (first + per_block).min(range.end);
+            let mut n = 0;
+            for idx in first..last {
+                // At most `beam` a key: the slots cannot run out.
+                for h in hits_of(idx) {
+                    slots[n] = h;
+                    n += 1;
+                }
+            }
+            n
+        })
+        .collect();
+    let mut end = start;
+    for (block, &n) in counts.iter().enumerate() {
+        let from = start + block * per_block * beam;
+        buffer.copy_within(from..from + n, end);
+        end += n;
+    }
+    buffer.truncate(end);
+    end - start
 }
 
 /// The corpus cut into pools of whole utterances of about `pool_frames` frames each, searched
@@ -651,6 +706,42 @@ mod tests {
             if pools.per_round == 1 {
                 prop_assert_eq!(cut.len(), 1);
             }
+        }
+
+        // `append_hits` appends what a serial pass over the keys finds, in key order, after what
+        // the buffer held, without growing the buffer past the room it had (keys of 0 to `beam`
+        // hits, ranges over several blocks).
+        #[test]
+        fn appended_hits_are_the_serial_list_in_the_buffers_room(
+            seed in 0u64..1000,
+            held in 0usize..20,
+            start in 0usize..50,
+            keys in 0usize..400,
+            beam in 1usize..6,
+        ) {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let table: Vec<Vec<Hit>> = (0..start + keys)
+                .map(|k| {
+                    (0..rng.random_range(0..=beam))
+                        .map(|j| Hit { a: k as u32, b: (k * 10 + j) as u32, sim: j as f32 })
+                        .collect()
+                })
+                .collect();
+            let prefix: Vec<Hit> =
+                (0..held).map(|i| Hit { a: u32::MAX, b: i as u32, sim: -1.0 }).collect();
+            let mut buffer = prefix.clone();
+            buffer.reserve_exact(keys * beam);
+            let room = buffer.capacity();
+            let n = append_hits(&mut buffer, beam, start..start + keys, |idx| {
+                table[idx].iter().copied()
+            });
+            let mut expected = prefix;
+            for hits in &table[start..] {
+                expected.extend(hits);
+            }
+            prop_assert_eq!(n, expected.len() - held);
+            prop_assert_eq!(&buffer, &expected);
+            prop_assert_eq!(buffer.capacity(), room);
         }
 
         // A tiny hit buffer spills many sorted runs (more than one merge fan-in with a buffer of 1)
