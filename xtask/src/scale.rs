@@ -492,6 +492,20 @@ fn exponent(points: &[(f64, f64)]) -> Option<f64> {
     (sxx > 0.0).then(|| sxy / sxx)
 }
 
+/// The peak RSS projected to `target` hours from the sizes' `(hours, peak)` points (the largest,
+/// `(h, peak)`, last): the larger of the peak scaled by the RSS exponent `e` and the peak plus the
+/// growth between the two largest sizes continued at its rate an hour (never below the peak).
+fn project_peak(points: &[(f64, f64)], e: Option<f64>, h: f64, peak: f64, target: f64) -> f64 {
+    let power = e.map_or(peak, |e| peak * (target / h).powf(e.max(0.0)));
+    let line = match points {
+        [.., (h0, p0), (h1, p1)] if h1 > h0 => {
+            peak + ((p1 - p0) / (h1 - h0)).max(0.0) * (target - h)
+        }
+        _ => peak,
+    };
+    power.max(line).max(peak)
+}
+
 /// The real hours of audio in a generated corpus (its `synth_manifest.json`).
 fn corpus_hours(corpus: &Path) -> Result<f64> {
     let path = corpus.join("synth_manifest.json");
@@ -718,8 +732,12 @@ fn render(
          `invar` binary (release unless the list below says otherwise) with `--threads {threads}`, one process per stage; wall time, CPU time (user + \
          system) and peak RSS of each process from `/usr/bin/time`. The exponent is the least-squares \
          slope of log CPU time (and of log peak RSS) against log hours: 1 is linear, 0 flat. The \
-         projection scales the largest size's wall time (and peak RSS) by that exponent, except the \
-         peak of a stage whose own cap binds at the largest size (listed under the table).\n\n"
+         projected wall time scales the largest size's by the CPU exponent. The projected peak RSS \
+         is the larger of the largest size's peak scaled by the RSS exponent and that peak plus the \
+         growth between the two largest sizes continued at its rate an hour: memory that grows by a \
+         fixed amount an hour over a fixed base (lists of utterances) has an exponent below 1 over \
+         these sizes, and the power law alone would underestimate it. A stage whose own cap binds \
+         is listed under the table.\n\n"
     );
     let repeats: Vec<usize> = results
         .iter()
@@ -830,11 +848,13 @@ fn render(
             })
             .collect();
         let cap_at_last = caps.last().filter(|(_, cap)| cap_binds(cap)).cloned();
-        let rss_100 = match (last, e_rss, &cap_at_last) {
-            (Some((_, u)), _, Some(_)) => Some(u.peak_mb),
-            (Some((h, u)), Some(e), None) => Some(u.peak_mb * (100.0 / h).powf(e.max(0.0))),
-            _ => None,
-        };
+        // Whether the cap bound at the two largest sizes too: then their growth is what it does
+        // not hold; else that growth includes what it stopped, and the projection is a bound.
+        let cap_at_both = cap_at_last.is_some()
+            && caps.len() >= 2
+            && cap_binds(&caps[caps.len() - 2].1)
+            && rss.len() >= 2;
+        let rss_100 = last.map(|(h, u)| project_peak(&rss, e_rss, h, u.peak_mb, 100.0));
         if let Some((h, cap)) = &cap_at_last {
             let first = caps
                 .iter()
@@ -850,10 +870,18 @@ fn render(
                 },
                 str::to_owned,
             );
+            let projected = if cap_at_both {
+                "so the growth between the two largest sizes, where it bound at both, is what it \
+                 does not hold, and its projected 100-hour peak continues that growth (marked \
+                 \"cap binds\")"
+            } else {
+                "but it bound only at the largest size, so the growth from the size before \
+                 includes what it stopped, and its projected 100-hour peak, which continues that \
+                 growth, is an upper bound (marked \"≤\")"
+            };
             capped_notes.push(format!(
                 "{name}: its cap (`{}`) binds from {first:.2} h ({} at {h:.2} h); past it {holds}, \
-                 so its projected 100-hour peak is the {h:.2} h peak (marked \"cap binds\"), not \
-                 an extrapolation",
+                 {projected}",
                 cap["setting"].as_str().unwrap_or("?"),
                 cap_detail(cap),
             ));
@@ -873,10 +901,10 @@ fn render(
             show(e_rss),
             project(100.0),
             project(1000.0),
-            rss_100.map_or("—".to_owned(), |r| if cap_at_last.is_some() {
-                format!("{} (cap binds)", fmt_mb(r))
-            } else {
-                fmt_mb(r)
+            rss_100.map_or("—".to_owned(), |r| match (&cap_at_last, cap_at_both) {
+                (Some(_), true) => format!("{} (cap binds)", fmt_mb(r)),
+                (Some(_), false) => format!("≤ {} (cap binds)", fmt_mb(r)),
+                (None, _) => fmt_mb(r),
             })
         );
     }
@@ -1467,11 +1495,12 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// A stage whose cap binds at the largest size is projected at that size's peak, not by its
-    /// exponent, and the section says from which size the cap binds; one that never binds is
-    /// extrapolated as before. The cap is read from `partition train`'s results.
+    /// A stage whose cap binds at the two largest sizes is projected by the growth between them
+    /// (what the cap does not hold); one whose cap binds only at the largest is projected the
+    /// same way, as an upper bound marked "≤"; the section says from which size the cap binds. The
+    /// cap is read from `partition train`'s results.
     #[test]
-    fn a_binding_cap_holds_the_projected_peak() {
+    fn a_binding_cap_is_named_and_its_projection_marked() {
         let dir = std::env::temp_dir().join(format!("xtask-scale-cap-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("partition")).unwrap();
         std::fs::write(
@@ -1506,17 +1535,30 @@ mod tests {
             json!({ "hours": 16.0, "stages": stages(16.0, 160.0, &cap) }),
         ];
         let md = render(&results, &[], 2, "cmd");
-        assert!(md.contains("| 160 MB (cap binds) |"), "{md}");
+        // Bound at 16 h only: 120 → 160 MB from 4 to 16 h, 3.33 MB an hour, continued to 100 h:
+        // 440 MB, above the power law's 160 · 6.25^0.25 ≈ 253 MB; an upper bound.
+        assert!(md.contains("| ≤ 440 MB (cap binds) |"), "{md}");
         assert!(
             md.contains("p: its cap (`--max-pairs 4000`) binds from 16.00 h (4000 of 9123 fragment pairs offered at 16.00 h)"),
             "{md}"
         );
+        assert!(md.contains("it bound only at the largest size"), "{md}");
         // q grows linearly and has no cap: 160 MB at 16 h → 1000 MB at 100 h, the largest.
         assert!(
             md.contains("the largest projected peak RSS 1000 MB (q)"),
             "{md}"
         );
-        // Had it not bound, p would be extrapolated (exponent 0.25: 160 · 6.25^0.25 ≈ 253 MB).
+        // Bound at 4 and 16 h: the 120 → 160 MB growth is what the cap does not hold, continued.
+        let results = vec![
+            json!({ "hours": 1.0, "stages": stages(1.0, 80.0, &free) }),
+            json!({ "hours": 4.0, "stages": stages(4.0, 120.0, &cap) }),
+            json!({ "hours": 16.0, "stages": stages(16.0, 160.0, &cap) }),
+        ];
+        let md = render(&results, &[], 2, "cmd");
+        assert!(md.contains("| 440 MB (cap binds) |"), "{md}");
+        assert!(md.contains("binds from 4.00 h"), "{md}");
+        assert!(md.contains("where it bound at both"), "{md}");
+        // Had it not bound, p would be extrapolated the same way, with no mark.
         let results = vec![
             json!({ "hours": 1.0, "stages": stages(1.0, 80.0, &free) }),
             json!({ "hours": 16.0, "stages": stages(16.0, 160.0, &free) }),
@@ -1526,6 +1568,38 @@ mod tests {
             !md.contains("(cap binds)") && !md.contains("its cap"),
             "{md}"
         );
-        assert!(md.contains("| 253 MB |"), "{md}");
+        // 80 → 160 MB over 15 h: 5.33 MB an hour, 160 + 84 · 5.33 = 608 MB.
+        assert!(md.contains("| 608 MB |"), "{md}");
+    }
+
+    /// The projected peak: the power law where it grows faster than a line (superlinear memory),
+    /// the line through the two largest sizes where that grows faster (a fixed base plus a
+    /// fixed amount an hour), the peak itself where memory shrank.
+    #[test]
+    fn the_projected_peak_is_the_larger_of_the_power_law_and_the_line() {
+        // 10 + 5 h MB: exponent over 1, 4, 16 h ≈ 0.76, so the power law gives ≈ 90 · 6.25^0.76
+        // ≈ 363 MB at 100 h; the line gives the true 510 MB.
+        let pts: Vec<(f64, f64)> = [1.0, 4.0, 16.0]
+            .iter()
+            .map(|&h| (h, 10.0 + 5.0 * h))
+            .collect();
+        let e = exponent(&pts);
+        assert!(e.unwrap() < 0.8, "{e:?}");
+        assert!((project_peak(&pts, e, 16.0, 90.0, 100.0) - 510.0).abs() < 1e-9);
+        // h² MB: the power law (exponent 2) gives the true 10 000 MB, the line 256 + 20 · 84.
+        let pts: Vec<(f64, f64)> = [1.0, 4.0, 16.0].iter().map(|&h| (h, h * h)).collect();
+        let e = exponent(&pts);
+        assert!((project_peak(&pts, e, 16.0, 256.0, 100.0) - 10_000.0).abs() < 1e-6);
+        // Shrinking memory is held at the largest size's peak.
+        let pts = [(1.0, 200.0), (4.0, 180.0), (16.0, 150.0)];
+        assert_eq!(
+            project_peak(&pts, exponent(&pts), 16.0, 150.0, 100.0),
+            150.0
+        );
+        // One size: its peak.
+        assert_eq!(
+            project_peak(&[(16.0, 150.0)], None, 16.0, 150.0, 100.0),
+            150.0
+        );
     }
 }
