@@ -274,8 +274,16 @@ pub fn min_dcf<S: Copy + Into<f64>>(
             format!("score {i} is {}", scores[i].into()),
         ));
     }
-    let value = |i: usize| -> f64 { scores[i].into() };
-    let mut order: Vec<usize> = (0..scores.len()).collect();
+    // Positions as `u32` (4 bytes a trial, and 2 more in the stable sort's buffer, instead of 8
+    // and 4: the order is the largest thing `verify` holds beside the trials, issue #24).
+    let n = u32::try_from(scores.len()).map_err(|_| {
+        Error::degenerate(
+            "minDCF",
+            format!("{} scores: at most 2^32 − 1 can be ranked", scores.len()),
+        )
+    })?;
+    let value = |i: u32| -> f64 { scores[i as usize].into() };
+    let mut order: Vec<u32> = (0..n).collect();
     // Stable, and -0.0 == 0.0, like Python's `sorted` (`total_cmp` put -0.0 first and so split a tie).
     order.sort_by(|&a, &b| {
         value(a)
@@ -284,8 +292,9 @@ pub fn min_dcf<S: Copy + Into<f64>>(
     });
     let (mut fn_count, mut tn_count) = (0usize, 0usize);
     let mut best = f64::INFINITY;
-    let mut best_threshold = scores[order[0]];
+    let mut best_threshold = scores[order[0] as usize];
     for &i in &order {
+        let i = i as usize;
         if targets[i] {
             fn_count += 1;
         } else {
@@ -486,6 +495,11 @@ pub fn verify(distances: &[f32], trials: &[Trial], config: &VerifyConfig) -> Res
     };
     let (tgt, non) = (split(true, &scores), split(false, &scores));
     let (eer, eer_threshold) = eer(&tgt, &non)?;
+    let det = det_curve(&tgt, &non, config.det_points);
+    let (target_trials, nontarget_trials) = (tgt.len() as u64, non.len() as u64);
+    // The split copies go before minDCF ranks every score (issue #24: at the trial caps of
+    // `supervector train`, 2 M trials, each copy is 8 MB).
+    drop((tgt, non));
     let min_dcf = config
         .p_targets
         .iter()
@@ -501,13 +515,13 @@ pub fn verify(distances: &[f32], trials: &[Trial], config: &VerifyConfig) -> Res
     let threshold_count = threshold_count(&split(true, distances), &split(false, distances))?;
     Ok(VerifyReport {
         metric: config.metric,
-        target_trials: tgt.len() as u64,
-        nontarget_trials: non.len() as u64,
+        target_trials,
+        nontarget_trials,
         eer,
         eer_threshold_distance: -eer_threshold,
         min_dcf,
         threshold_count,
-        det: det_curve(&tgt, &non, config.det_points),
+        det,
     })
 }
 
