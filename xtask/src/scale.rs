@@ -549,7 +549,7 @@ fn utd_quality(path: &Path) -> Result<Value> {
 /// - `partition train` holds the frames of at most `--max-pairs` fragment pairs (its
 ///   `results.json`: `pairs.fragment_pairs` used of `pairs.fragment_pairs_offered`);
 /// - `utd` holds at most `--hit-buffer` frame pairs and merges the rest from sorted runs on disk
-///   (its log line "frame pairs spilled to sorted runs hits=… runs=…");
+///   (its log line "frame pairs spilled to sorted runs hits=… runs=… bytes=…");
 /// - `supervector train` reads the rows from disk past `--row-memory-mb` (log line "supervector
 ///   rows over the row memory setting") and samples its trials past `--max-target-trials` /
 ///   `--max-nontarget-trials` (`sampled_from` in its `results.json` table);
@@ -598,15 +598,21 @@ fn stage_cap(stage: &str, dir: &Path) -> Result<Option<Value>> {
         let spilled = text
             .lines()
             .find(|l| l.contains("frame pairs spilled to sorted runs"));
-        // A spilled frame pair is 12 bytes on disk (two u32 frames and an f32 similarity).
+        // The runs' bytes as the log gives them; a log written before it did: 12 bytes a frame
+        // pair (two u32 frames and an f32 similarity, the old fixed record).
+        let disk = spilled.and_then(|l| {
+            field(l, "bytes")
+                .map(|b| b as f64)
+                .or_else(|| field(l, "hits").map(|h| h as f64 * 12.0))
+        });
         let detail = match spilled {
             Some(l) => format!(
                 "{} frame pairs found, merged from {} sorted runs on disk ({})",
                 field(l, "hits").map_or("?".to_owned(), |v| v.to_string()),
                 field(l, "runs").map_or("?".to_owned(), |v| v.to_string()),
-                field(l, "hits").map_or("?".to_owned(), |v| format!(
+                disk.map_or("?".to_owned(), |b| format!(
                     "{:.1} GB of temporary files",
-                    v as f64 * 12.0 / 1e9
+                    b / 1e9
                 ))
             ),
             None => "every frame pair found fitted in the buffer".to_owned(),
@@ -1456,6 +1462,14 @@ mod tests {
         assert_eq!(
             cap_detail(&utd),
             "1089910990 frame pairs found, merged from 77 sorted runs on disk (13.1 GB of \
+             temporary files)"
+        );
+        // A log that gives the runs' bytes: those, not 12 a frame pair.
+        write(&log("utd"), "2026-11-29T01:14:28.810592Z  INFO frame pairs spilled to sorted runs hits=1089910990 runs=77 bytes=7654321098\n");
+        let utd = stage_cap("utd", &dir).unwrap().unwrap();
+        assert_eq!(
+            cap_detail(&utd),
+            "1089910990 frame pairs found, merged from 77 sorted runs on disk (7.7 GB of \
              temporary files)"
         );
         let svc = stage_cap(sv, &dir).unwrap().unwrap();
