@@ -106,7 +106,8 @@ pub struct UtdArgs {
     #[arg(long)]
     pub hit_buffer: Option<usize>,
     /// Folder for the spilled runs and, for a corpus of more than one pool, the frame store
-    /// (removed at the end) [default: the output folder]
+    /// (removed at the end; the runs take about 6 bytes a frame pair found, ≈ 0.4 GB an hour of
+    /// audio with the default search: 6.1 GB at 15.7 h) [default: the output folder]
     #[arg(long)]
     pub tmp_dir: Option<PathBuf>,
     /// Bytes of utterances read back from the frame store kept for the lines, the refinement and
