@@ -448,7 +448,14 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
             let label = |t: bool| if t { "target" } else { "nontarget" };
             let text: String = all
                 .iter()
-                .map(|t| format!("{} {} {}\n", ids[t.enroll], ids[t.test], label(t.target)))
+                .map(|t| {
+                    format!(
+                        "{} {} {}\n",
+                        ids[t.enroll as usize],
+                        ids[t.test as usize],
+                        label(t.target)
+                    )
+                })
                 .collect();
             invar_io::write_text(args.out.join("trials"), &text)?;
             all
@@ -466,10 +473,13 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
         let distances = invar_eval::trial_distances(emb, &trials, metric)?;
         invar_eval::write_scores(
             args.out.join(format!("scores-{metric}.txt")),
-            trials
-                .iter()
-                .zip(&distances)
-                .map(|(t, &d)| (ids[t.enroll].as_str(), ids[t.test].as_str(), -d)),
+            trials.iter().zip(&distances).map(|(t, &d)| {
+                (
+                    ids[t.enroll as usize].as_str(),
+                    ids[t.test as usize].as_str(),
+                    -d,
+                )
+            }),
         )?;
         let config = VerifyConfig {
             metric,

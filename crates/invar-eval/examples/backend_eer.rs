@@ -61,7 +61,7 @@ fn main() -> anyhow::Result<()> {
     let backend = Backend::fit(&sub(&train)?, &labels, &BackendConfig::default())?;
     let test_m = sub(&test)?;
     let speakers: Vec<String> = test.iter().map(|&r| rows[r].0.clone()).collect();
-    let trials = all_pairs(&speakers);
+    let trials = all_pairs(&speakers)?;
     println!(
         "fitted on {} train rows ({} speakers); {} test rows, {} trials ({} target)",
         train.len(),

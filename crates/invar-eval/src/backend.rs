@@ -182,13 +182,14 @@ impl Backend {
                 .map(|d| -(d as f64))
                 .collect());
         }
-        if let Some(t) = trials
+        if let Some((e, t)) = trials
             .iter()
-            .find(|t| t.enroll >= embeddings.rows || t.test >= embeddings.rows)
+            .map(Trial::rows)
+            .find(|&(e, t)| e >= embeddings.rows || t >= embeddings.rows)
         {
             return Err(Error::Length {
-                what: format!("embedding rows (trial {} vs {})", t.enroll, t.test),
-                expected: t.enroll.max(t.test) + 1,
+                what: format!("embedding rows (trial {e} vs {t})"),
+                expected: e.max(t) + 1,
                 found: embeddings.rows,
             });
         }
@@ -206,7 +207,10 @@ impl Backend {
             Scoring::Lnorm | Scoring::LnormSnorm => {
                 let raw: Vec<f64> = trials
                     .par_iter()
-                    .map(|t| cosine(normed.row(t.enroll), normed.row(t.test)))
+                    .map(|t| {
+                        let (e, x) = t.rows();
+                        cosine(normed.row(e), normed.row(x))
+                    })
                     .collect();
                 if scoring == Scoring::Lnorm {
                     return Ok(raw);
@@ -228,7 +232,10 @@ impl Backend {
                 let llr = |a: &[f64], b: &[f64]| self.plda.log_likelihood_ratio(a, 1, b);
                 let raw: Vec<f64> = trials
                     .par_iter()
-                    .map(|tr| llr(&t[tr.enroll], &t[tr.test]))
+                    .map(|tr| {
+                        let (e, x) = tr.rows();
+                        llr(&t[e], &t[x])
+                    })
                     .collect();
                 if scoring == Scoring::Plda {
                     return Ok(raw);
@@ -300,7 +307,7 @@ mod tests {
         let (test, test_labels) = speakers(10, 6, 2);
         let backend = Backend::fit(&train, &train_labels, &BackendConfig::default()).unwrap();
         let names: Vec<String> = test_labels.iter().map(|l| l.to_string()).collect();
-        let trials = all_pairs(&names);
+        let trials = all_pairs(&names).unwrap();
         let eer_of = |s: Scoring| {
             let sc = backend.scores(s, &test, &trials).unwrap();
             let (tgt, non): (Vec<_>, Vec<_>) = sc.iter().zip(&trials).partition(|(_, t)| t.target);
@@ -361,16 +368,8 @@ mod tests {
             (5, 9, 1.193_222_033_348_609_9),
         ] {
             let s = cos(x.row(e), x.row(t));
-            let got = normalize_trials(
-                &[s],
-                &[Trial {
-                    enroll: e,
-                    test: t,
-                    target: false,
-                }],
-                &stats,
-            )
-            .unwrap()[0];
+            let got =
+                normalize_trials(&[s], &[Trial::new(e, t, false).unwrap()], &stats).unwrap()[0];
             // f32 vectors and cosines: agreement to ~1e-5.
             assert!((got - want).abs() < 1e-4, "({e}, {t}): {got} vs {want}");
         }

@@ -85,10 +85,11 @@ pub fn normalize_trials(raw: &[f64], trials: &[Trial], stats: &[CohortStats]) ->
         .iter()
         .zip(raw)
         .map(|(t, &s)| {
-            let (Some(&e), Some(&v)) = (stats.get(t.enroll), stats.get(t.test)) else {
+            let (enroll, test) = t.rows();
+            let (Some(&e), Some(&v)) = (stats.get(enroll), stats.get(test)) else {
                 return Err(Error::Length {
-                    what: format!("cohort statistics (trial {} vs {})", t.enroll, t.test),
-                    expected: t.enroll.max(t.test) + 1,
+                    what: format!("cohort statistics (trial {enroll} vs {test})"),
+                    expected: enroll.max(test) + 1,
                     found: stats.len(),
                 });
             };

@@ -139,7 +139,7 @@ pub fn bounded_pairs<S: Eq + Hash>(speakers: &[S], caps: &TrialCaps) -> Result<T
     let nontarget_pairs = pairs_of(n) - target_pairs;
     if target_pairs <= caps.max_target && nontarget_pairs <= caps.max_nontarget {
         return Ok(TrialList {
-            trials: all_pairs_of(speakers),
+            trials: all_pairs_of(speakers)?,
             target_pairs,
             nontarget_pairs,
         });
@@ -152,9 +152,11 @@ pub fn bounded_pairs<S: Eq + Hash>(speakers: &[S], caps: &TrialCaps) -> Result<T
         acc += c as usize;
     }
     start.push(acc);
-    let mut order: Vec<usize> = vec![0; speakers.len()];
+    // Rows as `u32` (a trial's rows are, see `Trial`): checked once here.
+    let rows = u32::try_from(speakers.len()).map_err(|_| too_many_rows(speakers.len()))?;
+    let mut order: Vec<u32> = vec![0; rows as usize];
     let mut fill = start.clone();
-    for (row, &g) in group_of.iter().enumerate() {
+    for (row, &g) in (0..rows).zip(&group_of) {
         order[fill[g]] = row;
         fill[g] += 1;
     }
@@ -237,20 +239,29 @@ pub fn bounded_pairs<S: Eq + Hash>(speakers: &[S], caps: &TrialCaps) -> Result<T
     })
 }
 
+/// The error for more rows than a [`Trial`] can name.
+fn too_many_rows(n: usize) -> crate::Error {
+    crate::Error::Length {
+        what: "trial rows (a trial names rows by u32)".into(),
+        expected: u32::MAX as usize,
+        found: n,
+    }
+}
+
 /// [`all_pairs`](crate::all_pairs) for any speaker type.
-pub(crate) fn all_pairs_of<S: Eq>(speakers: &[S]) -> Vec<Trial> {
-    let n = speakers.len();
-    let mut out = Vec::with_capacity(n * n.saturating_sub(1) / 2);
+pub(crate) fn all_pairs_of<S: Eq>(speakers: &[S]) -> Result<Vec<Trial>> {
+    let n = u32::try_from(speakers.len()).map_err(|_| too_many_rows(speakers.len()))?;
+    let mut out = Vec::with_capacity(speakers.len() * speakers.len().saturating_sub(1) / 2);
     for i in 0..n {
         for j in i + 1..n {
             out.push(Trial {
                 enroll: i,
                 test: j,
-                target: speakers[i] == speakers[j],
+                target: speakers[i as usize] == speakers[j as usize],
             });
         }
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -300,7 +311,7 @@ mod tests {
     #[test]
     fn under_the_caps_it_is_every_pair() {
         let s = labels();
-        let all = all_pairs(&s);
+        let all = all_pairs(&s).unwrap();
         for c in [TrialCaps::default(), caps(35, 118, 3)] {
             let got = bounded_pairs(&s, &c).unwrap();
             assert_eq!(got.trials, all);
@@ -316,7 +327,7 @@ mod tests {
     #[test]
     fn unranking_every_index_gives_every_pair_once() {
         let s = labels();
-        let all = all_pairs(&s);
+        let all = all_pairs(&s).unwrap();
         let targets = all.iter().filter(|t| t.target).count() as u64;
         let others = all.len() as u64 - targets;
         // One cap binds by one pair: the other kind goes through the unranking whole.
@@ -338,8 +349,9 @@ mod tests {
         assert_eq!(got.trials.len(), 52);
         let mut seen = HashSet::new();
         for t in &got.trials {
-            assert!(t.enroll < t.test && t.test < s.len());
-            assert_eq!(t.target, s[t.enroll] == s[t.test], "{t:?}");
+            let (e, x) = t.rows();
+            assert!(e < x && x < s.len());
+            assert_eq!(t.target, s[e] == s[x], "{t:?}");
             assert!(seen.insert((t.enroll, t.test)), "duplicate {t:?}");
         }
         assert_eq!(got.trials.iter().filter(|t| t.target).count(), 12);
@@ -360,12 +372,8 @@ mod tests {
     #[test]
     fn non_target_sample_is_uniform() {
         let s = labels();
-        let all = all_pairs(&s);
-        let non: Vec<(usize, usize)> = all
-            .iter()
-            .filter(|t| !t.target)
-            .map(|t| (t.enroll, t.test))
-            .collect();
+        let all = all_pairs(&s).unwrap();
+        let non: Vec<(usize, usize)> = all.iter().filter(|t| !t.target).map(Trial::rows).collect();
         let pos: HashMap<(usize, usize), usize> =
             non.iter().enumerate().map(|(i, &p)| (p, i)).collect();
         let mut counts = vec![0u64; non.len()];
@@ -373,7 +381,7 @@ mod tests {
         for seed in 0..seeds {
             let got = bounded_pairs(&s, &caps(1000, k, seed)).unwrap();
             for t in got.trials.iter().filter(|t| !t.target) {
-                counts[pos[&(t.enroll, t.test)]] += 1;
+                counts[pos[&t.rows()]] += 1;
             }
         }
         let expected = (seeds * k) as f64 / non.len() as f64;
@@ -393,7 +401,7 @@ mod tests {
         for seed in 0..seeds {
             let got = bounded_pairs(&s, &caps(k, 1000, seed)).unwrap();
             for t in got.trials.iter().filter(|t| t.target) {
-                *counts.entry((t.enroll, t.test)).or_default() += 1;
+                *counts.entry(t.rows()).or_default() += 1;
             }
         }
         assert_eq!(counts.len(), 35, "every target pair drawn at some seed");
@@ -419,7 +427,7 @@ mod tests {
         assert!(got
             .trials
             .iter()
-            .all(|t| t.target == (speakers[t.enroll] == speakers[t.test])));
+            .all(|t| t.target == (speakers[t.rows().0] == speakers[t.rows().1])));
     }
 
     #[test]

@@ -71,11 +71,38 @@ impl std::str::FromStr for PairMetric {
 }
 
 /// One verification trial: two rows of the embedding matrix and whether they share a speaker.
+///
+/// Rows are `u32` (12 bytes a trial, not 24: a trial list is what the evaluation of a large
+/// corpus holds most of, 2 M trials a test set at `supervector train`'s caps, issue #24);
+/// [`Trial::new`] refuses a row past `u32::MAX`, [`Trial::rows`] gives them as indices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Trial {
-    pub enroll: usize,
-    pub test: usize,
+    pub enroll: u32,
+    pub test: u32,
     pub target: bool,
+}
+
+impl Trial {
+    /// The trial between rows `enroll` and `test`; an error when either is past `u32::MAX`.
+    pub fn new(enroll: usize, test: usize, target: bool) -> Result<Self> {
+        let row = |r: usize| {
+            u32::try_from(r).map_err(|_| Error::Length {
+                what: format!("trial rows (row {r} is past the 2^32 a trial can name)"),
+                expected: u32::MAX as usize,
+                found: r,
+            })
+        };
+        Ok(Trial {
+            enroll: row(enroll)?,
+            test: row(test)?,
+            target,
+        })
+    }
+
+    /// The two rows as indices: `(enroll, test)`.
+    pub fn rows(&self) -> (usize, usize) {
+        (self.enroll as usize, self.test as usize)
+    }
 }
 
 /// [`crate::read_lines`] without the comment lines (starting with `#`).
@@ -160,17 +187,14 @@ pub fn resolve_trials(
                 first_line,
             });
         }
-        out.push(Trial {
-            enroll,
-            test,
-            target: t.target,
-        });
+        out.push(Trial::new(enroll, test, t.target)?);
     }
     Ok(out)
 }
 
-/// Every unordered pair `i < j` of rows, target when the speakers match.
-pub fn all_pairs(speakers: &[String]) -> Vec<Trial> {
+/// Every unordered pair `i < j` of rows, target when the speakers match; an error past
+/// `u32::MAX` rows (see [`Trial`]).
+pub fn all_pairs(speakers: &[String]) -> Result<Vec<Trial>> {
     crate::trial_sample::all_pairs_of(speakers)
 }
 
@@ -180,22 +204,23 @@ pub fn trial_distances(
     trials: &[Trial],
     metric: PairMetric,
 ) -> Result<Vec<f32>> {
-    if let Some(t) = trials
+    if let Some((e, t)) = trials
         .iter()
-        .find(|t| t.enroll >= embeddings.rows || t.test >= embeddings.rows)
+        .map(Trial::rows)
+        .find(|&(e, t)| e >= embeddings.rows || t >= embeddings.rows)
     {
         return Err(Error::Length {
-            what: format!(
-                "embedding rows (trial {} vs {} refers past the end)",
-                t.enroll, t.test
-            ),
-            expected: t.enroll.max(t.test) + 1,
+            what: format!("embedding rows (trial {e} vs {t} refers past the end)"),
+            expected: e.max(t) + 1,
             found: embeddings.rows,
         });
     }
     Ok(trials
         .par_iter()
-        .map(|t| metric.distance(embeddings.row(t.enroll), embeddings.row(t.test)))
+        .map(|t| {
+            let (e, x) = t.rows();
+            metric.distance(embeddings.row(e), embeddings.row(x))
+        })
         .collect())
 }
 
@@ -537,5 +562,24 @@ mod nan_tests {
         assert!(eer(&[0.5, f32::NAN], &[0.1]).is_err());
         assert!(eer(&[0.5], &[f32::INFINITY]).is_err());
         assert!(eer(&[0.5], &[0.1]).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod trial_tests {
+    use super::*;
+
+    /// A trial is 12 bytes, gives back its rows, and refuses a row a `u32` cannot name
+    /// (64-bit targets) instead of wrapping it to another row.
+    #[test]
+    fn trials_are_twelve_bytes_and_refuse_rows_past_u32() {
+        assert_eq!(std::mem::size_of::<Trial>(), 12);
+        let t = Trial::new(3, u32::MAX as usize, true).unwrap();
+        assert_eq!(t.rows(), (3, u32::MAX as usize));
+        if let Some(past) = (u32::MAX as usize).checked_add(1) {
+            let err = Trial::new(past, 0, false).unwrap_err().to_string();
+            assert!(err.contains(&past.to_string()), "{err}");
+            assert!(Trial::new(0, past, false).is_err());
+        }
     }
 }

@@ -124,13 +124,20 @@ fn written_scores_read_back_to_the_same_metrics() -> anyhow::Result<()> {
         .map(|i| next() + if i % 5 == (i / 5) % 6 % 5 { 1.0 } else { 0.0 })
         .collect();
     let emb = invar_io::Matrix::new(24, 5, data)?;
-    let trials = all_pairs(&speakers);
+    let trials = all_pairs(&speakers)?;
     let dir = tempfile::tempdir()?;
     let (tp, sp) = (dir.path().join("trials"), dir.path().join("scores"));
     let label = |t: bool| if t { "target" } else { "nontarget" };
     let text: String = trials
         .iter()
-        .map(|t| format!("{} {} {}\n", ids[t.enroll], ids[t.test], label(t.target)))
+        .map(|t| {
+            format!(
+                "{} {} {}\n",
+                ids[t.enroll as usize],
+                ids[t.test as usize],
+                label(t.target)
+            )
+        })
         .collect();
     std::fs::write(&tp, text)?;
     for metric in [PairMetric::Angular, PairMetric::Euclidean] {
@@ -143,10 +150,13 @@ fn written_scores_read_back_to_the_same_metrics() -> anyhow::Result<()> {
         let direct = verify(&d, &trials, &config)?;
         write_scores(
             &sp,
-            trials
-                .iter()
-                .zip(&d)
-                .map(|(t, &x)| (ids[t.enroll].as_str(), ids[t.test].as_str(), -x)),
+            trials.iter().zip(&d).map(|(t, &x)| {
+                (
+                    ids[t.enroll as usize].as_str(),
+                    ids[t.test as usize].as_str(),
+                    -x,
+                )
+            }),
         )?;
         let named = read_trial_list(&tp)?;
         let back = score_report(&read_scores(&sp, &named, &tp)?, &config, &sp, &tp)?;

@@ -134,7 +134,7 @@ fn verify_from_embeddings_with_all_pairs() -> anyhow::Result<()> {
     // Two speakers on orthogonal axes, two utterances each, slightly rotated: perfectly separable.
     let emb = Matrix::new(4, 2, vec![1.0, 0.0, 0.98, 0.2, 0.0, 1.0, 0.2, 0.98])?;
     let speakers: Vec<String> = ["a", "a", "b", "b"].iter().map(|s| s.to_string()).collect();
-    let trials = all_pairs(&speakers);
+    let trials = all_pairs(&speakers)?;
     assert_eq!(trials.len(), 6);
     assert_eq!(trials.iter().filter(|t| t.target).count(), 2);
     let d = trial_distances(&emb, &trials, PairMetric::Angular)?;

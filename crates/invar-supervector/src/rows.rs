@@ -165,19 +165,20 @@ pub fn streamed_trial_distances(
     metric: invar_eval::PairMetric,
 ) -> Result<Vec<f32>> {
     use rayon::prelude::*;
-    if let Some(t) = trials
+    if let Some((e, t)) = trials
         .iter()
-        .find(|t| t.enroll >= rows.len() || t.test >= rows.len())
+        .map(invar_eval::Trial::rows)
+        .find(|&(e, t)| e >= rows.len() || t >= rows.len())
     {
         return Err(Error::shape(
             "trial row (into the test rows)",
             format!("< {}", rows.len()),
-            t.enroll.max(t.test),
+            e.max(t),
         ));
     }
     let cols = src.shape().1.max(1);
     let block = STREAM_BLOCK_ROWS;
-    let tile = |t: &invar_eval::Trial| (t.enroll / block, t.test / block);
+    let tile = |t: &invar_eval::Trial| (t.rows().0 / block, t.rows().1 / block);
     // Trial numbers ordered by tile: the enroll block stays loaded while the test blocks change.
     let mut order: Vec<u32> = (0..trials.len())
         .map(|t| u32::try_from(t).map_err(|_| Error::shape("trial count", "< 2^32", trials.len())))
@@ -212,9 +213,9 @@ pub fn streamed_trial_distances(
         let group: Vec<(u32, f32)> = order[k..end]
             .par_iter()
             .map(|&t| {
-                let tr = &trials[t as usize];
-                let x = &ea[(tr.enroll - a * block) * cols..][..cols];
-                let y = &eb[(tr.test - b * block) * cols..][..cols];
+                let (enroll, test) = trials[t as usize].rows();
+                let x = &ea[(enroll - a * block) * cols..][..cols];
+                let y = &eb[(test - b * block) * cols..][..cols];
                 (t, metric.distance(x, y))
             })
             .collect();
@@ -282,10 +283,12 @@ mod tests {
         let rows: Vec<usize> = (0..m.rows).step_by(3).chain([1, 2]).collect();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
         let trials: Vec<invar_eval::Trial> = (0..5000)
-            .map(|_| invar_eval::Trial {
-                enroll: rng.random_range(0..rows.len()),
-                test: rng.random_range(0..rows.len()),
-                target: rng.random(),
+            .map(|_| {
+                let (e, t) = (
+                    rng.random_range(0..rows.len()),
+                    rng.random_range(0..rows.len()),
+                );
+                invar_eval::Trial::new(e, t, rng.random()).unwrap()
             })
             .collect();
         let mut sub = Matrix::zeros(rows.len(), m.cols);
@@ -301,11 +304,7 @@ mod tests {
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(&want), "{metric}");
         }
-        let bad = [invar_eval::Trial {
-            enroll: 0,
-            test: rows.len(),
-            target: false,
-        }];
+        let bad = [invar_eval::Trial::new(0, rows.len(), false).unwrap()];
         let err = streamed_trial_distances(&src, &rows, &bad, invar_eval::PairMetric::Angular)
             .unwrap_err()
             .to_string();
