@@ -10,6 +10,9 @@ use invar_data::{FeatureStream, Layout, UtteranceChunks};
 use invar_utd::{Cmvn, UtdConfig};
 
 use crate::out_dir::opt;
+
+/// Each aligned utterance's gold words, by utterance id.
+type GoldWords = std::collections::HashMap<String, Vec<invar_utd::GoldWord>>;
 use invar_train::ItemProgress;
 
 /// Find repeated words and phrases (ZRTools-style LSH + segmental DTW) and write their classes.
@@ -253,20 +256,26 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
     }
     cfg.spill_dir = Some(args.tmp_dir.clone().unwrap_or_else(|| args.out.clone()));
     cfg.validate()?;
-    let gold = match &args.gold_corpus {
-        Some(dir) => {
-            // A chunk of utterances at a time: only each utterance's words are kept, not the
-            // corpus with its phone alignments (≈ 2 KB an utterance on TIMIT; issue #24).
-            let stream = crate::corpus::open(args.layout, dir, args.allow_pipes)?;
-            let mut words = std::collections::HashMap::new();
-            stream.for_each_chunk(1024, &mut |_, chunk| {
+    // The gold corpus is read twice: here to refuse a bad one before the search, keeping
+    // nothing, and after the search for its words, which the report alone needs (held through
+    // the search they were ≈ 0.4 MB an hour of audio at its peak; issue #24).
+    let read_gold = |keep: bool| -> anyhow::Result<Option<GoldWords>> {
+        let Some(dir) = &args.gold_corpus else {
+            return Ok(None);
+        };
+        // A chunk of utterances at a time: only each utterance's words are kept, not the
+        // corpus with its phone alignments (≈ 2 KB an utterance on TIMIT).
+        let stream = crate::corpus::open(args.layout, dir, args.allow_pipes)?;
+        let mut words = GoldWords::new();
+        stream.for_each_chunk(1024, &mut |_, chunk| {
+            if keep {
                 words.extend(invar_utd::gold_words(chunk, args.sample_rate));
-                Ok(())
-            })?;
-            Some(words)
-        }
-        None => None,
+            }
+            Ok(())
+        })?;
+        Ok(Some(words))
     };
+    read_gold(false)?;
 
     tracing::info!(
         utterances = set.len(),
@@ -302,6 +311,7 @@ pub fn run(args: UtdArgs) -> anyhow::Result<()> {
     }
     let seconds = started.elapsed().as_secs_f64();
     let classes = invar_utd::to_classes(&discovery, &utts, &cfg.timing);
+    let gold = read_gold(true)?;
     let summary = invar_utd::summarize(&discovery, &utts, &cfg.timing, gold.as_ref());
     let classes_path = args.out.join("classes.txt");
     let json = args.out.join("results.json");
