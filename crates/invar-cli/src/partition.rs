@@ -208,14 +208,19 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
         }
         Ok::<(), invar_data::Error>(())
     })?;
-    let held = if sil.is_some() {
-        classes.clone()
+    let used;
+    let held: &[invar_data::Class] = if sil.is_some() {
+        &classes
     } else {
-        invar_partition::used_fragments(&classes, &cfg.pairs, cfg.seed, |f| {
+        used = invar_partition::used_fragments(&classes, &cfg.pairs, cfg.seed, |f| {
             lengths.get(f).copied()
-        })?
+        })?;
+        &used
     };
-    let post = Posteriorgrams::from_stream_fragments(&set, &held, &timings)?;
+    drop((lengths, named));
+    // Lists the utterances the classes name (the pairs' draw looks each one up), holds the
+    // frames of the held fragments: memory follows the classes, not the corpus.
+    let post = Posteriorgrams::from_stream_fragments(&set, &classes, held, &timings)?;
     let _out = crate::out_dir::claim(
         &a.out,
         "partition train",
@@ -230,7 +235,7 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
         .concat(),
     )?;
     tracing::info!(
-        utterances = post.len(),
+        utterances_named = post.len(),
         held_frames = post.frames.rows,
         dims = post.dim(),
         classes = classes.len(),

@@ -18,8 +18,14 @@ pub enum Error {
     },
 
     /// A class-file fragment names a file that is not in the posteriorgram set.
-    #[error("class {class}: fragment file `{file}` is not in the posteriorgram set; check that the class file and the posteriorgrams come from the same corpus")]
+    #[error("class {class}: fragment file `{file}` is not in the posteriorgram set (a set loaded by fragments lists only the files of the classes it was loaded for); check that the class file and the posteriorgrams come from the same corpus")]
     UnknownFile { class: u64, file: String },
+
+    /// Two utterances of the posteriorgrams share an id, so a class file cannot name one of them.
+    #[error(
+        "utterance `{id}` is given twice in the posteriorgrams; each utterance id must be unique"
+    )]
+    DuplicateUtterance { id: String },
 
     /// A fragment's frames are not among those a posteriorgram set loaded by fragments holds.
     #[error("class {class}: frames {first}..{end} of `{file}` (the fragment {start_s}–{end_s} s) are not held; the posteriorgrams were loaded for other classes or another frame timing: load them with these classes and timing, or whole (`Posteriorgrams::from_featureset`)")]

@@ -2,7 +2,7 @@
 //! classes' fragments, [`Posteriorgrams::from_featureset_fragments`]) stacked into one matrix, so
 //! that frame pairs are index pairs into it (never copies).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use invar_data::{Class, FeatureEntry, FeatureSet, FeatureStream};
@@ -13,6 +13,8 @@ use crate::{Error, Result};
 /// Utterances' posteriorgrams stacked row-wise, with where each starts.
 #[derive(Debug, Clone)]
 pub struct Posteriorgrams {
+    /// The utterances listed: every utterance of the set, or for a set loaded by
+    /// [`Posteriorgrams::from_featureset_fragments`] those its classes name.
     pub ids: Vec<String>,
     pub speakers: Vec<String>,
     /// `offsets[u]..offsets[u + 1]` are utterance `u`'s rows of `frames`: all its frames, or for a
@@ -25,7 +27,8 @@ pub struct Posteriorgrams {
     spans: Vec<Vec<Range<usize>>>,
     /// Each utterance's frame count in its set (held or not).
     lengths: Vec<usize>,
-    index: HashMap<String, usize>,
+    /// The utterances sorted by id, for [`Posteriorgrams::find`] (an index, not a copy of the ids).
+    by_id: Vec<u32>,
 }
 
 impl Posteriorgrams {
@@ -51,20 +54,24 @@ impl Posteriorgrams {
         stack.finish()
     }
 
-    /// Loads from a feature set only the frames that `classes`' fragments cover under any of
-    /// `timings` (each fragment's [`FrameTiming::frames`], as `build_pairs` and `silhouette`
-    /// resolve it), one utterance at a time: the memory held is the fragments' frames, not the
-    /// corpus's. Every utterance is still listed (its id, speaker and frame count) and still
-    /// checked to hold distributions in every frame; pairs and silhouettes computed on it are the
-    /// ones computed on [`Posteriorgrams::from_featureset`], bit for bit, as long as they use the
-    /// same classes and one of `timings`.
+    /// Loads from a feature set only what `classes` need, one utterance at a time: the
+    /// utterances their fragments name are listed (id, speaker, frame count), and of those only
+    /// the frames that `held`'s fragments cover under any of `timings` (each fragment's
+    /// [`FrameTiming::frames`], as `build_pairs` and `silhouette` resolve it) are held. Memory
+    /// follows the classes, not the corpus (issue #24). Every utterance of the set is still read
+    /// and checked to hold distributions in every frame. Pairs and silhouettes computed on it
+    /// with `classes` are the ones computed on [`Posteriorgrams::from_featureset`], bit for bit,
+    /// as long as they use one of `timings` and only `held`'s fragments (`held` is `classes`, or
+    /// [`crate::used_fragments`] of them for capped pairs).
     pub fn from_featureset_fragments(
         set: &FeatureSet,
         classes: &[Class],
+        held: &[Class],
         timings: &[FrameTiming],
     ) -> Result<Self> {
         fragments_of(
             classes,
+            held,
             timings,
             &mut |f| set.entries().iter().try_for_each(&mut *f),
             &|e| Ok(set.load(e)?),
@@ -77,10 +84,12 @@ impl Posteriorgrams {
     pub fn from_stream_fragments(
         set: &FeatureStream,
         classes: &[Class],
+        held: &[Class],
         timings: &[FrameTiming],
     ) -> Result<Self> {
         fragments_of(
             classes,
+            held,
             timings,
             &mut |f| {
                 set.for_each_chunk(1024, &mut |_, chunk| chunk.iter().try_for_each(&mut *f))?;
@@ -107,7 +116,10 @@ impl Posteriorgrams {
 
     /// The utterance index of a file id.
     pub fn find(&self, id: &str) -> Option<usize> {
-        self.index.get(id).copied()
+        self.by_id
+            .binary_search_by(|&u| self.ids[u as usize].as_str().cmp(id))
+            .ok()
+            .map(|k| self.by_id[k] as usize)
     }
 
     /// Number of frames of utterance `u` (in its set, whether held or not).
@@ -154,18 +166,27 @@ impl Posteriorgrams {
 /// An entry visitor: calls its argument with every entry of a set, in manifest order.
 type EachEntry<'a> = dyn FnMut(&mut dyn FnMut(&FeatureEntry) -> Result<()>) -> Result<()> + 'a;
 
-/// The frames inside `classes`' fragments of the entries `each` visits (twice: the spans, then
-/// the frames), each loaded by `load`. The spans come from the manifest's frame counts (`load`
-/// refuses a matrix of another shape), so the stack is sized exactly before any frames are read:
-/// grown by doubling, it would hold up to twice the frames, and a copy of them while growing.
+/// The utterances `classes` name, with the frames inside `held`'s fragments, of the entries
+/// `each` visits (twice: the spans, then the frames), each loaded by `load` and checked. The spans
+/// come from the manifest's frame counts (`load` refuses a matrix of another shape), so the stack
+/// is sized exactly before any frames are read: grown by doubling, it would hold up to twice the
+/// frames, and a copy of them while growing.
 fn fragments_of(
     classes: &[Class],
+    held: &[Class],
     timings: &[FrameTiming],
     each: &mut EachEntry<'_>,
     load: &dyn Fn(&FeatureEntry) -> Result<Matrix>,
 ) -> Result<Posteriorgrams> {
+    // `held` names no file that `classes` does not, when it is theirs; listed either way.
+    let named: HashSet<&str> = classes
+        .iter()
+        .chain(held)
+        .flat_map(|c| &c.fragments)
+        .map(|f| f.file.as_str())
+        .collect();
     let mut times: HashMap<&str, Vec<(f64, f64)>> = HashMap::new();
-    for f in classes.iter().flat_map(|c| &c.fragments) {
+    for f in held.iter().flat_map(|c| &c.fragments) {
         times
             .entry(f.file.as_str())
             .or_default()
@@ -189,7 +210,11 @@ fn fragments_of(
     let mut stack = Stack::with_capacity(floats);
     each(&mut |e| {
         let m = load(e)?;
-        stack.push_spans(e.id.clone(), e.speaker.clone(), &m, spans_of(e))
+        if named.contains(e.id.as_str()) {
+            stack.push_spans(e.id.clone(), e.speaker.clone(), &m, spans_of(e))
+        } else {
+            stack.check(&e.id, &m)
+        }
     })?;
     stack.finish()
 }
@@ -238,14 +263,9 @@ impl Stack {
         self.push_spans(id, speaker, m, all)
     }
 
-    /// Appends the rows of `m` in `spans` (sorted, disjoint, within `m`).
-    fn push_spans(
-        &mut self,
-        id: String,
-        speaker: String,
-        m: &Matrix,
-        spans: Vec<Range<usize>>,
-    ) -> Result<()> {
+    /// Checks utterance `id`'s posteriorgrams `m` against the stack's dimension and that every
+    /// frame is a distribution, without keeping anything.
+    fn check(&mut self, id: &str, m: &Matrix) -> Result<()> {
         let dim = *self.dim.get_or_insert(m.cols);
         if m.cols != dim {
             return Err(Error::Shape {
@@ -254,7 +274,18 @@ impl Stack {
                 found: m.cols,
             });
         }
-        check_distributions(&id, m)?;
+        check_distributions(id, m)
+    }
+
+    /// Appends the rows of `m` in `spans` (sorted, disjoint, within `m`).
+    fn push_spans(
+        &mut self,
+        id: String,
+        speaker: String,
+        m: &Matrix,
+        spans: Vec<Range<usize>>,
+    ) -> Result<()> {
+        self.check(&id, m)?;
         let mut held = 0;
         for s in &spans {
             self.data
@@ -273,7 +304,22 @@ impl Stack {
     fn finish(self) -> Result<Posteriorgrams> {
         let dim = self.dim.unwrap_or(0);
         let total = self.offsets[self.offsets.len() - 1];
-        let index = self.ids.iter().cloned().zip(0..).collect();
+        let n = u32::try_from(self.ids.len()).map_err(|_| Error::Shape {
+            what: "utterances of the posteriorgrams (at most 2^32 - 1)",
+            expected: u32::MAX as usize,
+            found: self.ids.len(),
+        })?;
+        let mut by_id: Vec<u32> = (0..n).collect();
+        by_id.sort_unstable_by(|&a, &b| self.ids[a as usize].cmp(&self.ids[b as usize]));
+        // An id given twice would make `find` pick one of them: refused.
+        if let Some(w) = by_id
+            .windows(2)
+            .find(|w| self.ids[w[0] as usize] == self.ids[w[1] as usize])
+        {
+            return Err(Error::DuplicateUtterance {
+                id: self.ids[w[0] as usize].clone(),
+            });
+        }
         Ok(Posteriorgrams {
             ids: self.ids,
             speakers: self.speakers,
@@ -281,7 +327,7 @@ impl Stack {
             frames: Matrix::new(total, dim, self.data)?,
             spans: self.spans,
             lengths: self.lengths,
-            index,
+            by_id,
         })
     }
 }

@@ -131,8 +131,9 @@ fn loading_only_the_capped_pairs_fragments_builds_the_same_pairs() {
     let used = used_fragments(&classes, &capped, 9, lengths).unwrap();
     let held: usize = used.iter().map(|k| k.fragments.len()).sum();
     assert!(held <= 80, "{held} fragments for 40 pairs");
-    let whole = Posteriorgrams::from_featureset_fragments(&set, &classes, &[timing]).unwrap();
-    let part = Posteriorgrams::from_featureset_fragments(&set, &used, &[timing]).unwrap();
+    let whole =
+        Posteriorgrams::from_featureset_fragments(&set, &classes, &classes, &[timing]).unwrap();
+    let part = Posteriorgrams::from_featureset_fragments(&set, &classes, &used, &[timing]).unwrap();
     assert!(
         2 * part.frames.rows < whole.frames.rows,
         "{} of {} frames held",

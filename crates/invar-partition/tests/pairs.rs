@@ -175,7 +175,7 @@ fn gold_classes_group_word_tokens_and_skip_silence_and_singletons() {
 }
 
 /// Issue 24: a posteriorgram set loaded for some classes holds exactly the frames inside their
-/// fragments (a fraction of the corpus), lists every utterance with its full length, builds the
+/// fragments (a fraction of the corpus), lists the utterances they name with their full length, builds the
 /// same pairs (each gathering the same bytes), trains to the same bits of V as the set loaded whole,
 /// and refuses fragments it was not loaded for, naming them.
 #[test]
@@ -190,10 +190,12 @@ fn loading_only_the_fragments_frames_pairs_and_trains_the_same_bits() {
     let set = c.write_set(&dir.path().join("post"));
     let timing = common::timing();
     let full = Posteriorgrams::from_featureset(&set).unwrap();
-    let part = Posteriorgrams::from_featureset_fragments(&set, &classes, &[timing]).unwrap();
+    let part =
+        Posteriorgrams::from_featureset_fragments(&set, &classes, &classes, &[timing]).unwrap();
     // Issue #24: from a set opened for passes (what `partition train` reads), the same.
     let stream = invar_data::FeatureStream::open(dir.path().join("post")).unwrap();
-    let streamed = Posteriorgrams::from_stream_fragments(&stream, &classes, &[timing]).unwrap();
+    let streamed =
+        Posteriorgrams::from_stream_fragments(&stream, &classes, &classes, &[timing]).unwrap();
     assert_eq!(
         (
             &streamed.ids,
@@ -208,9 +210,21 @@ fn loading_only_the_fragments_frames_pairs_and_trains_the_same_bits() {
         assert_eq!(streamed.frames_of(u), part.frames_of(u));
     }
 
-    // Held: the union of the fragments' frames, counted here frame by frame.
+    // Listed: the utterances the classes name, in the set's order, each with its speaker and
+    // whole length (issue #24: not every utterance of the corpus). Held: the union of the
+    // fragments' frames, counted here frame by frame.
+    let named: std::collections::HashSet<&str> = classes
+        .iter()
+        .flat_map(|k| &k.fragments)
+        .map(|f| f.file.as_str())
+        .collect();
+    let listed: Vec<usize> = (0..full.len())
+        .filter(|&u| named.contains(full.ids[u].as_str()))
+        .collect();
+    assert_eq!(part.len(), listed.len());
+    assert!(part.len() < full.len(), "{} of {}", part.len(), full.len());
     let mut want = 0;
-    for u in 0..full.len() {
+    for (p, &u) in listed.iter().enumerate() {
         let mut covered = vec![false; full.frames_of(u)];
         let frags = classes.iter().flat_map(|k| &k.fragments);
         for f in frags.filter(|f| f.file == full.ids[u]) {
@@ -219,10 +233,19 @@ fn loading_only_the_fragments_frames_pairs_and_trains_the_same_bits() {
             }
         }
         want += covered.iter().filter(|&&b| b).count();
-        assert_eq!(part.frames_of(u), full.frames_of(u));
+        assert_eq!(part.frames_of(p), full.frames_of(u));
+        assert_eq!(part.find(&full.ids[u]), Some(p));
         assert_eq!(
-            (&part.ids[u], &part.speakers[u]),
+            (&part.ids[p], &part.speakers[p]),
             (&full.ids[u], &full.speakers[u])
+        );
+    }
+    for u in (0..full.len()).filter(|u| !listed.contains(u)) {
+        assert_eq!(
+            part.find(&full.ids[u]),
+            None,
+            "{} is not named",
+            full.ids[u]
         );
     }
     assert_eq!(part.frames.rows, want);
@@ -303,7 +326,7 @@ fn loading_only_the_fragments_frames_pairs_and_trains_the_same_bits() {
         set.find(f).map(|e| e.frames)
     })
     .unwrap();
-    let used = Posteriorgrams::from_featureset_fragments(&set, &held, &[timing]).unwrap();
+    let used = Posteriorgrams::from_featureset_fragments(&set, &classes, &held, &[timing]).unwrap();
     let (pu, _) = build_pairs(&used, &classes, &ucfg.pairs, ucfg.seed).unwrap();
     let mut rows: Vec<u32> = pu.same.iter().chain(&pu.diff).flatten().copied().collect();
     rows.sort_unstable();
@@ -329,9 +352,30 @@ fn loading_only_the_fragments_frames_pairs_and_trains_the_same_bits() {
         }
     }
 
-    // Classes the set was not loaded for.
+    // Classes the set was not loaded for: a file it does not list, or frames it does not hold,
+    // each refused saying what the set was loaded for.
     let others: Vec<Class> = c.word_classes().into_iter().skip(3).collect();
     let err = build_pairs(&part, &others, &cfg, 3).unwrap_err();
+    assert!(
+        matches!(err, Error::NotHeld { .. } | Error::UnknownFile { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("loaded"), "{err}");
+    let listed_elsewhere: Vec<Class> = others
+        .iter()
+        .map(|k| Class {
+            id: k.id,
+            fragments: k
+                .fragments
+                .iter()
+                .filter(|f| part.find(&f.file).is_some())
+                .cloned()
+                .collect(),
+        })
+        .filter(|k| k.fragments.len() >= 2)
+        .collect();
+    assert!(!listed_elsewhere.is_empty());
+    let err = build_pairs(&part, &listed_elsewhere, &cfg, 3).unwrap_err();
     assert!(matches!(err, Error::NotHeld { .. }), "{err}");
     assert!(err.to_string().contains("not held"), "{err}");
 }
@@ -382,4 +426,31 @@ fn a_different_partner_never_overlaps_the_fragment_it_meets() {
             );
         }
     }
+}
+
+/// Issue 24: utterances are found by a sorted index of their ids (not a second copy of every id
+/// in a map), so an id given twice, which a map kept silently as its last, is refused naming it.
+#[test]
+fn an_utterance_id_given_twice_is_refused() {
+    use invar_partition::{Error, Posteriorgrams};
+    let m = |rows: usize| invar_io::Matrix::new(rows, 2, vec![0.5; rows * 2]).unwrap();
+    let err = Posteriorgrams::from_parts(vec![
+        ("b".into(), "s".into(), m(2)),
+        ("a".into(), "s".into(), m(3)),
+        ("b".into(), "t".into(), m(4)),
+    ])
+    .unwrap_err();
+    assert!(
+        matches!(&err, Error::DuplicateUtterance { id } if id == "b"),
+        "{err}"
+    );
+    let post = Posteriorgrams::from_parts(vec![
+        ("b".into(), "s".into(), m(2)),
+        ("a".into(), "s".into(), m(3)),
+        ("c".into(), "t".into(), m(4)),
+    ])
+    .unwrap();
+    let found: Vec<_> = ["a", "b", "c", "d", ""].map(|id| post.find(id)).into();
+    assert_eq!(found, [Some(1), Some(0), Some(2), None, None]);
+    assert_eq!(post.frames_of(2), 4);
 }
