@@ -1,7 +1,7 @@
 //! The whole discovery run over in-memory features: signatures → sparse similarity matrix → lines →
 //! DTW-refined fragment pairs → classes.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -21,6 +21,103 @@ pub struct UtteranceFeatures {
     /// cross-speaker share of the summary use it.
     pub speaker: Option<String>,
     pub frames: invar_io::Matrix,
+}
+
+/// What a run's outputs need of the utterances it searched, without their frames: ids, speakers
+/// and frame counts, for [`crate::to_classes`] and [`crate::summarize`].
+pub trait Listing: Sync {
+    /// Number of utterances.
+    fn count(&self) -> usize;
+    /// Utterance `u`'s id.
+    fn id(&self, u: usize) -> &str;
+    /// Utterance `u`'s speaker, when known.
+    fn speaker(&self, u: usize) -> Option<&str>;
+    /// Utterance `u`'s frame count.
+    fn frames(&self, u: usize) -> usize;
+}
+
+impl Listing for [UtteranceFeatures] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn id(&self, u: usize) -> &str {
+        &self[u].id
+    }
+    fn speaker(&self, u: usize) -> Option<&str> {
+        self[u].speaker.as_deref()
+    }
+    fn frames(&self, u: usize) -> usize {
+        self[u].frames.rows
+    }
+}
+
+impl Listing for Vec<UtteranceFeatures> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn id(&self, u: usize) -> &str {
+        &self[u].id
+    }
+    fn speaker(&self, u: usize) -> Option<&str> {
+        self[u].speaker.as_deref()
+    }
+    fn frames(&self, u: usize) -> usize {
+        self[u].frames.rows
+    }
+}
+
+/// The utterances of a set as a run over it lists them ([`discover_stream`]), packed: the ids in
+/// one string, each speaker once. About 12 bytes an utterance besides its id's, where a list of
+/// [`UtteranceFeatures`] took about 130 (two strings and an empty matrix each): the run holds it
+/// from start to end, so it grew the search's peak with the corpus (issue #24).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Utterances {
+    ids: String,
+    /// Where utterance `u`'s id ends in `ids` (it starts where `u − 1`'s ends).
+    id_ends: Vec<u32>,
+    /// The distinct speakers, in order of first appearance.
+    speakers: Vec<String>,
+    /// Each utterance's index into `speakers`; [`NO_SPEAKER`] when it has none.
+    speaker_of: Vec<u32>,
+    frames: Vec<u32>,
+}
+
+/// `Utterances::speaker_of` of an utterance without a speaker.
+const NO_SPEAKER: u32 = u32::MAX;
+
+impl Utterances {
+    /// Number of utterances.
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+}
+
+impl Listing for Utterances {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn id(&self, u: usize) -> &str {
+        let start = if u == 0 {
+            0
+        } else {
+            self.id_ends[u - 1] as usize
+        };
+        &self.ids[start..self.id_ends[u] as usize]
+    }
+    fn speaker(&self, u: usize) -> Option<&str> {
+        match self.speaker_of[u] {
+            NO_SPEAKER => None,
+            k => Some(&self.speakers[k as usize]),
+        }
+    }
+    fn frames(&self, u: usize) -> usize {
+        self.frames[u] as usize
+    }
 }
 
 /// Frames `start..end` of utterance `utt` (an index into the input).
@@ -124,13 +221,13 @@ pub fn discover_taking(
 /// gathered (issue #24): a few dozen utterances' input are held at a time, not the corpus, so with
 /// the store (`store.frames`) the run's memory does not grow with the corpus. Speaker
 /// normalisation reads the set once more before. Returns the discovery and the utterances' ids,
-/// speakers and lengths (`rows × 0` matrices, for [`crate::to_classes`] and
-/// [`crate::summarize`]). The results are [`discover_with_progress`]'s on the loaded set.
+/// speakers and lengths (for [`crate::to_classes`] and [`crate::summarize`]). The results are
+/// [`discover_with_progress`]'s on the loaded set.
 pub fn discover_featureset(
     set: &invar_data::FeatureSet,
     cfg: &UtdConfig,
     progress: Progress<'_>,
-) -> Result<(Discovery, Vec<UtteranceFeatures>)> {
+) -> Result<(Discovery, Utterances)> {
     cfg.validate()?;
     let mut listed = Listed::default();
     for e in set.entries() {
@@ -146,7 +243,7 @@ pub fn discover_stream(
     set: &invar_data::FeatureStream,
     cfg: &UtdConfig,
     progress: Progress<'_>,
-) -> Result<(Discovery, Vec<UtteranceFeatures>)> {
+) -> Result<(Discovery, Utterances)> {
     cfg.validate()?;
     let mut listed = Listed::default();
     set.for_each_chunk(1024, &mut |_, chunk| {
@@ -158,8 +255,10 @@ pub fn discover_stream(
 /// The utterances of a set as term discovery lists them, with the dimension they share.
 #[derive(Default)]
 struct Listed {
-    utterances: Vec<UtteranceFeatures>,
+    utterances: Utterances,
     dims: Option<usize>,
+    /// Each speaker's index in `utterances.speakers` while listing.
+    speaker_index: HashMap<String, u32>,
 }
 
 impl Listed {
@@ -172,15 +271,31 @@ impl Listed {
                 found: e.dims,
             });
         }
-        self.utterances.push(UtteranceFeatures {
-            id: e.id.clone(),
-            speaker: Some(e.speaker.clone()).filter(|s| !s.is_empty()),
-            frames: invar_io::Matrix {
-                rows: e.frames,
-                cols: 0,
-                data: Vec::new(),
-            },
-        });
+        let list = &mut self.utterances;
+        // Past 2^32 − 1 frames (or bytes of ids) `index` refuses the run; refused here as well.
+        let frames =
+            u32::try_from(e.frames).map_err(|_| Error::TooManyFrames { frames: e.frames })?;
+        list.ids.push_str(&e.id);
+        let end = u32::try_from(list.ids.len()).map_err(|_| Error::Config {
+            field: "utterances",
+            reason: format!(
+                "their ids take {} bytes, more than one run can list (2^32 − 1); split the corpus",
+                list.ids.len()
+            ),
+        })?;
+        list.id_ends.push(end);
+        let speaker = if e.speaker.is_empty() {
+            NO_SPEAKER
+        } else if let Some(&k) = self.speaker_index.get(&e.speaker) {
+            k
+        } else {
+            let k = list.speakers.len() as u32;
+            list.speakers.push(e.speaker.clone());
+            self.speaker_index.insert(e.speaker.clone(), k);
+            k
+        };
+        list.speaker_of.push(speaker);
+        list.frames.push(frames);
         Ok(())
     }
 }
@@ -192,7 +307,7 @@ fn discover_listed(
     frames: invar_data::Result<invar_data::SetFrames>,
     cfg: &UtdConfig,
     progress: Progress<'_>,
-) -> Result<(Discovery, Vec<UtteranceFeatures>)> {
+) -> Result<(Discovery, Utterances)> {
     let utterances = listed.utterances;
     let dims = listed.dims.unwrap_or(0);
     // The checks of the loaded set: its shapes are those of the manifest (the loader checks).
@@ -203,7 +318,9 @@ fn discover_listed(
         Err(invar_data::Error::NoUtterances { .. }) if utterances.is_empty() => None,
         Err(e) => return Err(e.into()),
     };
-    let speakers: Vec<Option<&str>> = utterances.iter().map(|u| u.speaker.as_deref()).collect();
+    let speakers: Vec<Option<&str>> = (0..utterances.len())
+        .map(|u| utterances.speaker(u))
+        .collect();
     let load = |k: usize| -> Result<Vec<f32>> {
         match &source {
             Some(s) => Ok(s.load(k)?.data),
@@ -487,18 +604,20 @@ fn check(utterances: &[UtteranceFeatures], cfg: &UtdConfig) -> Result<(usize, Ve
 
 /// Checks ids, the frame count and the energy gate's dimension: each utterance's first global
 /// frame (and the total last).
-fn index(utterances: &[UtteranceFeatures], cfg: &UtdConfig, dims: usize) -> Result<Vec<usize>> {
+fn index<L: Listing + ?Sized>(utterances: &L, cfg: &UtdConfig, dims: usize) -> Result<Vec<usize>> {
     let mut seen = HashSet::new();
-    let mut offsets = Vec::with_capacity(utterances.len() + 1);
+    let mut offsets = Vec::with_capacity(utterances.count() + 1);
     offsets.push(0usize);
-    for u in utterances {
-        if !seen.insert(u.id.as_str()) {
-            return Err(Error::DuplicateId { id: u.id.clone() });
+    for u in 0..utterances.count() {
+        if !seen.insert(utterances.id(u)) {
+            return Err(Error::DuplicateId {
+                id: utterances.id(u).to_string(),
+            });
         }
-        offsets.push(offsets[offsets.len() - 1] + u.frames.rows);
+        offsets.push(offsets[offsets.len() - 1] + utterances.frames(u));
     }
     let n = offsets[offsets.len() - 1];
-    if n >= u32::MAX as usize || utterances.len() >= u32::MAX as usize {
+    if n >= u32::MAX as usize || utterances.count() >= u32::MAX as usize {
         return Err(Error::TooManyFrames { frames: n });
     }
     if let Some(d) = cfg.silence.energy_dim.filter(|&d| d >= dims) {
@@ -767,6 +886,58 @@ fn normalize(spans: &mut [&mut [f32]], dims: usize, variance: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn entry(id: &str, speaker: &str, frames: usize) -> invar_data::FeatureEntry {
+        invar_data::FeatureEntry {
+            id: id.into(),
+            speaker: speaker.into(),
+            split: invar_data::Split::Train,
+            path: format!("{id}.npy").into(),
+            frames,
+            dims: 3,
+        }
+    }
+
+    proptest! {
+        /// Issue 24: the packed listing answers every utterance's id, speaker (none for an empty
+        /// one) and frame count as the entries give them, each speaker stored once.
+        #[test]
+        fn the_packed_listing_gives_back_every_entry(
+            rows in prop::collection::vec(("[a-z0-9_]{0,12}", 0usize..4, 0usize..5000), 0..60)
+        ) {
+            let speakers = ["", "spk-a", "spk-b", "ŝpk"];
+            let mut listed = Listed::default();
+            for (id, s, frames) in &rows {
+                listed.push(&entry(id, speakers[*s], *frames)).unwrap();
+            }
+            let list = &listed.utterances;
+            prop_assert_eq!(list.count(), rows.len());
+            for (u, (id, s, frames)) in rows.iter().enumerate() {
+                prop_assert_eq!(list.id(u), id.as_str());
+                prop_assert_eq!(list.speaker(u), Some(speakers[*s]).filter(|x| !x.is_empty()));
+                prop_assert_eq!(list.frames(u), *frames);
+            }
+            let distinct: HashSet<usize> = rows.iter().map(|r| r.1).filter(|&s| s > 0).collect();
+            prop_assert_eq!(list.speakers.len(), distinct.len());
+        }
+    }
+
+    /// An utterance of more frames than one run can index is refused as it is listed, and a
+    /// dimension unlike the first utterance's names it.
+    #[test]
+    fn listing_refuses_what_a_run_cannot_index() {
+        let mut listed = Listed::default();
+        listed.push(&entry("a", "s", 10)).unwrap();
+        let err = listed
+            .push(&entry("b", "s", u32::MAX as usize + 1))
+            .unwrap_err();
+        assert!(matches!(err, Error::TooManyFrames { .. }), "{err}");
+        let mut other = entry("c", "s", 10);
+        other.dims = 4;
+        let err = listed.push(&other).unwrap_err();
+        assert!(err.to_string().contains("utterance c"), "{err}");
+    }
 
     /// The frames a run over `utts` searches.
     fn prepare(utts: &[UtteranceFeatures], cfg: &UtdConfig) -> Result<Frames> {

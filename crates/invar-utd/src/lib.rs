@@ -25,7 +25,8 @@ pub use config::{
 };
 pub use discover::{
     discover, discover_featureset, discover_stream, discover_taking, discover_with_progress,
-    Discovery, FragmentPair, FragmentRef, Progress, StageCounts, UtteranceFeatures,
+    Discovery, FragmentPair, FragmentRef, Listing, Progress, StageCounts, UtteranceFeatures,
+    Utterances,
 };
 pub use error::{Error, Result};
 pub use invar_io::FrameTiming;

@@ -7,12 +7,12 @@ use std::path::Path;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::{Discovery, FragmentRef, FrameTiming, Result, StageCounts, UtteranceFeatures};
+use crate::{Discovery, FragmentRef, FrameTiming, Listing, Result, StageCounts, UtteranceFeatures};
 
 /// Classes in the ZRTools format (ids from 1), fragment files named by utterance id.
-pub fn to_classes(
+pub fn to_classes<L: Listing + ?Sized>(
     discovery: &Discovery,
-    utterances: &[UtteranceFeatures],
+    utterances: &L,
     timing: &FrameTiming,
 ) -> Vec<invar_data::Class> {
     discovery
@@ -26,7 +26,7 @@ pub fn to_classes(
                 .map(|f| {
                     let (start, end) = timing.seconds(f.start, f.end);
                     invar_data::Fragment {
-                        file: utterances[f.utt].id.clone(),
+                        file: utterances.id(f.utt).to_string(),
                         start,
                         end,
                     }
@@ -145,9 +145,9 @@ fn types_of(
 }
 
 /// Summarises a run; `gold` adds pair precision, word types covered and purity.
-pub fn summarize(
+pub fn summarize<L: Listing + ?Sized>(
     discovery: &Discovery,
-    utterances: &[UtteranceFeatures],
+    utterances: &L,
     timing: &FrameTiming,
     gold: Option<&HashMap<String, Vec<GoldWord>>>,
 ) -> Summary {
@@ -170,7 +170,8 @@ pub fn summarize(
         }
         covered_frames += ce - cs;
     }
-    let total_frames: usize = utterances.iter().map(|u| u.frames.rows).sum();
+    let total_frames: usize = (0..utterances.count()).map(|u| utterances.frames(u)).sum();
+    let speakers_known = (0..utterances.count()).any(|u| utterances.speaker(u).is_some());
     let fragments: usize = discovery.classes.iter().map(Vec::len).sum();
     let classes = discovery.classes.len();
     let pairs = discovery.pairs.len();
@@ -204,7 +205,7 @@ pub fn summarize(
                 .sum::<f64>()
                 / pairs as f64
         },
-        cross_speaker_pairs: utterances.iter().any(|u| u.speaker.is_some()).then(|| {
+        cross_speaker_pairs: speakers_known.then(|| {
             let cross = discovery
                 .pairs
                 .iter()
@@ -212,7 +213,7 @@ pub fn summarize(
                 .count();
             share(cross, pairs)
         }),
-        cross_speaker_classes: utterances.iter().any(|u| u.speaker.is_some()).then(|| {
+        cross_speaker_classes: speakers_known.then(|| {
             let cross = discovery
                 .classes
                 .iter()
@@ -233,20 +234,20 @@ fn share(part: usize, whole: usize) -> f64 {
 }
 
 /// Whether two utterances have known, different speakers.
-fn cross_speaker(utterances: &[UtteranceFeatures], a: usize, b: usize) -> bool {
-    match (&utterances[a].speaker, &utterances[b].speaker) {
+fn cross_speaker<L: Listing + ?Sized>(utterances: &L, a: usize, b: usize) -> bool {
+    match (utterances.speaker(a), utterances.speaker(b)) {
         (Some(x), Some(y)) => x != y,
         _ => false,
     }
 }
 
-fn score_gold(
+fn score_gold<L: Listing + ?Sized>(
     discovery: &Discovery,
-    utterances: &[UtteranceFeatures],
+    utterances: &L,
     timing: &FrameTiming,
     gold: &HashMap<String, Vec<GoldWord>>,
 ) -> GoldScores {
-    let types = |f: &FragmentRef| types_of(f, &utterances[f.utt].id, timing, gold);
+    let types = |f: &FragmentRef| types_of(f, utterances.id(f.utt), timing, gold);
     let judged: Vec<Option<BTreeSet<String>>> = discovery
         .pairs
         .par_iter()
@@ -267,7 +268,7 @@ fn score_gold(
     let mut by_utt: HashMap<usize, Vec<(f64, f64)>> = HashMap::new();
     let (mut aligned_fragments, mut silent_fragments) = (0usize, 0usize);
     for f in discovery.classes.iter().flatten() {
-        let Some(words) = gold.get(&utterances[f.utt].id) else {
+        let Some(words) = gold.get(utterances.id(f.utt)) else {
             continue;
         };
         let (s, e) = timing.seconds(f.start, f.end);
@@ -280,8 +281,8 @@ fn score_gold(
         by_utt.entry(f.utt).or_default().push((s, e));
     }
     let (mut word_tokens, mut tokens_covered) = (0usize, 0usize);
-    for (k, u) in utterances.iter().enumerate() {
-        let Some(words) = gold.get(&u.id) else {
+    for k in 0..utterances.count() {
+        let Some(words) = gold.get(utterances.id(k)) else {
             continue;
         };
         let frags = by_utt.get(&k).map(Vec::as_slice).unwrap_or(&[]);

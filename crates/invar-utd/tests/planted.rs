@@ -494,11 +494,12 @@ fn reading_the_set_as_the_frames_are_gathered_finds_what_loading_finds() {
             assert_eq!(ds, reference, "streamed: pools of {pool} frames, {over:?}");
             assert_eq!(meta.len(), loaded.len());
             assert_eq!(meta_s.len(), loaded.len());
-            for ((m, s), u) in meta.iter().zip(&meta_s).zip(&loaded) {
-                for m in [m, s] {
+            use invar_utd::Listing;
+            for (k, u) in loaded.iter().enumerate() {
+                for m in [&meta, &meta_s] {
                     assert_eq!(
-                        (&m.id, &m.speaker, m.frames.rows),
-                        (&u.id, &u.speaker, u.frames.rows)
+                        (m.id(k), m.speaker(k), m.frames(k)),
+                        (u.id.as_str(), u.speaker.as_deref(), u.frames.rows)
                     );
                 }
             }
