@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use invar_data::FeatureSet;
+use invar_data::FeatureStream;
 use invar_eval::abx::{self, AbxConfig, AbxMode, AbxPlan, Convention, ItemFrames, ItemTiming};
 use invar_eval::{Embeddings, IdentifyReport, PairMetric, Trial, VerifyConfig, VerifyReport};
 use invar_ops::FrameDistance;
@@ -221,7 +221,11 @@ fn run_abx(args: AbxArgs) -> anyhow::Result<()> {
         false,
         &[args.item.as_path(), args.features.as_path()],
     )?;
-    let set = FeatureSet::open(&args.features)?;
+    // Only the entries of the files the item file names are held: the features may be a whole
+    // corpus's, the item file its test part (issue #24).
+    let named = invar_eval::item::item_files(&args.item)?;
+    let set = FeatureStream::open(&args.features)?.select(&|id| named.contains(id))?;
+    drop(named);
     let (timing, overrides) = set
         .frame_timing(args.hop_ms, args.win_ms)
         .map_err(|e| anyhow::anyhow!("{e} (--hop-ms, --win-ms)"))?;

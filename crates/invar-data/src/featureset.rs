@@ -773,6 +773,25 @@ impl FeatureStream {
         self.set.load(entry)
     }
 
+    /// A [`FeatureSet`] holding only the entries whose id `keep` accepts, in manifest order, read
+    /// in one pass (the seal checked at its end): for a stage that looks entries up by id in a
+    /// known part of a larger set (ABX's item file in a corpus's features) without holding the
+    /// rest (issue #24). Loading and lookups are [`FeatureSet`]'s.
+    pub fn select(&self, keep: &dyn Fn(&str) -> bool) -> Result<FeatureSet> {
+        let mut entries = Vec::new();
+        self.pass(1024, &mut |_, chunk| {
+            entries.extend(chunk.iter().filter(|e| keep(&e.id)).cloned());
+            Ok::<(), Error>(())
+        })?;
+        entries.shrink_to_fit();
+        Ok(FeatureSet {
+            dir: self.set.dir.clone(),
+            opened: self.set.opened.clone(),
+            entries,
+            meta: self.set.meta.clone(),
+        })
+    }
+
     /// Calls `f` with consecutive chunks of at most `chunk` entries in manifest order, each with
     /// the index of its first entry, reading the manifest as it goes; then checks the seal (entry
     /// count, checksum, every entry's dims). Returns the number of entries.
@@ -1716,6 +1735,38 @@ pub(crate) mod tests {
             matches!(&err, Error::Mismatch { what: "rows", .. }),
             "{err}"
         );
+    }
+
+    /// Issue #24: a selection holds the chosen entries alone, in manifest order, finds each of
+    /// them and no other, loads what the whole set loads, keeps the set's description, and is
+    /// refused like a pass when the manifest changed after opening.
+    #[test]
+    fn a_selection_holds_the_chosen_entries_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = |k: usize| format!("u{k:03}");
+        write_shuffled(30, 1 << 20, Shard::ALL, dir.path(), |_| 3, id).unwrap();
+        let set = FeatureSet::open(dir.path()).unwrap();
+        let stream = FeatureStream::open(dir.path()).unwrap();
+        let keep = |id: &str| id.ends_with('3') || id.ends_with('7');
+        let part = stream.select(&keep).unwrap();
+        let want: Vec<&FeatureEntry> = set.entries().iter().filter(|e| keep(&e.id)).collect();
+        assert_eq!(part.entries().len(), 6);
+        assert!(part.entries().iter().eq(want.iter().copied()));
+        for e in set.entries() {
+            assert_eq!(part.find(&e.id).is_some(), keep(&e.id), "{}", e.id);
+        }
+        let e = part.find("u013").unwrap();
+        assert_eq!(part.load(e).unwrap(), set.load(e).unwrap());
+        assert_eq!((part.meta(), part.dir()), (set.meta(), set.dir()));
+        assert_eq!(
+            part.frame_timing(None, None).unwrap().0,
+            set.frame_timing(None, None).unwrap().0
+        );
+        let path = dir.path().join(MANIFEST);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replacen("\ts1\t", "\ts9\t", 1)).unwrap();
+        let err = stream.select(&keep).unwrap_err();
+        assert!(err.to_string().contains(MANIFEST), "{err}");
     }
 
     /// A folder of plain `.npy` files (no invar manifest) streams from the list it is opened with.

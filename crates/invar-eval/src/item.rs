@@ -266,6 +266,19 @@ fn open_item_file(path: &Path) -> Result<(std::fs::File, (u64, Option<std::time:
     Ok((file, (meta.len(), meta.modified().ok())))
 }
 
+/// The distinct files the `.item` file at `path` names, in one pass (its checks and errors are
+/// [`read_items`]'): what a feature set must hold for it.
+pub fn item_files(path: impl AsRef<Path>) -> Result<std::collections::HashSet<String>> {
+    let mut files = std::collections::HashSet::new();
+    CompactItems::pass(path, &mut ItemLabels::default(), None, |item| {
+        if !files.contains(item.file) {
+            files.insert(item.file.to_string());
+        }
+        Ok(false)
+    })?;
+    Ok(files)
+}
+
 impl CompactItems {
     fn build(
         lines: impl Iterator<Item = std::io::Result<String>>,
