@@ -10,10 +10,10 @@ use invar_data::{FeatureStream, Layout, UtteranceChunks};
 use invar_utd::{Cmvn, UtdConfig};
 
 use crate::out_dir::opt;
+use invar_train::ItemProgress;
 
 /// Each aligned utterance's gold words, by utterance id.
 type GoldWords = std::collections::HashMap<String, Vec<invar_utd::GoldWord>>;
-use invar_train::ItemProgress;
 
 /// Find repeated words and phrases (ZRTools-style LSH + segmental DTW) and write their classes.
 #[derive(Debug, Args)]
