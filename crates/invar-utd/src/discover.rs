@@ -53,16 +53,16 @@ impl Listing for [UtteranceFeatures] {
 
 impl Listing for Vec<UtteranceFeatures> {
     fn count(&self) -> usize {
-        self.len()
+        self.as_slice().count()
     }
     fn id(&self, u: usize) -> &str {
-        &self[u].id
+        self.as_slice().id(u)
     }
     fn speaker(&self, u: usize) -> Option<&str> {
-        self[u].speaker.as_deref()
+        self.as_slice().speaker(u)
     }
     fn frames(&self, u: usize) -> usize {
-        self[u].frames.rows
+        self.as_slice().frames(u)
     }
 }
 
@@ -289,7 +289,13 @@ impl Listed {
         } else if let Some(&k) = self.speaker_index.get(&e.speaker) {
             k
         } else {
-            let k = list.speakers.len() as u32;
+            let k = u32::try_from(list.speakers.len())
+                .ok()
+                .filter(|&k| k != NO_SPEAKER)
+                .ok_or_else(|| Error::Config {
+                    field: "utterances",
+                    reason: "more than 2^32 − 2 speakers; split the corpus".into(),
+                })?;
             list.speakers.push(e.speaker.clone());
             self.speaker_index.insert(e.speaker.clone(), k);
             k
