@@ -223,6 +223,30 @@ fn stages(utterances: usize) -> Vec<Stage> {
                 "0",
             ],
         ),
+        // The same with a cap that binds from the smallest size: what "bounded by a setting"
+        // looks like from 1 hour on (issue #24).
+        stage(
+            "partition train (5 epochs, --max-pairs 500)",
+            "000",
+            &[
+                "partition",
+                "train",
+                "--posteriors",
+                "post",
+                "--classes",
+                "utd/classes.txt",
+                "--out",
+                "partition-500",
+                "--outputs",
+                "16",
+                "--epochs",
+                "5",
+                "--max-pairs",
+                "500",
+                "--seed",
+                "0",
+            ],
+        ),
         stage(
             "partition apply",
             "000",
@@ -249,6 +273,26 @@ fn stages(utterances: usize) -> Vec<Stage> {
                 "soft",
                 "--out",
                 "abx",
+                "--max-size-group",
+                "10",
+                "--max-x-across",
+                "5",
+            ],
+        ),
+        // An evaluation set of a fixed size (`FIXED_ITEMS` lines of the test split's, spread
+        // evenly) on the growing corpus's features: an ABX set does not grow with the corpus.
+        stage(
+            "eval abx (a fixed 8000-item file, caps 10 / 5)",
+            "000",
+            &[
+                "eval",
+                "abx",
+                "--item",
+                FIXED_ITEM_FILE,
+                "--features",
+                "soft",
+                "--out",
+                "abx-fixed",
                 "--max-size-group",
                 "10",
                 "--max-x-across",
@@ -319,6 +363,30 @@ fn stages(utterances: usize) -> Vec<Stage> {
                 "5",
                 "--max-pairs-per-speaker",
                 "200",
+                "--seed",
+                "0",
+            ],
+        ),
+        stage(
+            "supervector train (the same, caps binding from 1 h)",
+            "002",
+            &[
+                "supervector",
+                "train",
+                "--supervectors",
+                "sv",
+                "--out",
+                "ae-capped",
+                "--epochs",
+                "5",
+                "--max-pairs-per-speaker",
+                "200",
+                "--row-memory-mb",
+                "2",
+                "--max-target-trials",
+                "1000",
+                "--max-nontarget-trials",
+                "20000",
                 "--seed",
                 "0",
             ],
@@ -506,6 +574,38 @@ fn project_peak(points: &[(f64, f64)], e: Option<f64>, h: f64, peak: f64, target
     power.max(line).max(peak)
 }
 
+/// The item file of a fixed size that the fixed-set ABX stage evaluates on every corpus.
+const FIXED_ITEM_FILE: &str = "corpus/fixed.item";
+/// Its item lines.
+const FIXED_ITEMS: usize = 8000;
+
+/// Writes to `to` the header of the `.item` file `from` and [`FIXED_ITEMS`] of its item lines
+/// spread evenly over it (every one when it has no more).
+fn fixed_item_file(from: &Path, to: &Path) -> Result<()> {
+    let text =
+        std::fs::read_to_string(from).with_context(|| format!("cannot read {}", from.display()))?;
+    let mut lines = text.lines();
+    let header = lines.next().unwrap_or_default();
+    let items: Vec<&str> = lines.filter(|l| !l.trim().is_empty()).collect();
+    let kept = spread(items.len(), FIXED_ITEMS);
+    let mut out = String::with_capacity(text.len().min(64 * (FIXED_ITEMS + 1)));
+    out.push_str(header);
+    out.push('\n');
+    for k in kept {
+        out.push_str(items[k]);
+        out.push('\n');
+    }
+    std::fs::write(to, out).with_context(|| format!("cannot write {}", to.display()))
+}
+
+/// `m` indices of `0..n` spread evenly (the first of each of `m` equal stretches), or all `n`.
+fn spread(n: usize, m: usize) -> Vec<usize> {
+    if n <= m {
+        return (0..n).collect();
+    }
+    (0..m).map(|j| j * n / m).collect()
+}
+
 /// The real hours of audio in a generated corpus (its `synth_manifest.json`).
 fn corpus_hours(corpus: &Path) -> Result<f64> {
     let path = corpus.join("synth_manifest.json");
@@ -555,7 +655,7 @@ fn utd_quality(path: &Path) -> Result<Value> {
 ///   `--max-nontarget-trials` (`sampled_from` in its `results.json` table);
 /// - `speaker train` spills its features past `--feature-memory-mb` (log line "features past the
 ///   memory budget").
-fn stage_cap(stage: &str, dir: &Path) -> Result<Option<Value>> {
+fn stage_cap(stage: &str, out: &str, dir: &Path) -> Result<Option<Value>> {
     let read_json = |path: PathBuf| -> Result<Value> {
         serde_json::from_str(
             &std::fs::read_to_string(&path)
@@ -570,7 +670,7 @@ fn stage_cap(stage: &str, dir: &Path) -> Result<Option<Value>> {
             .find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
     };
     if stage.starts_with("partition train") {
-        let r = read_json(dir.join("partition").join("results.json"))?;
+        let r = read_json(dir.join(out).join("results.json"))?;
         let (Some(used), Some(offered), Some(cap)) = (
             r["pairs"]["fragment_pairs"].as_u64(),
             r["pairs"]["fragment_pairs_offered"].as_u64(),
@@ -587,7 +687,7 @@ fn stage_cap(stage: &str, dir: &Path) -> Result<Option<Value>> {
     }
     if stage == "utd" {
         let Ok(text) = log() else { return Ok(None) };
-        let cfg = read_json(dir.join("utd").join("config.json")).ok();
+        let cfg = read_json(dir.join(out).join("config.json")).ok();
         let buffer = cfg
             .as_ref()
             .and_then(|c| c["search"]["hit_buffer"].as_u64())
@@ -626,7 +726,7 @@ fn stage_cap(stage: &str, dir: &Path) -> Result<Option<Value>> {
     }
     if stage.starts_with("supervector train") {
         let Ok(text) = log() else { return Ok(None) };
-        let r = read_json(dir.join("ae").join("results.json"))?;
+        let r = read_json(dir.join(out).join("results.json"))?;
         let streamed_line = text
             .lines()
             .find(|l| l.contains("supervector rows over the row memory setting"));
@@ -1110,6 +1210,10 @@ pub fn run(args: &[String]) -> Result<()> {
             let u = summarize_runs(&runs);
             if s.name == "synth" {
                 real_hours = corpus_hours(&dir.join("corpus"))?;
+                fixed_item_file(
+                    &dir.join("corpus").join("test.item"),
+                    &dir.join(FIXED_ITEM_FILE),
+                )?;
             }
             if s.name == "utd" {
                 utd = utd_quality(&dir.join("utd").join("results.json"))?;
@@ -1124,7 +1228,8 @@ pub fn run(args: &[String]) -> Result<()> {
                     .map(|r| json!([r.wall_s, r.cpu_s, r.peak_mb]))
                     .collect();
             }
-            if let Some(cap) = stage_cap(s.name, &dir)? {
+            let out = s.out().map(|o| o.to_string_lossy().into_owned());
+            if let Some(cap) = stage_cap(s.name, out.as_deref().unwrap_or(""), &dir)? {
                 entry["cap"] = cap;
             }
             measured.push(entry);
@@ -1410,6 +1515,46 @@ mod tests {
         );
     }
 
+    /// The fixed-size item file keeps the header and `FIXED_ITEMS` item lines spread evenly over
+    /// the test split's (each line once, in order; all of a shorter file), and every stage writes
+    /// its own folder (a second stage on one folder would be refused, or measure the first's).
+    #[test]
+    fn the_fixed_item_file_spreads_its_lines_and_stages_write_their_own_folders() {
+        assert_eq!(spread(10, 4), [0, 2, 5, 7]);
+        assert_eq!(spread(3, 4), [0, 1, 2]);
+        for (n, m) in [(8184, 8000), (130_465, 8000), (261_000, 8000), (8001, 8000)] {
+            let k = spread(n, m);
+            assert_eq!(k.len(), m);
+            assert!(k.windows(2).all(|w| w[0] < w[1]) && k[m - 1] < n, "{n}");
+            // Evenly: no gap over one stretch (n / m rounded up) plus one.
+            let most = n.div_ceil(m);
+            assert!(k.windows(2).all(|w| w[1] - w[0] <= most), "{n}");
+        }
+        let dir = std::env::temp_dir().join(format!("xtask-scale-item-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let from = dir.join("test.item");
+        let mut text = String::from("#file onset offset #phone prev next speaker\n");
+        for i in 0..(FIXED_ITEMS * 3 + 7) {
+            text.push_str(&format!("u{i} 0.1 0.2 a b c s{}\n", i % 5));
+        }
+        std::fs::write(&from, &text).unwrap();
+        let to = dir.join("fixed.item");
+        fixed_item_file(&from, &to).unwrap();
+        let got = std::fs::read_to_string(&to).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let lines: Vec<&str> = got.lines().collect();
+        assert_eq!(lines[0], "#file onset offset #phone prev next speaker");
+        assert_eq!(lines.len(), FIXED_ITEMS + 1);
+        assert_eq!(lines[1], "u0 0.1 0.2 a b c s0");
+        assert_eq!(lines[2], "u3 0.1 0.2 a b c s3");
+        let all = stages(2);
+        let outs: std::collections::BTreeSet<_> = all.iter().map(|s| s.out()).collect();
+        assert_eq!(outs.len(), all.len());
+        assert!(all
+            .iter()
+            .any(|s| s.args.iter().any(|a| a == FIXED_ITEM_FILE)));
+    }
+
     /// utd's coverage and precision are read from its results.json and listed per size.
     #[test]
     fn utd_coverage_is_listed_per_size() {
@@ -1456,7 +1601,7 @@ mod tests {
                 "table": [{"sampled_from": null}, {"sampled_from": {"target": 1745040, "nontarget": 12233788}}]}"#,
         );
         write(&log(sp), "2026-11-28T21:16:38.637910Z  INFO features past the memory budget (128 MB): spilled to speaker/.feature-spill held_mb=128\n");
-        let utd = stage_cap("utd", &dir).unwrap().unwrap();
+        let utd = stage_cap("utd", "utd", &dir).unwrap().unwrap();
         assert!(cap_binds(&utd));
         assert_eq!(utd["setting"], "--hit-buffer 16777216");
         assert_eq!(
@@ -1466,20 +1611,20 @@ mod tests {
         );
         // A log that gives the runs' bytes: those, not 12 a frame pair.
         write(&log("utd"), "2026-11-29T01:14:28.810592Z  INFO frame pairs spilled to sorted runs hits=1089910990 runs=77 bytes=7654321098\n");
-        let utd = stage_cap("utd", &dir).unwrap().unwrap();
+        let utd = stage_cap("utd", "utd", &dir).unwrap().unwrap();
         assert_eq!(
             cap_detail(&utd),
             "1089910990 frame pairs found, merged from 77 sorted runs on disk (7.7 GB of \
              temporary files)"
         );
-        let svc = stage_cap(sv, &dir).unwrap().unwrap();
+        let svc = stage_cap(sv, "ae", &dir).unwrap().unwrap();
         assert!(cap_binds(&svc), "{svc}");
         assert_eq!(
             svc["setting"],
             "--row-memory-mb 64, --max-target-trials 1000000, --max-nontarget-trials 1000000"
         );
         assert_eq!(cap_detail(&svc), "rows read from disk, trials sampled");
-        let spc = stage_cap(sp, &dir).unwrap().unwrap();
+        let spc = stage_cap(sp, "speaker", &dir).unwrap().unwrap();
         assert!(cap_binds(&spc));
         assert_eq!(spc["setting"], "--feature-memory-mb 128");
         // Under the settings (the 0.99 h run): nothing spilled, streamed or sampled.
@@ -1491,8 +1636,8 @@ mod tests {
             r#"{"config": {"protocol": {"max_target_trials": 1000000, "max_nontarget_trials": 1000000}},
                 "table": [{"sampled_from": null}]}"#,
         );
-        for stage in ["utd", sv, sp] {
-            let cap = stage_cap(stage, &dir).unwrap().unwrap();
+        for (stage, out) in [("utd", "utd"), (sv, "ae"), (sp, "speaker")] {
+            let cap = stage_cap(stage, out, &dir).unwrap().unwrap();
             assert!(!cap_binds(&cap), "{stage}: {cap}");
         }
         // Only the trials sampled: the rows held still grow, so the cap does not bind yet.
@@ -1501,11 +1646,11 @@ mod tests {
             "ae/results.json",
             r#"{"config": {"protocol": {}}, "table": [{"sampled_from": {"target": 5}}]}"#,
         );
-        assert!(!cap_binds(&stage_cap(sv, &dir).unwrap().unwrap()));
-        assert!(stage_cap("gmm posteriors", &dir).unwrap().is_none());
+        assert!(!cap_binds(&stage_cap(sv, "ae", &dir).unwrap().unwrap()));
+        assert!(stage_cap("gmm posteriors", "post", &dir).unwrap().is_none());
         // A stage that did not run (no log) records no cap rather than failing the bench.
         std::fs::remove_file(dir.join(log(sp))).unwrap();
-        assert!(stage_cap(sp, &dir).unwrap().is_none());
+        assert!(stage_cap(sp, "speaker", &dir).unwrap().is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1523,16 +1668,18 @@ mod tests {
                 "pairs": {"fragment_pairs": 4000, "fragment_pairs_offered": 9123}}"#,
         )
         .unwrap();
-        let cap = stage_cap("partition train (5 epochs)", &dir)
+        let cap = stage_cap("partition train (5 epochs)", "partition", &dir)
             .unwrap()
             .unwrap();
-        assert!(stage_cap("utd", &dir).unwrap().is_none());
+        assert!(stage_cap("utd", "utd", &dir).unwrap().is_none());
         std::fs::write(
             dir.join("partition").join("results.json"),
             r#"{"pairs": {"fragment_pairs": 40}}"#,
         )
         .unwrap();
-        assert!(stage_cap("partition train", &dir).unwrap().is_none());
+        assert!(stage_cap("partition train", "partition", &dir)
+            .unwrap()
+            .is_none());
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(cap_binds(&cap));
         let free = json!({"setting": "--max-pairs 4000", "what": "fragment pairs", "used": 958, "offered": 958});

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{invar, json, refused, s, synth, write};
+use common::{invar, json, mfcc, refused, s, snapshot, synth, write};
 
 #[test]
 fn timing_comes_from_the_set_and_search_settings_are_flags() {
@@ -135,17 +135,7 @@ fn a_bad_gold_corpus_is_refused_before_the_search_and_a_good_one_scores_after_it
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let corpus = synth(&d.join("corpus"), 2, 4, 8);
-    let f = d.join("mfcc");
-    invar(&[
-        "features",
-        "--layout",
-        "timit",
-        s(&corpus),
-        "--kind",
-        "mfcc",
-        "--out",
-        s(&f),
-    ]);
+    let f = mfcc(&corpus, &d.join("mfcc"), &[]);
     let out = d.join("utd");
     invar(&[
         "utd",
@@ -166,10 +156,12 @@ fn a_bad_gold_corpus_is_refused_before_the_search_and_a_good_one_scores_after_it
         "{results}"
     );
 
-    let wrd = walk(&corpus)
-        .into_iter()
-        .find(|p| p.extension().is_some_and(|e| e == "WRD"))
-        .unwrap();
+    let wrd = corpus.join(
+        snapshot(&corpus)
+            .into_keys()
+            .find(|p| p.extension().is_some_and(|e| e == "WRD"))
+            .unwrap(),
+    );
     write(&wrd, "0 1600 one\nnot a number\n");
     let bad = d.join("utd-bad");
     let err = refused(&[
@@ -184,18 +176,4 @@ fn a_bad_gold_corpus_is_refused_before_the_search_and_a_good_one_scores_after_it
     let name = wrd.file_name().unwrap().to_string_lossy().into_owned();
     assert!(err.contains(&name), "{err}");
     assert!(!bad.exists(), "the refused run made its output folder");
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out.sort();
-    out
 }
