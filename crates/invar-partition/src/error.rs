@@ -18,7 +18,7 @@ pub enum Error {
     },
 
     /// A class-file fragment names a file that is not in the posteriorgram set.
-    #[error("class {class}: fragment file `{file}` is not in the posteriorgram set (a set loaded by fragments lists only the files of the classes it was loaded for); check that the class file and the posteriorgrams come from the same corpus")]
+    #[error("class {class}: fragment file `{file}` is not in the posteriorgram set; check that the class file and the posteriorgrams come from the same corpus")]
     UnknownFile { class: u64, file: String },
 
     /// Two utterances of the posteriorgrams share an id, so a class file cannot name one of them.

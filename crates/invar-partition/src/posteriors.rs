@@ -62,7 +62,8 @@ impl Posteriorgrams {
     /// and checked to hold distributions in every frame. Pairs and silhouettes computed on it
     /// with `classes` are the ones computed on [`Posteriorgrams::from_featureset`], bit for bit,
     /// as long as they use one of `timings` and only `held`'s fragments (`held` is `classes`, or
-    /// [`crate::used_fragments`] of them for capped pairs).
+    /// [`crate::used_fragments`] of them for capped pairs). Other classes' files are not listed:
+    /// `build_pairs` refuses them as files not in the set ([`Error::UnknownFile`]).
     pub fn from_featureset_fragments(
         set: &FeatureSet,
         classes: &[Class],
