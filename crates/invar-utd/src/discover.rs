@@ -272,7 +272,8 @@ impl Listed {
             });
         }
         let list = &mut self.utterances;
-        // Past 2^32 − 1 frames (or bytes of ids) `index` refuses the run; refused here as well.
+        // A run indexes at most 2^32 − 1 frames (`index` refuses more): an utterance longer than
+        // that is refused here, as are ids past 2^32 − 1 bytes in all.
         let frames =
             u32::try_from(e.frames).map_err(|_| Error::TooManyFrames { frames: e.frames })?;
         list.ids.push_str(&e.id);
@@ -314,8 +315,14 @@ fn discover_listed(
     cfg: &UtdConfig,
     progress: Progress<'_>,
 ) -> Result<(Discovery, Utterances)> {
-    let utterances = listed.utterances;
-    let dims = listed.dims.unwrap_or(0);
+    let Listed {
+        utterances,
+        dims,
+        speaker_index,
+    } = listed;
+    // The speakers' map was for listing only: not held through the run.
+    drop(speaker_index);
+    let dims = dims.unwrap_or(0);
     // The checks of the loaded set: its shapes are those of the manifest (the loader checks).
     let offsets = index(&utterances, cfg, dims)?;
     // A set without utterances has no frames to load (and nothing asks for any).
