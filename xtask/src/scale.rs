@@ -31,10 +31,11 @@ Generates one corpus per size (40 speakers, invar synth), runs every stage of th
 on it with the release binary (built here unless --bin is given), each under /usr/bin/time, plus
 three rows whose caps bind from 1 hour (partition train --max-pairs 500, supervector train with
 small row-memory and trial caps, eval abx on a fixed 8000-item file) to show memory bounded by a
-setting, not by the corpus, and writes the Scale section of BENCHMARKS.md (wall, CPU and peak RSS per stage against hours, growth
-exponents, projections to 100 h and 1000 h) with a log-log figure of peak RSS and CPU time beside it
-(BENCHMARKS-scale.png and .svg, named after --out). --keep keeps each size's outputs (they are removed
-after measuring, as the larger ones take many GB). --repeat N runs every stage N times (its output
+setting, not by the corpus, and writes the Scale section of BENCHMARKS.md (wall, CPU and peak
+RSS per stage against hours, growth exponents, projections to 100 h and 1000 h) with a log-log
+figure of peak RSS and CPU time beside it (BENCHMARKS-scale.png and .svg, named after --out).
+--keep keeps each size's outputs (they are removed after measuring, as the larger ones take many
+GB). --repeat N runs every stage N times (its output
 folder removed between runs) and reports the least wall and CPU time and the median peak RSS: a
 single run's peak RSS moves by a few MB, utd's by tens, with the threads' timing. --render-only
 rewrites the section from WORK/results.json of an earlier run; --note adds a line on the run's
