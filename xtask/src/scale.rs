@@ -35,9 +35,9 @@ setting, not by the corpus, and writes the Scale section of BENCHMARKS.md (wall,
 RSS per stage against hours, growth exponents, projections to 100 h and 1000 h) with a log-log
 figure of peak RSS and CPU time beside it (BENCHMARKS-scale.png and .svg, named after --out).
 --keep keeps each size's outputs (they are removed after measuring, as the larger ones take many
-GB). --repeat N runs every stage N times (its output
-folder removed between runs) and reports the least wall and CPU time and the median peak RSS: a
-single run's peak RSS moves by a few MB, utd's by tens, with the threads' timing. --render-only
+GB). --repeat N runs every stage N times (its output folder removed between runs) and reports
+the least wall and CPU time and the median peak RSS: a single run's peak RSS moves by a few MB,
+utd's by tens, with the threads' timing. --render-only
 rewrites the section from WORK/results.json of an earlier run; --note adds a line on the run's
 conditions.";
 
