@@ -114,6 +114,9 @@ fn parse(args: &[String]) -> Result<Option<Options>> {
     Ok(Some(o))
 }
 
+/// A flag and its value, as [`Stage::variant`] sets them.
+type Flag<'a> = (&'a str, &'a str);
+
 /// One stage: its name in the table and the `invar` arguments, run in the size's folder.
 struct Stage {
     name: &'static str,
@@ -134,7 +137,7 @@ fn stages(utterances: usize) -> Vec<Stage> {
     let utt = utterances.to_string();
     let spk = SPEAKERS.to_string();
     let ubm = "ubm/ubm.safetensors";
-    vec![
+    let mut all = vec![
         stage(
             "synth",
             "corpus",
@@ -226,30 +229,6 @@ fn stages(utterances: usize) -> Vec<Stage> {
                 "0",
             ],
         ),
-        // The same with a cap that binds from the smallest size: what "bounded by a setting"
-        // looks like from 1 hour on (issue #24).
-        stage(
-            "partition train (5 epochs, --max-pairs 500)",
-            "000",
-            &[
-                "partition",
-                "train",
-                "--posteriors",
-                "post",
-                "--classes",
-                "utd/classes.txt",
-                "--out",
-                "partition-500",
-                "--outputs",
-                "16",
-                "--epochs",
-                "5",
-                "--max-pairs",
-                "500",
-                "--seed",
-                "0",
-            ],
-        ),
         stage(
             "partition apply",
             "000",
@@ -276,26 +255,6 @@ fn stages(utterances: usize) -> Vec<Stage> {
                 "soft",
                 "--out",
                 "abx",
-                "--max-size-group",
-                "10",
-                "--max-x-across",
-                "5",
-            ],
-        ),
-        // An evaluation set of a fixed size (`FIXED_ITEMS` lines of the test split's, spread
-        // evenly) on the growing corpus's features: an ABX set does not grow with the corpus.
-        stage(
-            "eval abx (a fixed 8000-item file, caps 10 / 5)",
-            "000",
-            &[
-                "eval",
-                "abx",
-                "--item",
-                FIXED_ITEM_FILE,
-                "--features",
-                "soft",
-                "--out",
-                "abx-fixed",
                 "--max-size-group",
                 "10",
                 "--max-x-across",
@@ -371,30 +330,6 @@ fn stages(utterances: usize) -> Vec<Stage> {
             ],
         ),
         stage(
-            "supervector train (the same, caps binding from 1 h)",
-            "002",
-            &[
-                "supervector",
-                "train",
-                "--supervectors",
-                "sv",
-                "--out",
-                "ae-capped",
-                "--epochs",
-                "5",
-                "--max-pairs-per-speaker",
-                "200",
-                "--row-memory-mb",
-                "2",
-                "--max-target-trials",
-                "1000",
-                "--max-nontarget-trials",
-                "20000",
-                "--seed",
-                "0",
-            ],
-        ),
-        stage(
             "speaker train (1 epoch)",
             "001",
             &[
@@ -412,10 +347,60 @@ fn stages(utterances: usize) -> Vec<Stage> {
                 "speaker",
             ],
         ),
-    ]
+    ];
+    // Stages again with caps that bind from the smallest size, each after its default: what
+    // "bounded by a setting" looks like from 1 hour on (issue #24). The ABX one evaluates a fixed
+    // item file (`FIXED_ITEMS` lines of the test split's, spread evenly) on the growing corpus's
+    // features: an ABX set does not grow with the corpus.
+    let variants: [(&str, &'static str, &[Flag<'_>]); 3] = [
+        (
+            "partition train (5 epochs)",
+            "partition train (5 epochs, --max-pairs 500)",
+            &[("--out", "partition-500"), ("--max-pairs", "500")],
+        ),
+        (
+            "eval abx (caps 10 / 5)",
+            "eval abx (a fixed 8000-item file, caps 10 / 5)",
+            &[("--out", "abx-fixed"), ("--item", FIXED_ITEM_FILE)],
+        ),
+        (
+            "supervector train (5 epochs, ≤ 200 pairs a speaker)",
+            "supervector train (the same, caps binding from 1 h)",
+            &[
+                ("--out", "ae-capped"),
+                ("--row-memory-mb", "2"),
+                ("--max-target-trials", "1000"),
+                ("--max-nontarget-trials", "20000"),
+            ],
+        ),
+    ];
+    for (base, name, flags) in variants {
+        if let Some(at) = all.iter().position(|s| s.name == base) {
+            let v = all[at].variant(name, flags);
+            all.insert(at + 1, v);
+        }
+    }
+    all
 }
 
 impl Stage {
+    /// This stage under another name with `flags` set: each `(flag, value)` replaces the value
+    /// of a flag the stage gives, or is added.
+    fn variant(&self, name: &'static str, flags: &[Flag<'_>]) -> Stage {
+        let mut args = self.args.clone();
+        for &(flag, value) in flags {
+            match args.iter().position(|a| a == flag) {
+                Some(at) if at + 1 < args.len() => args[at + 1] = value.to_owned(),
+                _ => args.extend([flag.to_owned(), value.to_owned()]),
+            }
+        }
+        Stage {
+            name,
+            pipeline: self.pipeline,
+            args,
+        }
+    }
+
     /// The folder the stage writes (its `--out`), relative to the size's folder.
     fn out(&self) -> Option<&Path> {
         let at = self.args.iter().position(|a| a == "--out")?;
@@ -1553,6 +1538,21 @@ mod tests {
         let all = stages(2);
         let outs: std::collections::BTreeSet<_> = all.iter().map(|s| s.out()).collect();
         assert_eq!(outs.len(), all.len());
+        assert_eq!(all.len(), 16, "every variant follows its default");
+        for s in &all {
+            let flags: Vec<&String> = s.args.iter().filter(|a| a.starts_with("--")).collect();
+            let once: std::collections::BTreeSet<_> = flags.iter().collect();
+            assert_eq!(once.len(), flags.len(), "{}: a flag given twice", s.name);
+        }
+        let capped = all
+            .iter()
+            .find(|s| s.name.contains("--max-pairs 500"))
+            .unwrap();
+        assert_eq!(capped.out(), Some(Path::new("partition-500")));
+        assert!(capped
+            .args
+            .windows(2)
+            .any(|w| w[0] == "--max-pairs" && w[1] == "500"));
         assert!(all
             .iter()
             .any(|s| s.args.iter().any(|a| a == FIXED_ITEM_FILE)));
